@@ -1,0 +1,155 @@
+//! HTTP errors: every failure a client can see, mapped to status and JSON in one place.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::app::WriteError;
+use crate::catalogue::row::RowRuleError;
+use crate::dispatch::InvokeRefusal;
+
+/// An error answered as `{"ok":false,"error":{"code","message","hint"}}`.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not well-formed JSON.
+    #[error("malformed JSON: {0}")]
+    MalformedJson(String),
+    /// The JSON is well-formed but does not have the expected shape.
+    #[error("{0}")]
+    WrongShape(String),
+    /// The request's parameters are wrong.
+    #[error("{message}")]
+    BadRequest {
+        /// What is wrong.
+        message: String,
+        /// How to fix it.
+        hint: &'static str,
+    },
+    /// The body is not JSON.
+    #[error("content type must be application/json, not {0:?}")]
+    UnsupportedMediaType(String),
+    /// No credential, or one that is not recognised.
+    #[error("{needed} required: send it as Authorization: Bearer <key> (or x-terminal-key)")]
+    Unauthorized {
+        /// Which credential the call needs.
+        needed: &'static str,
+    },
+    /// A recognised credential that does not allow the call.
+    #[error("credential {name:?} may not {action}")]
+    Forbidden {
+        /// The credential's name.
+        name: String,
+        /// What it tried.
+        action: &'static str,
+    },
+    /// Nothing at that address.
+    #[error("{0}")]
+    NotFound(String),
+    /// An `if_version` did not hold.
+    #[error("version conflict on {key}: expected {expected}, stored {actual}")]
+    Conflict {
+        /// The row.
+        key: String,
+        /// The expected version.
+        expected: u64,
+        /// The stored version, or "none".
+        actual: String,
+    },
+    /// The body is larger than the limit.
+    #[error("request body is larger than {limit} bytes")]
+    TooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// A row broke a rule of DESIGN §2.1.
+    #[error(transparent)]
+    Rule(#[from] RowRuleError),
+    /// An element of a bulk write broke a rule.
+    #[error("row {position} of the bulk write: {source}")]
+    BulkRule {
+        /// 0-based position in the array.
+        position: usize,
+        /// The rule.
+        source: RowRuleError,
+    },
+    /// The invocation was refused before anything ran.
+    #[error(transparent)]
+    Invoke(#[from] InvokeRefusal),
+    /// The cluster cannot take the write now.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// This node has not applied the index the client asked for.
+    #[error("this node has applied index {applied}, not yet {wanted}")]
+    Behind {
+        /// The index asked for.
+        wanted: u64,
+        /// The index applied.
+        applied: u64,
+    },
+    /// Something failed inside the node; details go to the log only.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// An internal failure: logged here, answered as a generic 500.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        Self::Internal(detail.to_string())
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        use StatusCode as S;
+        match self {
+            Self::MalformedJson(_) => (S::BAD_REQUEST, "malformed_json", "send a well-formed JSON body"),
+            Self::WrongShape(_) => (S::UNPROCESSABLE_ENTITY, "invalid_body", "see /api/openapi.json for the body's shape"),
+            Self::BadRequest { hint, .. } => (S::BAD_REQUEST, "bad_request", hint),
+            Self::UnsupportedMediaType(_) => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", "send Content-Type: application/json"),
+            Self::Unauthorized { .. } => (S::UNAUTHORIZED, "unauthorized", "the admin key is printed at first start, or set ROWCALL_ADMIN_KEY; invoke keys come from ROWCALL_INVOKE_KEYS"),
+            Self::Forbidden { .. } => (S::FORBIDDEN, "forbidden", "use a credential with the needed scope (directory writes need the admin key)"),
+            Self::NotFound(_) => (S::NOT_FOUND, "not_found", "ask GET /api/dispatch?ask=<what you need> to find a key"),
+            Self::Conflict { .. } => (S::CONFLICT, "version_conflict", "read the row again and retry with its current version as if_version"),
+            Self::TooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "body_too_large", "split a bulk write into smaller arrays"),
+            Self::Rule(_) | Self::BulkRule { .. } => (S::UNPROCESSABLE_ENTITY, "invalid_row", "fix the field named in the message; GET /api/directory shows the field schema"),
+            Self::Invoke(InvokeRefusal::Disabled(_)) => (S::FORBIDDEN, "row_disabled", "an operator must enable the row before it can run"),
+            Self::Invoke(InvokeRefusal::InvalidArgs { .. }) => (S::UNPROCESSABLE_ENTITY, "invalid_args", "GET /api/dispatch?key=<KEY> shows the schema and an example"),
+            Self::Invoke(InvokeRefusal::Unavailable(_)) => (S::NOT_IMPLEMENTED, "runner_unavailable", "this node version has no runner for the row's type"),
+            Self::Write(WriteError::Unavailable { .. }) => (S::SERVICE_UNAVAILABLE, "no_quorum", "the cluster has no quorum right now; retry after the Retry-After delay"),
+            Self::Write(WriteError::NotLeader { .. }) => (S::SERVICE_UNAVAILABLE, "no_leader", "the cluster is electing a leader; retry shortly"),
+            Self::Write(WriteError::Fatal(_)) => (S::SERVICE_UNAVAILABLE, "shutting_down", "this node is stopping; use another node"),
+            Self::Behind { .. } => (S::SERVICE_UNAVAILABLE, "behind", "retry, or ask a node that has caught up"),
+            Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal", "retry; if it persists, the node's log has the details"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, hint) = self.parts();
+        let message = match &self {
+            Self::Internal(detail) => {
+                tracing::error!(%detail, "internal error answered as 500");
+                "internal error".to_owned()
+            }
+            Self::Write(WriteError::Fatal(detail)) => {
+                tracing::warn!(%detail, "write refused: raft stopped");
+                "this node is shutting down".to_owned()
+            }
+            other => other.to_string(),
+        };
+        let mut error = json!({ "code": code, "message": message, "hint": hint });
+        if let Self::Invoke(InvokeRefusal::InvalidArgs { violations, .. }) = &self {
+            error["violations"] = violations
+                .iter()
+                .map(|(pointer, message)| json!({ "pointer": pointer, "message": message }))
+                .collect();
+        }
+        let mut response =
+            (status, axum::Json(json!({ "ok": false, "error": error }))).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}

@@ -1,0 +1,234 @@
+//! The HTTP protocol of DESIGN §3 on axum: dispatch (ask, contract, invoke, confirm), the
+//! directory, receipts, cluster status, health and metrics, and the OpenAPI description.
+//!
+//! Every answer carries `x-rowcall-index`: the write's index for writes, otherwise the index
+//! this node had applied when it answered.
+
+mod cluster;
+mod directory;
+mod dispatch;
+pub mod error;
+mod openapi;
+mod receipts;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::de::DeserializeOwned;
+
+use self::error::ApiError;
+use crate::app::App;
+use crate::auth::{Principal, Scope};
+
+/// Header carrying the applied (or written) index.
+pub const INDEX_HEADER: &str = "x-rowcall-index";
+/// Header asking a read to wait until this node applied an index.
+pub const MIN_INDEX_HEADER: &str = "x-rowcall-min-index";
+
+/// State of the HTTP layer.
+#[derive(Clone)]
+pub struct Http {
+    /// The node.
+    pub app: Arc<App>,
+    /// Renders `/metrics`.
+    pub metrics: PrometheusHandle,
+}
+
+/// The full router.
+pub fn router(app: Arc<App>, metrics: PrometheusHandle) -> Router {
+    let state = Http { app, metrics };
+    Router::new()
+        .route(
+            "/api/dispatch",
+            get(dispatch::get_dispatch).post(dispatch::post_invoke),
+        )
+        .route(
+            "/api/directory",
+            get(directory::list).post(directory::upsert),
+        )
+        .route("/api/directory/counts", get(directory::counts))
+        .route(
+            "/api/directory/{key}",
+            get(directory::get_row).delete(directory::delete_row),
+        )
+        .route("/api/receipts", get(receipts::by_key))
+        .route("/api/receipts/{id}", get(receipts::by_id))
+        .route("/receipt/{id}", get(receipts::public_page))
+        .route("/api/cluster", get(cluster::status))
+        .route("/api/cluster/snapshot", post(cluster::snapshot))
+        .route("/api/openapi.json", get(openapi::document))
+        .route("/metrics", get(cluster::metrics))
+        .route("/healthz", get(cluster::healthz))
+        .route("/readyz", get(cluster::readyz))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such endpoint; GET /api/openapi.json lists them".into())
+}
+
+/// Records request metrics and stamps `x-rowcall-index` on answers that lack it.
+async fn observe(State(http): State<Http>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let mut response = next.run(request).await;
+    if !response.headers().contains_key(INDEX_HEADER) {
+        let index = http.app.applied_index();
+        response
+            .headers_mut()
+            .insert(INDEX_HEADER, HeaderValue::from(index));
+    }
+    let status = response.status().as_u16().to_string();
+    metrics::counter!(crate::metrics::HTTP_REQUESTS_TOTAL,
+        "route" => route.clone(), "method" => method, "status" => status)
+    .increment(1);
+    metrics::histogram!(crate::metrics::HTTP_REQUEST_SECONDS, "route" => route)
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// The credential presented in `Authorization: Bearer` or `x-terminal-key`, if any.
+fn presented_credential(headers: &HeaderMap) -> Option<&str> {
+    if let Some(value) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        let value = value.trim();
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .unwrap_or(value);
+        return Some(token.trim());
+    }
+    headers
+        .get("x-terminal-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+}
+
+/// The principal behind the request's credential: `Ok(None)` when none was sent,
+/// 401 when one was sent but is not recognised.
+fn principal(app: &App, headers: &HeaderMap) -> Result<Option<Principal>, ApiError> {
+    match presented_credential(headers) {
+        None | Some("") => Ok(None),
+        Some(token) => app
+            .credentials
+            .identify(token)
+            .map(Some)
+            .ok_or(ApiError::Unauthorized {
+                needed: "a valid credential",
+            }),
+    }
+}
+
+/// Requires a credential allowing `scope`.
+fn require(
+    app: &App,
+    headers: &HeaderMap,
+    scope: Scope,
+    action: &'static str,
+) -> Result<Principal, ApiError> {
+    let needed = match scope {
+        Scope::Admin => "the admin key",
+        Scope::Invoke => "an invoke key",
+        Scope::Mcp => "an MCP token",
+    };
+    let principal = principal(app, headers)?.ok_or(ApiError::Unauthorized { needed })?;
+    if principal.allows(scope) {
+        Ok(principal)
+    } else {
+        Err(ApiError::Forbidden {
+            name: principal.name,
+            action,
+        })
+    }
+}
+
+/// Reads a JSON body: checks the content type, refuses a declared length over the limit
+/// before reading anything, and stops reading at the limit.
+async fn read_json<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(ApiError::UnsupportedMediaType(content_type.to_owned()));
+    }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::TooLarge { limit });
+    }
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::TooLarge { limit })?;
+    serde_json::from_slice(&bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => ApiError::WrongShape(e.to_string()),
+        _ => ApiError::MalformedJson(e.to_string()),
+    })
+}
+
+/// Base URL for links in answers: the configured public URL, else the request's Host.
+fn base_url(app: &App, headers: &HeaderMap) -> String {
+    if let Some(url) = &app.config.node.public_url {
+        return url.trim_end_matches('/').to_owned();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
+        .map_or_else(|| app.config.node.http.to_string(), str::to_owned);
+    format!("http://{host}")
+}
+
+/// Waits, bounded, until this node has applied the index the client asks for
+/// (`x-rowcall-min-index` or `min_index`), so a session keeps reading its own writes.
+async fn await_min_index(
+    app: &App,
+    headers: &HeaderMap,
+    query: Option<u64>,
+) -> Result<(), ApiError> {
+    let from_header = headers
+        .get(MIN_INDEX_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.trim().parse::<u64>().map_err(|_| ApiError::BadRequest {
+                message: format!("{MIN_INDEX_HEADER} must be a whole number, not {v:?}"),
+                hint: "send back the x-rowcall-index of an earlier answer",
+            })
+        })
+        .transpose()?;
+    let Some(wanted) = from_header.max(query) else {
+        return Ok(());
+    };
+    let wait = Duration::from_millis(app.config.limits.min_index_wait_ms);
+    if app.wait_applied(wanted, wait).await {
+        Ok(())
+    } else {
+        Err(ApiError::Behind {
+            wanted,
+            applied: app.applied_index(),
+        })
+    }
+}

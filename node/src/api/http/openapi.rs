@@ -1,0 +1,48 @@
+//! The OpenAPI 3 description of the HTTP protocol, generated from the handlers' annotations.
+
+use axum::Json;
+use utoipa::OpenApi;
+
+use super::{cluster, directory, dispatch, receipts};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "rowcall",
+        description = "A replicated capability catalogue for AI agents: ask, contract, invoke, confirm."
+    ),
+    paths(
+        dispatch::get_dispatch,
+        dispatch::post_invoke,
+        directory::list,
+        directory::get_row,
+        directory::upsert,
+        directory::delete_row,
+        directory::counts,
+        receipts::by_id,
+        receipts::by_key,
+        receipts::public_page,
+        cluster::status,
+        cluster::snapshot,
+        cluster::healthz,
+        cluster::readyz,
+        cluster::metrics,
+        document,
+    ),
+    components(schemas(
+        crate::catalogue::row::Row,
+        crate::catalogue::row::RowInput,
+        crate::catalogue::Counts,
+        crate::dispatch::receipt::Receipt,
+        crate::dispatch::receipt::Confirmation,
+        dispatch::AskAnswer,
+        dispatch::InvokeBody,
+    ))
+)]
+struct ApiDoc;
+
+/// This document.
+#[utoipa::path(get, path = "/api/openapi.json", responses((status = 200, description = "OpenAPI 3 document")))]
+pub async fn document() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

@@ -1,0 +1,150 @@
+//! Receipts: the forensic view (admin key) and the public brochure page.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+use utoipa::IntoParams;
+
+use super::error::ApiError;
+use super::{await_min_index, require, Http};
+use crate::auth::Scope;
+use crate::dispatch::receipt::{valid_receipt_id, Receipt};
+
+/// Which row's receipts.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ByKeyQuery {
+    /// The row key.
+    key: String,
+    /// At most this many, newest first (default 50, max 1000).
+    limit: Option<usize>,
+    /// Wait until this node applied this index.
+    min_index: Option<u64>,
+}
+
+/// Read-your-writes for a single receipt.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReceiptQuery {
+    /// Wait until this node applied this index.
+    min_index: Option<u64>,
+}
+
+/// One receipt with stored input and output (admin key).
+#[utoipa::path(get, path = "/api/receipts/{id}", params(("id" = String, Path, description = "inv_…"), ReceiptQuery),
+    responses((status = 200, body = Receipt), (status = 401, description = "no admin key"), (status = 404, description = "unknown id")))]
+pub async fn by_id(
+    State(http): State<Http>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(query): Query<ReceiptQuery>,
+) -> Result<Json<Receipt>, ApiError> {
+    let app = &http.app;
+    require(app, &headers, Scope::Admin, "read forensic receipts")?;
+    await_min_index(app, &headers, query.min_index).await?;
+    let found = if valid_receipt_id(&id) {
+        app.receipts.get(&id).map_err(ApiError::internal)?
+    } else {
+        None
+    };
+    found
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("no receipt {id:?}")))
+}
+
+/// The receipts of one row, newest first (admin key). They outlive the row.
+#[utoipa::path(get, path = "/api/receipts", params(ByKeyQuery),
+    responses((status = 200, description = "`{key, count, receipts}`"), (status = 401, description = "no admin key")))]
+pub async fn by_key(
+    State(http): State<Http>,
+    headers: HeaderMap,
+    Query(query): Query<ByKeyQuery>,
+) -> Result<Response, ApiError> {
+    let app = &http.app;
+    require(app, &headers, Scope::Admin, "read forensic receipts")?;
+    await_min_index(app, &headers, query.min_index).await?;
+    let limit = query.limit.unwrap_or(50).clamp(1, 1_000);
+    let receipts = app
+        .receipts
+        .by_key(&query.key, limit)
+        .map_err(ApiError::internal)?;
+    Ok(
+        Json(json!({ "key": query.key, "count": receipts.len(), "receipts": receipts }))
+            .into_response(),
+    )
+}
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The public brochure of a receipt: a small HTML page of its public fields.
+#[utoipa::path(get, path = "/receipt/{id}", params(("id" = String, Path, description = "inv_…")),
+    responses((status = 200, description = "HTML page"), (status = 404, description = "unknown id")))]
+pub async fn public_page(
+    State(http): State<Http>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let receipt = if valid_receipt_id(&id) {
+        http.app.receipts.get(&id).map_err(ApiError::internal)?
+    } else {
+        None
+    };
+    let Some(r) = receipt else {
+        let page = format!(
+            "<!doctype html><meta charset=utf-8><title>Unknown receipt</title>\
+             <h1>Unknown receipt</h1><p>No invocation <code>{}</code> is recorded here.</p>",
+            escape(&id)
+        );
+        return Ok((StatusCode::NOT_FOUND, Html(page)).into_response());
+    };
+    let rows = [
+        ("Invocation", r.id.clone()),
+        ("Capability", r.key.clone()),
+        (
+            "Outcome",
+            if r.ok {
+                "succeeded".into()
+            } else {
+                "failed".into()
+            },
+        ),
+        ("At", r.started_at.clone()),
+        ("Duration", format!("{} ms", r.duration_ms)),
+        ("Input SHA-256", r.input_sha256.clone()),
+        ("Output SHA-256", r.output_sha256.clone()),
+        ("Served by node", r.served_by.to_string()),
+        ("Log index", r.index.to_string()),
+    ];
+    let mut table = String::new();
+    for (name, value) in rows {
+        table.push_str(&format!(
+            "<tr><th>{name}</th><td><code>{}</code></td></tr>",
+            escape(&value)
+        ));
+    }
+    let page = format!(
+        "<!doctype html><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
+         <title>Receipt {id}</title>\
+         <style>body{{font:15px system-ui,sans-serif;max-width:46em;margin:2em auto;padding:0 1em}}\
+         th{{text-align:left;padding-right:1em;vertical-align:top}}td code{{word-break:break-all}}</style>\
+         <h1>Receipt {id}</h1><table>{table}</table>\
+         <p>Check it: <a href=\"/api/dispatch?confirm={id}\">/api/dispatch?confirm={id}</a></p>",
+        id = escape(&r.id),
+    );
+    Ok(Html(page).into_response())
+}

@@ -1,0 +1,3 @@
+//! The node's public interfaces. `http` serves the whole protocol of DESIGN §3.
+
+pub mod http;

@@ -1,0 +1,465 @@
+//! The inverted index: per-term postings with per-field term counts, per-row field lengths,
+//! running length totals, and BM25F scoring. Every update touches only the row's own terms.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::fuzzy::{edit_distance, fuzzable, DeleteMap};
+
+/// The fields of a row, in posting order.
+pub(crate) const KEY: usize = 0;
+pub(crate) const WHAT: usize = 1;
+pub(crate) const DOC: usize = 2;
+pub(crate) const CATEGORY: usize = 3;
+pub(crate) const ARGS: usize = 4;
+pub(crate) const FIELDS: usize = 5;
+
+/// BM25F field weights. The key and the WHAT line are written to name the capability, so a
+/// term there is strong evidence. The rest of the docstring and the argument descriptions
+/// describe inputs, outputs and examples: real but weaker evidence ("e.g. DNA, blood").
+/// The category is shared by many rows, which IDF already discounts; it counts as plain text.
+const WEIGHT: [f32; FIELDS] = {
+    let mut w = [0.0; FIELDS];
+    w[KEY] = 3.0;
+    w[WHAT] = 2.5;
+    w[DOC] = 1.0;
+    w[CATEGORY] = 1.0;
+    w[ARGS] = 0.7;
+    w
+};
+/// Length normalisation per field. Keys, WHAT lines and categories are short and uniform,
+/// so their length says little; long free text is normalised as in classic BM25.
+const B: [f32; FIELDS] = {
+    let mut b = [0.0; FIELDS];
+    b[KEY] = 0.5;
+    b[WHAT] = 0.5;
+    b[DOC] = 0.75;
+    b[CATEGORY] = 0.3;
+    b[ARGS] = 0.75;
+    b
+};
+const K1: f32 = 1.2;
+
+/// Weights of tolerant matches for a query term missing from the vocabulary.
+const TYPO1_WEIGHT: f32 = 0.6;
+const TYPO2_WEIGHT: f32 = 0.45;
+const PREFIX_WEIGHT: f32 = 0.5;
+/// Most alternatives kept per tolerant kind, so a short prefix cannot flood the query.
+const MAX_TOLERANT: usize = 6;
+
+/// One row's counts of one term, per field (saturating: 255 repeats say nothing more).
+#[derive(Debug, Clone, Copy)]
+struct Posting {
+    doc: u32,
+    tf: [u8; FIELDS],
+}
+
+#[derive(Debug)]
+struct Term {
+    text: Arc<str>,
+    postings: Vec<Posting>,
+}
+
+/// A pin: the analysed terms of a phrase (sorted, unique) and its raw lowercase words.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Pin {
+    pub(crate) terms: Box<[Box<str>]>,
+    pub(crate) raw: Box<str>,
+}
+
+#[derive(Debug)]
+struct Doc {
+    key: Arc<str>,
+    /// Ids of the distinct terms, to find the postings again on removal.
+    terms: Box<[u32]>,
+    demote: bool,
+    pins: Box<[Pin]>,
+}
+
+/// A scored row: slot, score, bit set of the query positions that matched.
+pub(crate) struct Scored {
+    pub(crate) slot: u32,
+    pub(crate) score: f32,
+    pub(crate) mask: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    vocab: BTreeMap<Arc<str>, u32>,
+    terms: Vec<Option<Term>>,
+    free_terms: Vec<u32>,
+    docs: Vec<Option<Doc>>,
+    /// Field lengths by slot, apart from `docs` so the scoring loop reads 20 bytes per row.
+    lens: Vec<[u32; FIELDS]>,
+    free_docs: Vec<u32>,
+    by_key: HashMap<Arc<str>, u32>,
+    total_len: [u64; FIELDS],
+    fuzzy: DeleteMap,
+    /// Pin term -> slots of rows with a pin holding that term; raw pin -> slots.
+    pin_terms: HashMap<Box<str>, Vec<u32>>,
+    pin_raw: HashMap<Box<str>, Vec<u32>>,
+}
+
+impl Index {
+    pub(crate) fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Inserts a row (replacing one with the same key) from its analysed fields.
+    pub(crate) fn insert(
+        &mut self,
+        key: &str,
+        fields: &[Vec<String>; FIELDS],
+        demote: bool,
+        pins: Vec<Pin>,
+    ) {
+        self.remove(key);
+        let slot = match self.free_docs.pop() {
+            Some(s) => s,
+            None => {
+                self.docs.push(None);
+                self.lens.push([0; FIELDS]);
+                (self.docs.len() - 1) as u32
+            }
+        };
+        let mut counts: HashMap<&str, [u8; FIELDS]> = HashMap::new();
+        let mut len = [0u32; FIELDS];
+        for (f, terms) in fields.iter().enumerate() {
+            len[f] = terms.len() as u32;
+            self.total_len[f] += terms.len() as u64;
+            for t in terms {
+                let c = counts.entry(t.as_str()).or_insert([0; FIELDS]);
+                c[f] = c[f].saturating_add(1);
+            }
+        }
+        let mut ids = Vec::with_capacity(counts.len());
+        for (text, tf) in counts {
+            let id = self.term_id_or_create(text);
+            self.term_mut(id).postings.push(Posting { doc: slot, tf });
+            ids.push(id);
+        }
+        for pin in &pins {
+            for t in pin.terms.iter() {
+                push_unique(self.pin_terms.entry(t.clone()).or_default(), slot);
+            }
+            push_unique(self.pin_raw.entry(pin.raw.clone()).or_default(), slot);
+        }
+        let key: Arc<str> = Arc::from(key);
+        self.by_key.insert(key.clone(), slot);
+        self.lens[slot as usize] = len;
+        self.docs[slot as usize] = Some(Doc {
+            key,
+            terms: ids.into_boxed_slice(),
+            demote,
+            pins: pins.into_boxed_slice(),
+        });
+    }
+
+    /// Removes the row with `key`; false when there was none.
+    pub(crate) fn remove(&mut self, key: &str) -> bool {
+        let Some(slot) = self.by_key.remove(key) else {
+            return false;
+        };
+        let Some(doc) = self.docs[slot as usize].take() else {
+            return false;
+        };
+        for f in 0..FIELDS {
+            self.total_len[f] -= u64::from(self.lens[slot as usize][f]);
+        }
+        for &id in doc.terms.iter() {
+            let term = self.term_mut(id);
+            // Postings are unordered; a linear find plus swap_remove is O(df) and touches
+            // only this term's list.
+            if let Some(i) = term.postings.iter().position(|p| p.doc == slot) {
+                term.postings.swap_remove(i);
+            }
+            if term.postings.is_empty() {
+                let text = term.text.clone();
+                self.vocab.remove(&*text);
+                self.fuzzy.remove(&text, id);
+                self.terms[id as usize] = None;
+                self.free_terms.push(id);
+            }
+        }
+        for pin in doc.pins.iter() {
+            for t in pin.terms.iter() {
+                remove_slot(&mut self.pin_terms, t, slot);
+            }
+            remove_slot(&mut self.pin_raw, &pin.raw, slot);
+        }
+        self.free_docs.push(slot);
+        true
+    }
+
+    fn term_id_or_create(&mut self, text: &str) -> u32 {
+        if let Some(&id) = self.vocab.get(text) {
+            return id;
+        }
+        let text: Arc<str> = Arc::from(text);
+        let term = Term {
+            text: text.clone(),
+            postings: Vec::new(),
+        };
+        let id = match self.free_terms.pop() {
+            Some(id) => {
+                self.terms[id as usize] = Some(term);
+                id
+            }
+            None => {
+                self.terms.push(Some(term));
+                (self.terms.len() - 1) as u32
+            }
+        };
+        self.fuzzy.insert(&text, id);
+        self.vocab.insert(text, id);
+        id
+    }
+
+    fn term_mut(&mut self, id: u32) -> &mut Term {
+        self.terms[id as usize].as_mut().expect("live term id")
+    }
+
+    fn df(&self, id: u32) -> usize {
+        self.terms[id as usize]
+            .as_ref()
+            .map_or(0, |t| t.postings.len())
+    }
+
+    pub(crate) fn lookup(&self, term: &str) -> Option<u32> {
+        self.vocab.get(term).copied()
+    }
+
+    /// Alternatives for a query term missing from the vocabulary: vocabulary terms within one
+    /// edit (4-7 characters) or two (8 and more), and terms it is a prefix of (4 and more).
+    /// `surface` is the unstemmed word; its length sets the budget and it is tried as well,
+    /// since a typo can derail the stemmer ("calender" stems to "calend").
+    pub(crate) fn tolerant(&self, term: &str, surface: &str) -> Vec<(u32, f32)> {
+        let n = surface.chars().count().max(term.chars().count());
+        if n < 4 || !fuzzable(term) {
+            return Vec::new();
+        }
+        let max_dist = if n >= 8 { 2 } else { 1 };
+        let mut typos: Vec<(usize, usize, u32)> = Vec::new(); // (distance, -df as rank, id)
+        for probe in [term, surface] {
+            for id in self.fuzzy.candidates(probe, max_dist) {
+                let Some(t) = self.terms[id as usize].as_ref() else {
+                    continue;
+                };
+                if let Some(d) = edit_distance(probe, &t.text, max_dist) {
+                    if d > 0 && !typos.iter().any(|x| x.2 == id) {
+                        typos.push((d, usize::MAX - t.postings.len(), id));
+                    }
+                }
+            }
+            if probe == surface || term == surface {
+                break;
+            }
+        }
+        typos.sort_unstable();
+        typos.truncate(MAX_TOLERANT);
+
+        // Prefix: scan the sorted vocabulary from the term on; prefer the shortest
+        // completions (closest to what was typed), then the commonest.
+        let mut prefixes: Vec<(usize, usize, u32)> = self
+            .vocab
+            .range::<str, _>((Bound::Excluded(term), Bound::Unbounded))
+            .take_while(|(t, _)| t.starts_with(term))
+            .take(256)
+            .map(|(t, &id)| (t.len(), usize::MAX - self.df(id), id))
+            .collect();
+        prefixes.sort_unstable();
+        prefixes.truncate(MAX_TOLERANT);
+
+        let mut out: Vec<(u32, f32)> = typos
+            .iter()
+            .map(|&(d, _, id)| (id, if d == 1 { TYPO1_WEIGHT } else { TYPO2_WEIGHT }))
+            .collect();
+        for (_, _, id) in prefixes {
+            if !out.iter().any(|a| a.0 == id) {
+                out.push((id, PREFIX_WEIGHT));
+            }
+        }
+        out
+    }
+
+    /// BM25F over the query positions: each position is a list of (term, weight)
+    /// alternatives (the exact term, synonyms, typo and prefix matches) and contributes the
+    /// best of them per row, so a word with many synonyms does not count many times.
+    pub(crate) fn score(&self, positions: &[Vec<(u32, f32)>]) -> Vec<Scored> {
+        let n = self.len() as f32;
+        if n == 0.0 {
+            return Vec::new();
+        }
+        let inv_avg = self
+            .total_len
+            .map(|total| if total > 0 { n / total as f32 } else { 0.0 });
+        // Dense accumulators indexed by slot: at tens of thousands of rows a common term
+        // touches a large share of them, where a hash map would cost more than the zeroing.
+        let slots = self.docs.len();
+        let mut acc = vec![0.0f32; slots];
+        let mut mask = vec![0u64; slots];
+        let mut touched: Vec<u32> = Vec::new();
+        let mut best: Vec<f32> = Vec::new();
+        let mut best_touched: Vec<u32> = Vec::new();
+
+        for (pos, alts) in positions.iter().enumerate().take(64) {
+            let bit = 1u64 << pos;
+            let multi = alts.len() > 1;
+            if multi && best.is_empty() {
+                best = vec![0.0; slots];
+            }
+            for &(id, weight) in alts {
+                let Some(term) = self.terms[id as usize].as_ref() else {
+                    continue;
+                };
+                let df = term.postings.len() as f32;
+                let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln() * weight;
+                // Postings only ever name live rows: removal deletes them first.
+                for p in &term.postings {
+                    let len = &self.lens[p.doc as usize];
+                    let mut tfn = 0.0f32;
+                    for f in 0..FIELDS {
+                        if p.tf[f] > 0 {
+                            let norm = 1.0 - B[f] + B[f] * len[f] as f32 * inv_avg[f];
+                            tfn += WEIGHT[f] * f32::from(p.tf[f]) / norm;
+                        }
+                    }
+                    let s = idf * tfn / (K1 + tfn);
+                    let d = p.doc as usize;
+                    if multi {
+                        if best[d] == 0.0 {
+                            best_touched.push(p.doc);
+                        }
+                        best[d] = best[d].max(s);
+                    } else {
+                        if mask[d] == 0 {
+                            touched.push(p.doc);
+                        }
+                        acc[d] += s;
+                        mask[d] |= bit;
+                    }
+                }
+            }
+            for &slot in &best_touched {
+                let d = slot as usize;
+                if mask[d] == 0 {
+                    touched.push(slot);
+                }
+                acc[d] += best[d];
+                mask[d] |= bit;
+                best[d] = 0.0;
+            }
+            best_touched.clear();
+        }
+        touched
+            .into_iter()
+            .map(|slot| Scored {
+                slot,
+                score: acc[slot as usize],
+                mask: mask[slot as usize],
+            })
+            .collect()
+    }
+
+    pub(crate) fn key(&self, slot: u32) -> &Arc<str> {
+        &self.docs[slot as usize].as_ref().expect("live slot").key
+    }
+
+    pub(crate) fn demoted(&self, slot: u32) -> bool {
+        self.docs[slot as usize].as_ref().is_some_and(|d| d.demote)
+    }
+
+    /// Rows with a pin close to the query: the same raw words, or analysed term sets with a
+    /// Jaccard similarity of at least 0.8 (equal sets for queries of up to four terms).
+    pub(crate) fn pinned(&self, query_terms: &[String], raw: &str) -> Vec<u32> {
+        let mut q: Vec<&str> = query_terms.iter().map(String::as_str).collect();
+        q.sort_unstable();
+        q.dedup();
+        let mut candidates: Vec<u32> = Vec::new();
+        for t in &q {
+            if let Some(slots) = self.pin_terms.get(*t) {
+                candidates.extend_from_slice(slots);
+            }
+        }
+        if let Some(slots) = self.pin_raw.get(raw) {
+            candidates.extend_from_slice(slots);
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        candidates.retain(|&slot| {
+            let Some(doc) = self.docs[slot as usize].as_ref() else {
+                return false;
+            };
+            doc.pins.iter().any(|pin| {
+                if !raw.is_empty() && *pin.raw == *raw {
+                    return true;
+                }
+                if pin.terms.is_empty() || q.is_empty() {
+                    return false;
+                }
+                let common = pin
+                    .terms
+                    .iter()
+                    .filter(|t| q.binary_search(&&***t).is_ok())
+                    .count();
+                let union = pin.terms.len() + q.len() - common;
+                common as f32 >= 0.8 * union as f32
+            })
+        });
+        candidates
+    }
+
+    /// Heap bytes held by the index, counted from capacities (hash tables at one control
+    /// byte per bucket, B-tree nodes approximated by their entries plus a third).
+    pub(crate) fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let mut bytes = 0usize;
+        // Term texts are shared by the vocabulary and the term table: count once.
+        for t in self.terms.iter().flatten() {
+            bytes += t.text.len() + 16; // Arc header (two counts)
+            bytes += t.postings.capacity() * size_of::<Posting>();
+        }
+        bytes += self.terms.capacity() * size_of::<Option<Term>>();
+        bytes += self.free_terms.capacity() * 4 + self.free_docs.capacity() * 4;
+        bytes += self.vocab.len() * size_of::<(Arc<str>, u32)>() * 4 / 3;
+        for d in self.docs.iter().flatten() {
+            bytes += d.key.len() + 16;
+            bytes += d.terms.len() * 4;
+            bytes += d.pins.len() * size_of::<Pin>();
+            for p in d.pins.iter() {
+                bytes += p.raw.len()
+                    + p.terms
+                        .iter()
+                        .map(|t| t.len() + size_of::<Box<str>>())
+                        .sum::<usize>();
+            }
+        }
+        bytes += self.docs.capacity() * size_of::<Option<Doc>>();
+        bytes += self.lens.capacity() * size_of::<[u32; FIELDS]>();
+        bytes += self.by_key.capacity() * (size_of::<(Arc<str>, u32)>() + 1);
+        for map in [&self.pin_terms, &self.pin_raw] {
+            bytes += map.capacity() * (size_of::<(Box<str>, Vec<u32>)>() + 1);
+            bytes += map
+                .iter()
+                .map(|(k, v)| k.len() + v.capacity() * 4)
+                .sum::<usize>();
+        }
+        bytes + self.fuzzy.memory_bytes()
+    }
+}
+
+fn push_unique(v: &mut Vec<u32>, slot: u32) {
+    if !v.contains(&slot) {
+        v.push(slot);
+    }
+}
+
+fn remove_slot(map: &mut HashMap<Box<str>, Vec<u32>>, key: &str, slot: u32) {
+    if let Some(v) = map.get_mut(key) {
+        v.retain(|&s| s != slot);
+        if v.is_empty() {
+            map.remove(key);
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Configuration: defaults, then an optional TOML file, then `ROWCALL_*` environment
+//! variables, then command-line flags (DESIGN §7.1). One documented struct per subsystem.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Everything a node needs to start.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Identity, addresses and data folder.
+    pub node: NodeConfig,
+    /// Credentials.
+    pub auth: AuthConfig,
+    /// Request limits.
+    pub limits: LimitsConfig,
+    /// Raft timing and snapshot policy.
+    pub raft: RaftConfig,
+}
+
+/// Identity, addresses and data folder of one node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This node's id in the cluster (unique, non-zero).
+    pub id: u64,
+    /// HTTP listen address (port 0 picks a free port).
+    pub http: SocketAddr,
+    /// gRPC listen address for Raft between nodes.
+    pub grpc: SocketAddr,
+    /// Data folder: sled database, generated admin key.
+    pub data: PathBuf,
+    /// Base URL put in links (`contract`, `run_now`, receipts); default `http://<Host header>`.
+    pub public_url: Option<String>,
+    /// Load the demo catalogue when a fresh one-node cluster is initialised.
+    pub demo: bool,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        Self {
+            id: 1,
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            grpc: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            data: PathBuf::from("./rowcall-data"),
+            public_url: None,
+            demo: true,
+        }
+    }
+}
+
+/// Credentials. Secrets may also come from files (`admin_key_file`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// The admin key: directory writes, forensic receipts, and everything else.
+    pub admin_key: Option<String>,
+    /// A file holding the admin key.
+    pub admin_key_file: Option<PathBuf>,
+    /// Named invoke credentials: name → secret.
+    pub invoke_keys: BTreeMap<String, String>,
+    /// Named MCP bearer tokens: name → secret.
+    pub mcp_tokens: BTreeMap<String, String>,
+}
+
+/// Request limits.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest request body; larger ones get 413 before they are read.
+    pub max_body_bytes: usize,
+    /// Cap on the input and the output stored in a receipt.
+    pub receipt_store_bytes: usize,
+    /// How long a write may wait for a quorum before 503.
+    pub write_timeout_ms: u64,
+    /// How long a read with `min_index` may wait for this node to catch up before 503.
+    pub min_index_wait_ms: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 8 * 1024 * 1024,
+            receipt_store_bytes: 16 * 1024,
+            write_timeout_ms: 5_000,
+            min_index_wait_ms: 2_000,
+        }
+    }
+}
+
+/// Raft timing and snapshot policy.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RaftConfig {
+    /// Leader heartbeat interval.
+    pub heartbeat_ms: u64,
+    /// Election timeout, lower bound.
+    pub election_timeout_min_ms: u64,
+    /// Election timeout, upper bound.
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot (and purge the log) after this many entries since the last one.
+    pub snapshot_every: u64,
+    /// Entries kept in the log behind a snapshot, for lagging followers.
+    pub keep_after_snapshot: u64,
+}
+
+impl Default for RaftConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_ms: 100,
+            election_timeout_min_ms: 400,
+            election_timeout_max_ms: 800,
+            snapshot_every: 5_000,
+            keep_after_snapshot: 1_000,
+        }
+    }
+}
+
+/// A configuration that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this struct.
+    #[error("config file {path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: toml::de::Error,
+    },
+    /// An environment variable has a bad value.
+    #[error("environment variable {name}: {reason}")]
+    Env {
+        /// The variable.
+        name: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Config {
+    /// Reads a TOML file over the defaults.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// Parses TOML over the defaults.
+    pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// Applies `ROWCALL_*` variables read through `get` (the process environment in `main`).
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        if let Some(key) = get("ROWCALL_ADMIN_KEY").filter(|k| !k.is_empty()) {
+            self.auth.admin_key = Some(key);
+        }
+        if let Some(list) = get("ROWCALL_INVOKE_KEYS") {
+            self.auth
+                .invoke_keys
+                .extend(parse_named_secrets("ROWCALL_INVOKE_KEYS", &list)?);
+        }
+        if let Some(list) = get("ROWCALL_MCP_TOKENS") {
+            self.auth
+                .mcp_tokens
+                .extend(parse_named_secrets("ROWCALL_MCP_TOKENS", &list)?);
+        }
+        if let Some(url) = get("ROWCALL_PUBLIC_URL").filter(|u| !u.is_empty()) {
+            self.node.public_url = Some(url);
+        }
+        if let Some(every) = get("ROWCALL_SNAPSHOT_EVERY") {
+            self.raft.snapshot_every = every.parse().map_err(|_| ConfigError::Env {
+                name: "ROWCALL_SNAPSHOT_EVERY",
+                reason: format!("{every:?} is not a whole number"),
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses `name=secret,name=secret`.
+pub fn parse_named_secrets(
+    variable: &'static str,
+    list: &str,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, secret) = item.split_once('=').ok_or_else(|| ConfigError::Env {
+            name: variable,
+            reason: format!(
+                "entry {:?} is not name=secret",
+                item.split('=').next().unwrap_or("")
+            ),
+        })?;
+        if name.trim().is_empty() || secret.is_empty() {
+            return Err(ConfigError::Env {
+                name: variable,
+                reason: "an entry has an empty name or secret".into(),
+            });
+        }
+        out.insert(name.trim().to_owned(), secret.to_owned());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sample_config_in_deploy_parses() {
+        let text = include_str!("../../deploy/rowcall.toml");
+        let config = Config::from_toml(text).unwrap();
+        assert_eq!(config.node.id, 1);
+        assert!(config.limits.max_body_bytes > 0);
+    }
+
+    #[test]
+    fn unknown_settings_are_refused() {
+        assert!(Config::from_toml("[node]\nidd = 3\n").is_err());
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let mut config = Config::from_toml("[auth]\nadmin_key = \"from-file\"\n").unwrap();
+        config
+            .apply_env(|name| match name {
+                "ROWCALL_ADMIN_KEY" => Some("from-env".into()),
+                "ROWCALL_INVOKE_KEYS" => Some("ci=s3cret, bot=other".into()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(config.auth.admin_key.as_deref(), Some("from-env"));
+        assert_eq!(config.auth.invoke_keys["bot"], "other");
+    }
+
+    #[test]
+    fn malformed_secret_lists_are_errors_without_the_secret() {
+        let err = parse_named_secrets("ROWCALL_INVOKE_KEYS", "justasecret").unwrap_err();
+        assert!(err.to_string().contains("ROWCALL_INVOKE_KEYS"));
+        let err = parse_named_secrets("ROWCALL_INVOKE_KEYS", "a=").unwrap_err();
+        assert!(!err.to_string().contains("a="));
+    }
+}

@@ -1,0 +1,228 @@
+//! Invocation: check the caller and the arguments, run the row, record the receipt through
+//! Raft, and answer with the result and the proof.
+
+pub mod builtins;
+pub mod receipt;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+
+use self::receipt::{cap_text, new_receipt_id, sha256_hex, Receipt};
+use crate::app::{App, WriteError};
+use crate::catalogue::row::{Row, RowType};
+use crate::raft::Command;
+use crate::store::state_machine::{format_ms, now_ms};
+
+/// What the caller sent to run a row.
+#[derive(Debug, Clone, Default)]
+pub struct InvokeInput {
+    /// Named arguments.
+    pub args: Option<Map<String, Value>>,
+    /// A raw body (for rows whose payload is a body template).
+    pub body: Option<String>,
+}
+
+impl InvokeInput {
+    /// The input as stored and hashed in the receipt: the args object as JSON, or the body.
+    fn canonical(&self) -> String {
+        match (&self.args, &self.body) {
+            (Some(args), None) => Value::Object(args.clone()).to_string(),
+            (None, Some(body)) => body.clone(),
+            (Some(args), Some(body)) => serde_json::json!({"args": args, "body": body}).to_string(),
+            (None, None) => "{}".into(),
+        }
+    }
+
+    /// Arguments for runners that take named ones: the args, with `body` offered as `text`.
+    fn named(&self) -> Map<String, Value> {
+        let mut args = self.args.clone().unwrap_or_default();
+        if let Some(body) = &self.body {
+            args.entry("text")
+                .or_insert_with(|| Value::String(body.clone()));
+        }
+        args
+    }
+}
+
+/// Why a row did not run, or ran and failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The arguments do not suit the runner.
+    #[error("{0}")]
+    BadArgs(String),
+    /// The row names a builtin this node does not have.
+    #[error("unknown builtin {0:?}")]
+    UnknownBuiltin(String),
+    /// This node has no runner for the row's type.
+    #[error("this node cannot run {0} rows yet")]
+    RunnerUnavailable(RowType),
+}
+
+/// Why an invocation was refused before anything ran.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeRefusal {
+    /// The row is disabled.
+    #[error("row {0} is disabled")]
+    Disabled(String),
+    /// The arguments do not satisfy the row's `args_schema`.
+    #[error("arguments do not match the schema of {key}")]
+    InvalidArgs {
+        /// The row.
+        key: String,
+        /// Each violation: `(JSON pointer, message)`.
+        violations: Vec<(String, String)>,
+    },
+    /// The row's runner is not available on this node.
+    #[error("{0}")]
+    Unavailable(RunError),
+}
+
+/// A finished invocation (successful or failed), with its recorded receipt.
+#[derive(Debug)]
+pub struct Invoked {
+    /// The receipt as recorded (its `index` is set).
+    pub receipt: Receipt,
+    /// The runner's result, or `None` if it failed.
+    pub result: Option<Value>,
+    /// The runner's failure.
+    pub error: Option<RunError>,
+}
+
+/// Checks, runs and records one invocation of `row` by `caller`.
+pub async fn invoke(
+    app: &App,
+    row: Arc<Row>,
+    input: InvokeInput,
+    caller: String,
+) -> Result<Result<Invoked, WriteError>, InvokeRefusal> {
+    if !row.enabled {
+        return Err(InvokeRefusal::Disabled(row.key.clone()));
+    }
+    if let Some(schema) = &row.args_schema {
+        let instance = Value::Object(input.named_for_schema());
+        let violations = schema_violations(schema, &instance);
+        if !violations.is_empty() {
+            return Err(InvokeRefusal::InvalidArgs {
+                key: row.key.clone(),
+                violations,
+            });
+        }
+    }
+    if matches!(row.kind, RowType::Http | RowType::Mcp) {
+        return Err(InvokeRefusal::Unavailable(RunError::RunnerUnavailable(
+            row.kind,
+        )));
+    }
+
+    let started_ms = now_ms();
+    let clock = Instant::now();
+    let outcome = run(app, &row, &input);
+    let duration_ms = clock.elapsed().as_millis() as u64;
+    metrics::counter!(crate::metrics::INVOCATIONS_TOTAL,
+        "type" => row.kind.as_str(), "ok" => if outcome.is_ok() { "true" } else { "false" })
+    .increment(1);
+
+    let input_text = input.canonical();
+    let output_text = match &outcome {
+        Ok(value) => value.to_string(),
+        Err(e) => serde_json::json!({ "error": e.to_string() }).to_string(),
+    };
+    let cap = app.config.limits.receipt_store_bytes;
+    let (stored_input, input_truncated) = cap_text(&input_text, cap);
+    let (stored_output, output_truncated) = cap_text(&output_text, cap);
+    let receipt = Receipt {
+        id: new_receipt_id(),
+        key: row.key.clone(),
+        row_version: row.version,
+        caller,
+        input_sha256: sha256_hex(input_text.as_bytes()),
+        output_sha256: sha256_hex(output_text.as_bytes()),
+        ok: outcome.is_ok(),
+        error: outcome.as_ref().err().map(ToString::to_string),
+        started_at: format_ms(started_ms),
+        duration_ms,
+        served_by: app.node_id,
+        called: None,
+        input: stored_input,
+        output: stored_output,
+        input_truncated,
+        output_truncated,
+        store_cap_bytes: u32::try_from(cap).unwrap_or(u32::MAX),
+        index: 0,
+    };
+    let written = match app
+        .write(Command::AppendReceipt {
+            receipt: receipt.clone(),
+        })
+        .await
+    {
+        Ok(written) => written,
+        Err(e) => return Ok(Err(e)),
+    };
+    let mut receipt = receipt;
+    receipt.index = written.index;
+    let (result, error) = match outcome {
+        Ok(value) => (Some(value), None),
+        Err(e) => (None, Some(e)),
+    };
+    Ok(Ok(Invoked {
+        receipt,
+        result,
+        error,
+    }))
+}
+
+impl InvokeInput {
+    /// The instance checked against `args_schema`: the named args only (a raw body is not
+    /// an argument).
+    fn named_for_schema(&self) -> Map<String, Value> {
+        self.args.clone().unwrap_or_default()
+    }
+}
+
+/// Every way `instance` breaks `schema`, as `(JSON pointer, message)`.
+pub fn schema_violations(schema: &Value, instance: &Value) -> Vec<(String, String)> {
+    match jsonschema::validator_for(schema) {
+        Ok(validator) => validator
+            .iter_errors(instance)
+            .map(|e| {
+                let pointer = e.instance_path().to_string();
+                let pointer = if pointer.is_empty() {
+                    "/".to_owned()
+                } else {
+                    pointer
+                };
+                (pointer, e.to_string())
+            })
+            .collect(),
+        // Schemas are checked on write; one that no longer compiles refuses everything.
+        Err(e) => vec![(
+            "/".into(),
+            format!("the row's args_schema does not compile: {e}"),
+        )],
+    }
+}
+
+fn run(app: &App, row: &Row, input: &InvokeInput) -> Result<Value, RunError> {
+    match row.kind {
+        RowType::Static => Ok(static_payload(row)),
+        RowType::Builtin => {
+            let ctx = builtins::Context {
+                counts: app.catalogue.read().counts(),
+                node_id: app.node_id,
+                applied_index: app.applied_index(),
+                leader: app.leader(),
+            };
+            builtins::run(row.target.trim(), &input.named(), &ctx)
+        }
+        RowType::Http | RowType::Mcp => Err(RunError::RunnerUnavailable(row.kind)),
+    }
+}
+
+/// A static row's answer: its payload, as JSON when it parses as JSON.
+pub fn static_payload(row: &Row) -> Value {
+    let payload = row.docs().payload.trim();
+    serde_json::from_str(payload).unwrap_or_else(|_| Value::String(payload.to_owned()))
+}

@@ -1,0 +1,33 @@
+//! rowcall-node: one member of a rowcall cluster.
+//!
+//! A node keeps the capability directory and the receipt log in a Raft state machine
+//! (openraft on sled) and serves the whole HTTP protocol: ask, contract, invoke, confirm,
+//! and the directory around them.
+//!
+//! ```text
+//!   HTTP client ──► api::http ──┬─ reads ──► catalogue (in-memory view: rows, counts, resolver)
+//!                               │            store (receipts on sled)
+//!                               └─ writes ─► app::App::write ──► openraft ──► store::LogStore (sled, flushed)
+//!                                                                   │
+//!   peers ◄── raft::network (tonic) ◄──────────────────────────────┤ replicate
+//!   peers ──► raft::service (tonic) ──► openraft                   ▼
+//!                                                      store::StateMachine::apply
+//!                                                      (sled batch + flush, then catalogue)
+//! ```
+//!
+//! Invocations run on the node that took the request (`dispatch`) and their receipts are
+//! written through Raft before the answer leaves, so every node can confirm them.
+
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod catalogue;
+pub mod config;
+pub mod dispatch;
+pub mod metrics;
+pub mod raft;
+pub mod server;
+pub mod store;
+
+pub use config::Config;
+pub use server::{start, NodeHandle};

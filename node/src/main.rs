@@ -1,0 +1,107 @@
+//! `rowcall-node`: parse flags, load configuration, run a node until SIGINT or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+use rowcall_node::Config;
+
+/// A rowcall node. With an empty data folder it starts a one-node cluster with a demo
+/// catalogue; restarted on the same folder it continues where it stopped.
+#[derive(Debug, Parser)]
+#[command(name = "rowcall-node", version, about)]
+struct Flags {
+    /// This node's id in the cluster [default: 1].
+    #[arg(long)]
+    id: Option<u64>,
+    /// HTTP listen address [default: 127.0.0.1:8080].
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// gRPC listen address for Raft [default: 127.0.0.1:9090].
+    #[arg(long)]
+    grpc: Option<SocketAddr>,
+    /// Data folder [default: ./rowcall-data].
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Do not load the demo catalogue into a new cluster.
+    #[arg(long)]
+    no_demo: bool,
+    /// TOML configuration file (see deploy/rowcall.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl Flags {
+    /// Defaults, then the file, then `ROWCALL_*`, then flags.
+    fn load(self) -> anyhow::Result<Config> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        config.apply_env(|name| std::env::var(name).ok())?;
+        if let Some(id) = self.id {
+            config.node.id = id;
+        }
+        if let Some(http) = self.http {
+            config.node.http = http;
+        }
+        if let Some(grpc) = self.grpc {
+            config.node.grpc = grpc;
+        }
+        if let Some(data) = self.data {
+            config.node.data = data;
+        }
+        if self.no_demo {
+            config.node.demo = false;
+        }
+        Ok(config)
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ROWCALL_LOG")
+                .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into()),
+        )
+        .init();
+    let config = Flags::parse().load()?;
+    let mut node = rowcall_node::start(config).await?;
+    println!(
+        "rowcall: serving HTTP on {}  (gRPC {})",
+        node.url(),
+        node.grpc_addr
+    );
+    tokio::select! {
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down");
+            node.shutdown().await;
+        }
+        _ = node.wait() => {}
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

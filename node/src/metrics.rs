@@ -1,0 +1,74 @@
+//! Metric names, units and help text, and the Prometheus recorder behind `GET /metrics`.
+
+use std::sync::OnceLock;
+
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+/// HTTP requests by route, method and status.
+pub const HTTP_REQUESTS_TOTAL: &str = "rowcall_http_requests_total";
+/// HTTP request latency by route.
+pub const HTTP_REQUEST_SECONDS: &str = "rowcall_http_request_duration_seconds";
+/// Invocations by row type and outcome.
+pub const INVOCATIONS_TOTAL: &str = "rowcall_dispatch_invocations_total";
+/// Time for a write to be committed and applied, by operation.
+pub const WRITE_SECONDS: &str = "rowcall_raft_write_duration_seconds";
+/// Ask latency (resolver only).
+pub const ASK_SECONDS: &str = "rowcall_resolver_ask_duration_seconds";
+/// The four counts of the directory, by `count`.
+pub const DIRECTORY_ROWS: &str = "rowcall_directory_rows";
+/// The applied Raft index of this node.
+pub const APPLIED_INDEX: &str = "rowcall_raft_applied_index";
+/// The current Raft term.
+pub const RAFT_TERM: &str = "rowcall_raft_term";
+/// 1 if this node leads.
+pub const RAFT_IS_LEADER: &str = "rowcall_raft_is_leader";
+/// Approximate bytes of the resolver index.
+pub const RESOLVER_INDEX_BYTES: &str = "rowcall_resolver_index_bytes";
+
+/// Installs the process-wide recorder once and returns its handle (in-process test clusters
+/// share it).
+pub fn install() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            // Fails only if another recorder was installed first; then ours just renders empty.
+            let _ = metrics::set_global_recorder(recorder);
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(
+        HTTP_REQUESTS_TOTAL,
+        "HTTP requests by route, method and status."
+    );
+    describe_histogram!(
+        HTTP_REQUEST_SECONDS,
+        Unit::Seconds,
+        "HTTP request latency by route."
+    );
+    describe_counter!(INVOCATIONS_TOTAL, "Invocations by row type and outcome.");
+    describe_histogram!(
+        WRITE_SECONDS,
+        Unit::Seconds,
+        "Time from proposing a write to its apply on this node."
+    );
+    describe_histogram!(ASK_SECONDS, Unit::Seconds, "Resolver time of one ask.");
+    describe_gauge!(
+        DIRECTORY_ROWS,
+        "The four counts of the directory (rows_total, enabled, planner_visible, mcp_projected)."
+    );
+    describe_gauge!(APPLIED_INDEX, "The Raft log index this node has applied.");
+    describe_gauge!(RAFT_TERM, "The current Raft term.");
+    describe_gauge!(RAFT_IS_LEADER, "1 if this node is the Raft leader.");
+    describe_gauge!(
+        RESOLVER_INDEX_BYTES,
+        Unit::Bytes,
+        "Approximate heap bytes of the resolver index."
+    );
+}

@@ -1,0 +1,239 @@
+//! Node assembly: open storage, start Raft, initialise a fresh one-node cluster (with the
+//! demo catalogue), and serve HTTP and gRPC until shut down.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use rowcall_proto::raft::raft_service_server::RaftServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::api::http;
+use crate::app::App;
+use crate::auth::{generate_key, Credentials};
+use crate::catalogue::{demo, SharedCatalogue};
+use crate::config::Config;
+use crate::raft::network::{Network, MAX_MESSAGE_BYTES};
+use crate::raft::service::RaftGrpc;
+use crate::raft::{Command, NodeInfo, Raft};
+use crate::store::state_machine::now_ms;
+use crate::store::{open_db, LogStore, StateMachine};
+
+/// A running node: its bound addresses and the means to stop it.
+pub struct NodeHandle {
+    /// The shared node state (for in-process tests and tools).
+    pub app: Arc<App>,
+    /// Where HTTP listens (the real port when configured with port 0).
+    pub http_addr: SocketAddr,
+    /// Where gRPC listens.
+    pub grpc_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl NodeHandle {
+    /// `http://<http_addr>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.http_addr)
+    }
+
+    /// Stops serving and shuts Raft down; storage is flushed.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        if let Err(e) = self.app.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+    }
+
+    /// Waits until the servers stop (they stop on shutdown or on a fatal error).
+    pub async fn wait(&mut self) {
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Reads the admin key from the configuration, or from the data folder, or makes one and
+/// stores it there (printed once so the operator can use it).
+fn admin_key(config: &Config, data: &Path) -> anyhow::Result<String> {
+    if let Some(key) = &config.auth.admin_key {
+        return Ok(key.clone());
+    }
+    if let Some(file) = &config.auth.admin_key_file {
+        let key = std::fs::read_to_string(file)
+            .with_context(|| format!("reading admin_key_file {}", file.display()))?;
+        return Ok(key.trim().to_owned());
+    }
+    let stored = data.join("admin.key");
+    if let Ok(key) = std::fs::read_to_string(&stored) {
+        return Ok(key.trim().to_owned());
+    }
+    let key = generate_key();
+    write_private(&stored, &key)?;
+    println!(
+        "rowcall: generated admin key {key}  (stored in {})",
+        stored.display()
+    );
+    Ok(key)
+}
+
+fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()?;
+    Ok(())
+}
+
+fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
+    let r = &config.raft;
+    let raft = openraft::Config {
+        cluster_name: "rowcall".into(),
+        heartbeat_interval: r.heartbeat_ms,
+        election_timeout_min: r.election_timeout_min_ms,
+        election_timeout_max: r.election_timeout_max_ms,
+        install_snapshot_timeout: 10_000,
+        snapshot_max_chunk_size: 4 * 1024 * 1024,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_every.max(1)),
+        max_in_snapshot_log_to_keep: r.keep_after_snapshot,
+        purge_batch_size: 256,
+        ..Default::default()
+    };
+    Ok(raft.validate()?)
+}
+
+/// Starts a node: binds its listeners, opens storage, starts Raft, and initialises a
+/// fresh one-node cluster when the data folder is new.
+pub async fn start(config: Config) -> anyhow::Result<NodeHandle> {
+    let config = Arc::new(config);
+    let node = &config.node;
+    anyhow::ensure!(node.id != 0, "--id must be a positive number");
+    std::fs::create_dir_all(&node.data)
+        .with_context(|| format!("creating data folder {}", node.data.display()))?;
+    let admin = admin_key(&config, &node.data)?;
+    let credentials = Credentials::new(&admin, &config.auth.invoke_keys, &config.auth.mcp_tokens);
+
+    let http_listener = TcpListener::bind(node.http)
+        .await
+        .with_context(|| format!("binding HTTP on {}", node.http))?;
+    let grpc_listener = TcpListener::bind(node.grpc)
+        .await
+        .with_context(|| format!("binding gRPC on {}", node.grpc))?;
+    let http_addr = http_listener.local_addr()?;
+    let grpc_addr = grpc_listener.local_addr()?;
+
+    let db = open_db(&node.data.join("sled")).context("opening the sled database")?;
+    let log = LogStore::open(&db)?;
+    let catalogue = SharedCatalogue::default();
+    let state_machine = StateMachine::open(&db, catalogue.clone())?;
+    let applied = state_machine.applied_index();
+    let receipts = state_machine.receipts();
+    let raft = Raft::new(
+        node.id,
+        Arc::new(raft_config(&config)?),
+        Network::default(),
+        log,
+        state_machine,
+    )
+    .await
+    .context("starting raft")?;
+
+    let app = Arc::new(App {
+        node_id: node.id,
+        raft: raft.clone(),
+        catalogue,
+        receipts,
+        applied,
+        credentials,
+        config: config.clone(),
+    });
+
+    let me = NodeInfo {
+        grpc_addr: grpc_addr.to_string(),
+        http_addr: http_addr.to_string(),
+    };
+    let fresh = !raft.is_initialized().await?;
+    if fresh {
+        raft.initialize(BTreeMap::from([(node.id, me)]))
+            .await
+            .context("initialising a one-node cluster")?;
+        tracing::info!(id = node.id, "initialised a new one-node cluster");
+    }
+
+    let (shutdown, _) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let metrics = crate::metrics::install();
+    let router = http::router(app.clone(), metrics);
+    let mut stop = shutdown.subscribe();
+    tasks.push(tokio::spawn(async move {
+        let serve = axum::serve(http_listener, router).with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        });
+        if let Err(e) = serve.await {
+            tracing::error!(error = %e, "HTTP server stopped");
+        }
+    }));
+    let mut stop = shutdown.subscribe();
+    let service = RaftServiceServer::new(RaftGrpc::new(raft.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    tasks.push(tokio::spawn(async move {
+        let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
+        let serve = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            });
+        if let Err(e) = serve.await {
+            tracing::error!(error = %e, "gRPC server stopped");
+        }
+    }));
+
+    if fresh && node.demo {
+        load_demo(&app).await?;
+    }
+    tracing::info!(id = node.id, http = %http_addr, grpc = %grpc_addr, "rowcall node serving");
+    Ok(NodeHandle {
+        app,
+        http_addr,
+        grpc_addr,
+        shutdown,
+        tasks,
+    })
+}
+
+/// Writes the demo catalogue once the new cluster has elected itself.
+async fn load_demo(app: &App) -> anyhow::Result<()> {
+    app.raft
+        .wait(Some(Duration::from_secs(10)))
+        .current_leader(app.node_id, "one-node cluster elects itself")
+        .await
+        .context("waiting for the new cluster to elect its leader")?;
+    let rows = demo::rows();
+    let count = rows.len();
+    app.write(Command::PutRows {
+        at_ms: now_ms(),
+        rows,
+    })
+    .await
+    .context("writing the demo catalogue")?;
+    tracing::info!(rows = count, "loaded the demo catalogue");
+    Ok(())
+}
