@@ -1,0 +1,237 @@
+//! Durability with the real binary: acknowledged inserts and invocations survive SIGKILL.
+//!
+//! A `rowcall-node` process takes 500 inserts and 200 invocations, is killed with SIGKILL
+//! (no shutdown, no flush on exit), and is restarted on the same data folder: every
+//! acknowledged row and every receipt it handed out must be there. The second scenario does
+//! the same after snapshots were taken and the log purged behind them.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+const ADMIN: &str = "durability-admin";
+
+struct Node {
+    child: Child,
+    url: String,
+}
+
+/// Starts the binary on free ports and returns once it serves HTTP.
+fn spawn(root: &std::path::Path, snapshot_every: u64) -> Node {
+    let data = root.join("data");
+    // Snapshot policy through the config file, so the file path of configuration is real too.
+    let config = root.join("rowcall.toml");
+    std::fs::write(
+        &config,
+        format!("[raft]\nsnapshot_every = {snapshot_every}\nkeep_after_snapshot = 0\n"),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rowcall-node"))
+        .args([
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--no-demo",
+            "--data",
+        ])
+        .arg(&data)
+        .arg("--config")
+        .arg(&config)
+        .env("ROWCALL_ADMIN_KEY", ADMIN)
+        .env("ROWCALL_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rowcall-node");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("the node printed its address before exiting")
+            .expect("read stdout");
+        if let Some(rest) = line.strip_prefix("rowcall: serving HTTP on ") {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    // Keep draining stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Node { child, url }
+}
+
+async fn wait_ready(http: &reqwest::Client, url: &str) {
+    for _ in 0..200 {
+        if let Ok(r) = http.get(format!("{url}/readyz")).send().await {
+            if r.status() == 200 {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("node at {url} never became ready");
+}
+
+fn row(i: usize) -> Value {
+    json!({
+        "key": format!("DURABLE_{i:04}"), "type": "static", "auth": "public",
+        "category": "Durability",
+        "content": format!("# WHAT: Durable row number {i}\n\n{{\"n\":{i}}}\n"),
+    })
+}
+
+/// Writes 500 rows and 200 invocations (8 at a time), returning the acknowledged
+/// receipts as (id, key).
+async fn write_load(http: &reqwest::Client, url: &str) -> Vec<(String, String)> {
+    let mut inserts = tokio::task::JoinSet::new();
+    for chunk in (0..500).collect::<Vec<_>>().chunks(63) {
+        let (http, url, chunk) = (http.clone(), url.to_owned(), chunk.to_vec());
+        inserts.spawn(async move {
+            for i in chunk {
+                let response = http
+                    .post(format!("{url}/api/directory"))
+                    .header("x-terminal-key", ADMIN)
+                    .json(&row(i))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), 201, "insert {i}");
+            }
+        });
+    }
+    while let Some(done) = inserts.join_next().await {
+        done.unwrap();
+    }
+    let mut invokes = tokio::task::JoinSet::new();
+    for worker in 0..8 {
+        let (http, url) = (http.clone(), url.to_owned());
+        invokes.spawn(async move {
+            let mut receipts = Vec::new();
+            for n in 0..25 {
+                let key = format!("DURABLE_{:04}", worker * 25 + n);
+                let answer: Value = http
+                    .post(format!("{url}/api/dispatch"))
+                    .json(&json!({"key": key}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                assert_eq!(answer["ok"], true, "{answer}");
+                receipts.push((
+                    answer["proof"]["invocation_id"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned(),
+                    key,
+                ));
+            }
+            receipts
+        });
+    }
+    let mut receipts = Vec::new();
+    while let Some(done) = invokes.join_next().await {
+        receipts.extend(done.unwrap());
+    }
+    receipts
+}
+
+async fn verify(http: &reqwest::Client, url: &str, receipts: &[(String, String)]) {
+    let counts: Value = http
+        .get(format!("{url}/api/directory/counts"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(counts["rows_total"], 500, "{counts}");
+    for i in 0..500 {
+        let got: Value = http
+            .get(format!("{url}/api/directory/DURABLE_{i:04}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(got["content"], row(i)["content"], "row {i}");
+    }
+    for (id, key) in receipts {
+        let confirmed: Value = http
+            .get(format!("{url}/api/dispatch"))
+            .query(&[("confirm", id)])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(confirmed["confirmed"], true, "receipt {id}");
+        assert_eq!(&confirmed["key"], key);
+    }
+    let asked: Value = http
+        .get(format!("{url}/api/dispatch?ask=durable+row+number+417"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        asked["best"]["key"], "DURABLE_0417",
+        "the resolver index is rebuilt: {asked}"
+    );
+}
+
+async fn kill_and_restart(snapshot_every: u64, check_snapshot: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let mut node = spawn(dir.path(), snapshot_every);
+    wait_ready(&http, &node.url).await;
+    let receipts = write_load(&http, &node.url).await;
+    assert_eq!(receipts.len(), 200);
+    if check_snapshot {
+        let mut purged = 0;
+        for _ in 0..200 {
+            let cluster: Value = http
+                .get(format!("{}/api/cluster", node.url))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            purged = cluster["purged_index"].as_u64().unwrap_or(0);
+            if purged > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            purged > 0,
+            "a snapshot was taken and the log purged behind it"
+        );
+    }
+    node.child.kill().expect("SIGKILL");
+    node.child.wait().unwrap();
+
+    let mut node = spawn(dir.path(), snapshot_every);
+    wait_ready(&http, &node.url).await;
+    verify(&http, &node.url, &receipts).await;
+    node.child.kill().unwrap();
+    node.child.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_sigkill() {
+    kill_and_restart(1_000_000, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_sigkill_after_snapshot_and_purge() {
+    kill_and_restart(100, true).await;
+}

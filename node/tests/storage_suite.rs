@@ -1,0 +1,27 @@
+//! openraft's storage conformance suite run against rowcall's sled log store and state
+//! machine: every test gets a fresh sled database in its own temporary folder.
+
+use openraft::testing::{StoreBuilder, Suite};
+use openraft::StorageError;
+use rowcall_node::catalogue::SharedCatalogue;
+use rowcall_node::raft::TypeConfig;
+use rowcall_node::store::{open_db, LogStore, StateMachine};
+
+struct SledBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for SledBuilder {
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<u64>> {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        let db = open_db(dir.path()).expect("open sled");
+        let log = LogStore::open(&db).expect("open log tree");
+        let sm = StateMachine::open(&db, SharedCatalogue::default())?;
+        Ok((dir, log, sm))
+    }
+}
+
+#[test]
+fn sled_stores_pass_the_openraft_suite() -> Result<(), StorageError<u64>> {
+    Suite::test_all(SledBuilder)
+}

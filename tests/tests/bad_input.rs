@@ -1,0 +1,416 @@
+//! Bad input: every malformed or unauthorised request gets its status and a JSON error
+//! `{"ok":false,"error":{"code","message","hint"}}`, nothing is written or run, and the node
+//! keeps serving.
+
+mod common;
+
+use common::{start_with, TestNode, ADMIN};
+use reqwest::{RequestBuilder, StatusCode};
+use serde_json::{json, Value};
+
+const LIMIT: usize = 64 * 1024;
+
+async fn node() -> TestNode {
+    start_with(true, |config| config.limits.max_body_bytes = LIMIT).await
+}
+
+/// Sends the request, checks status and error shape, and checks the node still answers.
+async fn expect_error(
+    node: &TestNode,
+    request: RequestBuilder,
+    status: StatusCode,
+    code: &str,
+) -> Value {
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), status);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["ok"], false, "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert!(
+        body["error"]["hint"]
+            .as_str()
+            .is_some_and(|h| !h.is_empty()),
+        "{body}"
+    );
+    let health = node
+        .http
+        .get(format!("{}/healthz", node.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    body
+}
+
+async fn counts(node: &TestNode) -> Value {
+    node.http
+        .get(format!("{}/api/directory/counts", node.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn directory_writes_refuse_bad_input_and_write_nothing() {
+    let node = node().await;
+    let dir = format!("{}/api/directory", node.url);
+    let before = counts(&node).await;
+    let post = || node.http.post(&dir).header("x-terminal-key", ADMIN);
+
+    expect_error(
+        &node,
+        post()
+            .header("content-type", "application/json")
+            .body("{\"key\": "),
+        StatusCode::BAD_REQUEST,
+        "malformed_json",
+    )
+    .await;
+    expect_error(
+        &node,
+        post().header("content-type", "text/plain").body("{}"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    )
+    .await;
+    expect_error(
+        &node,
+        post().body("{}"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    )
+    .await;
+    let bad_key = expect_error(
+        &node,
+        post().json(&json!({"key": "lower-case", "type": "static"})),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_row",
+    )
+    .await;
+    assert!(bad_key["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("^[A-Z_][A-Z0-9_]{0,63}$"));
+    expect_error(
+        &node,
+        post().json(&json!({"key": "X", "type": "teleport"})),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_body",
+    )
+    .await;
+    expect_error(
+        &node,
+        node.http
+            .post(&dir)
+            .json(&json!({"key": "X", "type": "static"})),
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    expect_error(
+        &node,
+        node.http
+            .post(&dir)
+            .header("x-terminal-key", "wrong")
+            .json(&json!({"key": "X", "type": "static"})),
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    let huge = json!({"key": "HUGE", "type": "static", "content": "x".repeat(LIMIT * 2)});
+    expect_error(
+        &node,
+        post().json(&huge),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+    )
+    .await;
+    let long_content =
+        json!({"key": "LONG", "type": "static", "content": "x".repeat(64 * 1024 + 1)});
+    let big_node = start_with(false, |_| {}).await;
+    expect_error(
+        &big_node,
+        big_node
+            .http
+            .post(format!("{}/api/directory", big_node.url))
+            .bearer_auth(ADMIN)
+            .json(&long_content),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_row",
+    )
+    .await;
+    big_node.handle.shutdown().await;
+    let schema = expect_error(&node, post().json(&json!({"key": "BAD_SCHEMA", "type": "static", "args_schema": {"type": "object", "properties": {"a": {"type": 12}}}})), StatusCode::UNPROCESSABLE_ENTITY, "invalid_row").await;
+    assert!(schema["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("args_schema"));
+    // A bulk write with one bad row writes none of them.
+    let bulk = json!([{"key": "GOOD_ONE", "type": "static"}, {"key": "bad", "type": "static"}]);
+    let bulk = expect_error(
+        &node,
+        post().json(&bulk),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_row",
+    )
+    .await;
+    assert!(bulk["error"]["message"].as_str().unwrap().contains("row 1"));
+    let dupes = json!([{"key": "TWICE", "type": "static"}, {"key": "TWICE", "type": "static"}]);
+    expect_error(
+        &node,
+        post().json(&dupes),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_row",
+    )
+    .await;
+    expect_error(
+        &node,
+        post().json(&json!([])),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_body",
+    )
+    .await;
+    expect_error(
+        &node,
+        post().json(&json!({"key": "X", "type": "builtin", "target": "rm_rf"})),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_row",
+    )
+    .await;
+
+    assert_eq!(counts(&node).await, before, "nothing was written");
+    node.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn if_version_guards_writes_and_deletes() {
+    let node = node().await;
+    let dir = format!("{}/api/directory", node.url);
+    let current: Value = node
+        .http
+        .get(format!("{dir}/ECHO"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let version = current["version"].as_u64().unwrap();
+    let mut row = current.clone();
+    row["if_version"] = json!(version + 1000);
+    let conflict = expect_error(
+        &node,
+        node.http.post(&dir).bearer_auth(ADMIN).json(&row),
+        StatusCode::CONFLICT,
+        "version_conflict",
+    )
+    .await;
+    assert!(conflict["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains(&version.to_string()));
+    // if_version 0 means "create only".
+    row["if_version"] = json!(0);
+    expect_error(
+        &node,
+        node.http.post(&dir).bearer_auth(ADMIN).json(&row),
+        StatusCode::CONFLICT,
+        "version_conflict",
+    )
+    .await;
+    expect_error(
+        &node,
+        node.http
+            .delete(format!("{dir}/ECHO?if_version=1"))
+            .bearer_auth(ADMIN),
+        StatusCode::CONFLICT,
+        "version_conflict",
+    )
+    .await;
+    // The right version goes through.
+    row["if_version"] = json!(version);
+    let ok = node
+        .http
+        .post(&dir)
+        .bearer_auth(ADMIN)
+        .json(&row)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    let unchanged: Value = node
+        .http
+        .get(format!("{dir}/ECHO"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(unchanged["version"].as_u64().unwrap() > version);
+    assert_eq!(unchanged["created_at"], current["created_at"]);
+    node.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn invocations_refuse_bad_input_before_anything_runs() {
+    let node = node().await;
+    let url = format!("{}/api/dispatch", node.url);
+    expect_error(
+        &node,
+        node.http.post(&url).json(&json!({"key": "NO_SUCH_ROW"})),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    expect_error(
+        &node,
+        node.http.get(format!("{url}?key=NO_SUCH_ROW")),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    expect_error(
+        &node,
+        node.http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body("not json"),
+        StatusCode::BAD_REQUEST,
+        "malformed_json",
+    )
+    .await;
+    expect_error(
+        &node,
+        node.http
+            .post(&url)
+            .json(&json!({"key": "ECHO", "args": [1, 2]})),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_body",
+    )
+    .await;
+    expect_error(
+        &node,
+        node.http.get(&url),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    expect_error(
+        &node,
+        node.http.get(format!("{url}?ask=x&key=ECHO")),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+
+    // Arguments that break the schema: 422 with every violation, and no receipt.
+    let invalid = expect_error(
+        &node,
+        node.http
+            .post(&url)
+            .json(&json!({"key": "SHA256_HASH", "args": {"text": 5, "extra": true}})),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_args",
+    )
+    .await;
+    let violations = invalid["error"]["violations"].as_array().unwrap();
+    assert!(violations.len() >= 2, "{invalid}");
+    assert!(
+        violations.iter().any(|v| v["pointer"] == "/text"),
+        "{invalid}"
+    );
+    expect_error(
+        &node,
+        node.http.post(&url).json(&json!({"key": "SHA256_HASH"})),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_args",
+    )
+    .await;
+    let ledger: Value = node
+        .http
+        .get(format!("{}/api/receipts?key=SHA256_HASH", node.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ledger["count"], 0, "nothing ran, nothing was recorded");
+
+    // A disabled row cannot run.
+    let mut row: Value = node
+        .http
+        .get(format!("{}/api/directory/ECHO", node.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    row["enabled"] = json!(false);
+    let disabled = node
+        .http
+        .post(format!("{}/api/directory", node.url))
+        .bearer_auth(ADMIN)
+        .json(&row)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(disabled.status(), 200);
+    expect_error(
+        &node,
+        node.http.post(&url).json(&json!({"key": "ECHO"})),
+        StatusCode::FORBIDDEN,
+        "row_disabled",
+    )
+    .await;
+    expect_error(
+        &node,
+        node.http.get(format!("{url}?invoke=ECHO")),
+        StatusCode::FORBIDDEN,
+        "row_disabled",
+    )
+    .await;
+    node.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn reads_for_a_future_index_wait_then_answer_503() {
+    let node = start_with(false, |config| config.limits.min_index_wait_ms = 50).await;
+    let response = node
+        .http
+        .get(format!("{}/api/directory/counts", node.url))
+        .header("x-rowcall-min-index", "999999")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    let applied: u64 = response.headers()["x-rowcall-index"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let caught_up = node
+        .http
+        .get(format!(
+            "{}/api/directory/counts?min_index={applied}",
+            node.url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(caught_up.status(), 200);
+    node.handle.shutdown().await;
+}

@@ -1,0 +1,57 @@
+//! Shared helpers: an in-process node on port 0 with its own data folder.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+use rowcall_node::{Config, NodeHandle};
+
+/// The admin key of test nodes.
+pub const ADMIN: &str = "test-admin-key";
+/// An invoke credential named `ci`.
+pub const INVOKE: &str = "test-invoke-key";
+
+/// A running node and the folder that holds its data.
+pub struct TestNode {
+    pub handle: NodeHandle,
+    pub url: String,
+    pub dir: tempfile::TempDir,
+    pub http: reqwest::Client,
+}
+
+/// Starts a one-node cluster on loopback port 0.
+pub async fn start(demo: bool) -> TestNode {
+    start_with(demo, |_| {}).await
+}
+
+/// Starts a one-node cluster on loopback port 0 with a configuration tweak.
+pub async fn start_with(demo: bool, tweak: impl FnOnce(&mut Config)) -> TestNode {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    let any_port: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    config.node.http = any_port;
+    config.node.grpc = any_port;
+    config.node.data = dir.path().to_owned();
+    config.node.demo = demo;
+    config.auth.admin_key = Some(ADMIN.into());
+    config.auth.invoke_keys.insert("ci".into(), INVOKE.into());
+    tweak(&mut config);
+    let handle = rowcall_node::start(config).await.expect("node starts");
+    let url = handle.url();
+    if !demo {
+        // Readiness without sleeps: the fresh cluster has elected itself once a write works.
+        handle
+            .app
+            .raft
+            .wait(Some(std::time::Duration::from_secs(10)))
+            .current_leader(1, "elected")
+            .await
+            .expect("leader");
+    }
+    TestNode {
+        handle,
+        url,
+        dir,
+        http: reqwest::Client::new(),
+    }
+}
