@@ -22,6 +22,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Sle
 }
 
 #[test]
-fn sled_stores_pass_the_openraft_suite() -> Result<(), StorageError<u64>> {
-    Suite::test_all(SledBuilder)
+fn sled_stores_pass_the_openraft_suite() {
+    if let Err(e) = Suite::test_all(SledBuilder) {
+        panic!("storage suite failed: {e}");
+    }
 }

@@ -154,7 +154,7 @@ pub async fn invoke(
     };
     let written = match app
         .write(Command::AppendReceipt {
-            receipt: receipt.clone(),
+            receipt: Box::new(receipt.clone()),
         })
         .await
     {

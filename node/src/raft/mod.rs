@@ -75,7 +75,7 @@ pub enum Command {
     /// Record an invocation. Receipts are never changed or removed.
     AppendReceipt {
         /// The receipt, complete but for its index.
-        receipt: Receipt,
+        receipt: Box<Receipt>,
     },
 }
 
