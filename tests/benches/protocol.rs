@@ -1,0 +1,241 @@
+//! Protocol benchmark of one in-process node over loopback HTTP (release build):
+//!
+//! - the four-step loop ask → contract → invoke → confirm: wall time per step and bytes;
+//! - insert latency with fsync, beside a baseline of a bare sled insert + flush on the same
+//!   disk in the same process (the durability floor), as a ratio;
+//! - ask latency at 4,076 rows (the shared development catalogue), over HTTP and in process.
+//!
+//! `cargo bench -p rowcall-tests --bench protocol`. Prints a table; asserts nothing.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rowcall_node::Config;
+use serde_json::{json, Value};
+
+const ADMIN: &str = "bench-admin";
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[i]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn shared_rows() -> Option<Vec<Value>> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/seal.rows.jsonl");
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    config.node.http = any;
+    config.node.grpc = any;
+    config.node.data = dir.path().join("node");
+    config.auth.admin_key = Some(ADMIN.into());
+    let node = rowcall_node::start(config).await.unwrap();
+    let url = node.url();
+    let http = reqwest::Client::new();
+
+    // The four-step loop.
+    let rounds = 300;
+    let mut steps: [Vec<Duration>; 4] = Default::default();
+    let mut totals = Vec::new();
+    let mut bytes = 0usize;
+    for round in 0..rounds {
+        let started = Instant::now();
+        let t = Instant::now();
+        let ask = http
+            .get(format!("{url}/api/dispatch?ask=what+time+is+it"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        steps[0].push(t.elapsed());
+        let ask: Value = serde_json::from_slice(&ask).unwrap();
+        let t = Instant::now();
+        let contract = http
+            .get(ask["best"]["contract"].as_str().unwrap())
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        steps[1].push(t.elapsed());
+        let body = json!({"key": "TIME_NOW"}).to_string();
+        let t = Instant::now();
+        let invoked = http
+            .post(format!("{url}/api/dispatch"))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        steps[2].push(t.elapsed());
+        let invoked_json: Value = serde_json::from_slice(&invoked).unwrap();
+        let confirm_url = invoked_json["proof"]["confirm"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let t = Instant::now();
+        let confirmed = http
+            .get(&confirm_url)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        steps[3].push(t.elapsed());
+        totals.push(started.elapsed());
+        if round == 0 {
+            // Bytes on the wire of the bodies both ways (headers excluded).
+            bytes = ask.to_string().len()
+                + contract.len()
+                + body.len()
+                + invoked.len()
+                + confirmed.len();
+        }
+    }
+    println!("four-step loop, {rounds} rounds, one node, loopback HTTP:");
+    for (name, samples) in ["ask", "contract", "invoke", "confirm"]
+        .iter()
+        .zip(steps.iter_mut())
+    {
+        println!(
+            "  {name:<9} p50 {}  p99 {}",
+            ms(percentile(samples, 0.5)),
+            ms(percentile(samples, 0.99))
+        );
+    }
+    println!(
+        "  all four  p50 {}  p99 {}  bodies {bytes} B",
+        ms(percentile(&mut totals, 0.5)),
+        ms(percentile(&mut totals, 0.99))
+    );
+
+    // Insert latency, with a bare sled insert + flush on the same disk as the baseline.
+    let inserts = 1000;
+    let mut insert_times = Vec::with_capacity(inserts);
+    for i in 0..inserts {
+        let row = json!({"key": format!("BENCH_{i:05}"), "type": "static", "content": format!("# WHAT: bench row {i}\n")});
+        let t = Instant::now();
+        let r = http
+            .post(format!("{url}/api/directory"))
+            .header("x-terminal-key", ADMIN)
+            .json(&row)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        insert_times.push(t.elapsed());
+    }
+    let db = sled::Config::new()
+        .path(dir.path().join("baseline"))
+        .flush_every_ms(None)
+        .open()
+        .unwrap();
+    let mut floor = Vec::with_capacity(inserts);
+    for i in 0..inserts {
+        let t = Instant::now();
+        db.insert(format!("k{i}"), vec![0u8; 200]).unwrap();
+        db.flush_async().await.unwrap();
+        floor.push(t.elapsed());
+    }
+    let (p50, p99) = (
+        percentile(&mut insert_times, 0.5),
+        percentile(&mut insert_times, 0.99),
+    );
+    let (f50, f99) = (percentile(&mut floor, 0.5), percentile(&mut floor, 0.99));
+    println!("insert (HTTP → Raft log flush → apply flush → answer), {inserts} sequential:");
+    println!(
+        "  rowcall   p50 {}  p99 {}  ({:.0} inserts/s)",
+        ms(p50),
+        ms(p99),
+        1.0 / p50.as_secs_f64()
+    );
+    println!(
+        "  sled insert+flush baseline p50 {}  p99 {}",
+        ms(f50),
+        ms(f99)
+    );
+    println!(
+        "  ratio p50 {:.1}x  p99 {:.1}x",
+        p50.as_secs_f64() / f50.as_secs_f64(),
+        p99.as_secs_f64() / f99.as_secs_f64()
+    );
+
+    // Ask at 4,076 rows.
+    let Some(rows) = shared_rows() else {
+        println!("ask at 4,076 rows: ../shared/data/seal.rows.jsonl not found, skipped");
+        return;
+    };
+    for chunk in rows.chunks(1000) {
+        let r = http
+            .post(format!("{url}/api/directory"))
+            .header("x-terminal-key", ADMIN)
+            .json(&chunk)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let queries = [
+        "what time is it",
+        "analyze chemical evidence from a crime scene",
+        "send a message to the satellite",
+        "number of nurses in a country",
+        "engagement of a facebook post",
+    ];
+    let mut http_asks = Vec::new();
+    let mut local_asks = Vec::new();
+    for round in 0..400 {
+        let q = queries[round % queries.len()];
+        let t = Instant::now();
+        http.get(format!("{url}/api/dispatch"))
+            .query(&[("ask", q)])
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        http_asks.push(t.elapsed());
+        let t = Instant::now();
+        let hits = node.app.catalogue.read().ask(q, 5);
+        local_asks.push(t.elapsed());
+        assert!(!hits.is_empty());
+    }
+    let rows_total = node.app.catalogue.read().len();
+    println!("ask at {rows_total} rows, 400 asks:");
+    println!(
+        "  over HTTP   p50 {}  p99 {}",
+        ms(percentile(&mut http_asks, 0.5)),
+        ms(percentile(&mut http_asks, 0.99))
+    );
+    println!(
+        "  in process  p50 {}  p99 {}",
+        ms(percentile(&mut local_asks, 0.5)),
+        ms(percentile(&mut local_asks, 0.99))
+    );
+    node.shutdown().await;
+}
