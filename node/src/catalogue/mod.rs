@@ -1,5 +1,25 @@
 //! The in-memory view of the applied directory: rows by key, the four counts, and the
 //! resolver index. The state machine updates it as entries are applied; HTTP handlers read it.
+//!
+//! # Operator synonyms
+//!
+//! The resolver's synonym table is extended through the directory itself, with no command of
+//! its own: a row with the reserved key [`SYNONYMS_KEY`] (`ROWCALL_SYNONYMS`, normally a
+//! `static` row) whose payload — the content after the `# FIELD:` docstring lines — is a JSON
+//! array of groups, each group words of one meaning:
+//!
+//! ```text
+//! POST /api/directory
+//! {"key":"ROWCALL_SYNONYMS","type":"static","planner_visible":false,
+//!  "content":"# WHAT: operator synonyms\n\n[[\"k8s\",\"kubernetes\"],[\"invoice\",\"bill\"]]"}
+//! ```
+//!
+//! Rows replicate through Raft and every node applies them through [`Catalogue::put`],
+//! [`Catalogue::remove`] or [`Catalogue::replace_all`], so every node ends up with the same
+//! table. Writing the row replaces the operator groups; deleting or disabling it leaves the
+//! built-in groups only; a payload that is not such an array also leaves the built-ins only,
+//! with a warning in the log. The row is never a candidate of ask, whatever its
+//! `planner_visible`.
 
 pub mod demo;
 pub mod resolver;
@@ -14,6 +34,10 @@ use utoipa::ToSchema;
 
 use self::resolver::{Document, Hit, Resolver};
 use self::row::Row;
+
+/// The reserved key of the row whose payload holds the operator's synonym groups (see the
+/// module documentation). This row is never indexed for ask.
+pub const SYNONYMS_KEY: &str = "ROWCALL_SYNONYMS";
 
 /// The four counts of one table (DESIGN §2.3): each a different predicate.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -62,7 +86,14 @@ impl Catalogue {
             self.counts.add(&old.clone(), -1);
         }
         self.counts.add(&row, 1);
-        if row.suggestible() {
+        if row.key == SYNONYMS_KEY {
+            let groups = if row.enabled {
+                operator_synonyms(&row)
+            } else {
+                Vec::new()
+            };
+            self.resolver.set_synonyms(&groups);
+        } else if row.suggestible() {
             index_row(&mut self.resolver, &row);
         } else {
             self.resolver.remove(&row.key);
@@ -74,11 +105,16 @@ impl Catalogue {
     pub fn remove(&mut self, key: &str) -> Option<Arc<Row>> {
         let old = self.rows.remove(key)?;
         self.counts.add(&old, -1);
-        self.resolver.remove(key);
+        if key == SYNONYMS_KEY {
+            self.resolver.set_synonyms(&[]);
+        } else {
+            self.resolver.remove(key);
+        }
         Some(old)
     }
 
-    /// Replaces everything (start-up and snapshot install): one full rebuild.
+    /// Replaces everything (start-up and snapshot install): one full rebuild. The operator
+    /// synonyms are reset too, and set again if `rows` holds [`SYNONYMS_KEY`].
     pub fn replace_all(&mut self, rows: impl IntoIterator<Item = Row>) {
         *self = Self::default();
         for row in rows {
@@ -150,6 +186,28 @@ impl Catalogue {
     }
 }
 
+/// The synonym groups in the payload of the [`SYNONYMS_KEY`] row. An empty payload means no
+/// groups; anything but a JSON array of arrays of strings is logged and means no groups, so
+/// a typo by the operator never takes ask down (the built-in groups still apply).
+fn operator_synonyms(row: &Row) -> Vec<Vec<String>> {
+    let payload = row.docs().payload.trim();
+    if payload.is_empty() {
+        return Vec::new();
+    }
+    match serde_json::from_str::<Vec<Vec<String>>>(payload) {
+        Ok(groups) => groups,
+        Err(error) => {
+            tracing::warn!(
+                key = SYNONYMS_KEY,
+                version = row.version,
+                %error,
+                "operator synonyms are not a JSON array of word groups; using built-in synonyms only"
+            );
+            Vec::new()
+        }
+    }
+}
+
 /// Hands the resolver what it indexes of a row.
 fn index_row(resolver: &mut Resolver, row: &Row) {
     let docs = row.docs();
@@ -207,5 +265,116 @@ impl SharedCatalogue {
         self.0
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row::{Auth, Risk, RowType};
+    use super::*;
+
+    fn row(key: &str, content: &str) -> Row {
+        Row {
+            key: key.into(),
+            kind: RowType::Static,
+            target: String::new(),
+            category: "Operations".into(),
+            content: content.into(),
+            args_schema: None,
+            auth: Auth::Public,
+            risk: Risk::Read,
+            enabled: true,
+            planner_visible: true,
+            pins: Vec::new(),
+            demote: false,
+            version: 1,
+            created_at: String::new(),
+            updated_at: String::new(),
+        }
+    }
+
+    fn keys(catalogue: &Catalogue, query: &str) -> Vec<String> {
+        catalogue
+            .ask(query, 10)
+            .into_iter()
+            .map(|(hit, _)| hit.key.to_string())
+            .collect()
+    }
+
+    fn catalogue() -> Catalogue {
+        let mut c = Catalogue::default();
+        c.put(row("KUBE_SCALE", "# WHAT: Scale a kubernetes deployment\n"));
+        c.put(row(
+            "DEPLOY_LOG",
+            "# WHAT: Deployment log of the deployment pipeline\n",
+        ));
+        c
+    }
+
+    const SYNONYMS: &str = "# WHAT: Operator synonyms\n\n[[\"k8s\", \"kubernetes\"]]\n";
+
+    #[test]
+    fn synonyms_row_changes_ranking_and_deleting_it_restores_it() {
+        let mut c = catalogue();
+        assert!(keys(&c, "k8s").is_empty());
+        let before = keys(&c, "k8s deployment");
+        assert_eq!(before.first().map(String::as_str), Some("DEPLOY_LOG"));
+
+        c.put(row(SYNONYMS_KEY, SYNONYMS));
+        assert_eq!(keys(&c, "k8s"), ["KUBE_SCALE"]);
+        let with = keys(&c, "k8s deployment");
+        assert_eq!(with.first().map(String::as_str), Some("KUBE_SCALE"));
+
+        assert!(c.remove(SYNONYMS_KEY).is_some());
+        assert!(keys(&c, "k8s").is_empty());
+        assert_eq!(keys(&c, "k8s deployment"), before);
+    }
+
+    #[test]
+    fn synonyms_survive_replace_all_and_follow_enabled() {
+        let mut c = catalogue();
+        let mut rows: Vec<Row> = c.all_rows().iter().map(|r| (**r).clone()).collect();
+        rows.push(row(SYNONYMS_KEY, SYNONYMS));
+        c.replace_all(rows.clone());
+        assert_eq!(keys(&c, "k8s"), ["KUBE_SCALE"]);
+
+        let mut disabled = row(SYNONYMS_KEY, SYNONYMS);
+        disabled.enabled = false;
+        c.put(disabled);
+        assert!(keys(&c, "k8s").is_empty());
+
+        // A snapshot without the row resets the operator groups.
+        rows.pop();
+        c.put(row(SYNONYMS_KEY, SYNONYMS));
+        c.replace_all(rows);
+        assert!(keys(&c, "k8s").is_empty());
+    }
+
+    #[test]
+    fn malformed_synonyms_keep_built_ins_only() {
+        let mut c = catalogue();
+        c.put(row(SYNONYMS_KEY, SYNONYMS));
+        c.put(row(
+            SYNONYMS_KEY,
+            "# WHAT: Operator synonyms\n\n{\"k8s\": \"kubernetes\"}",
+        ));
+        assert!(keys(&c, "k8s").is_empty());
+        // The built-in groups still apply: "modify" reaches "edit".
+        c.put(row("EDIT_NOTE", "# WHAT: Edit a note\n"));
+        assert_eq!(keys(&c, "modify note"), ["EDIT_NOTE"]);
+    }
+
+    #[test]
+    fn synonyms_row_is_never_a_candidate() {
+        let mut c = catalogue();
+        c.put(row(SYNONYMS_KEY, SYNONYMS));
+        assert!(c.get(SYNONYMS_KEY).is_some());
+        assert_eq!(c.counts().rows_total, 3);
+        for query in ["operator synonyms", "rowcall synonyms", "kubernetes"] {
+            assert!(
+                !keys(&c, query).iter().any(|k| k == SYNONYMS_KEY),
+                "{query}"
+            );
+        }
     }
 }

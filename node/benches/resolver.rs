@@ -1,0 +1,433 @@
+//! Resolver benchmark (DESIGN §6, §9), one run of `cargo bench -p rowcall-node --bench resolver`:
+//!
+//! 1. quality on the shared development catalogue (4,076 rows, 200 queries with known
+//!    answers): top-1, recall@5 and MRR@10 of rowcall's resolver beside textbook BM25 and the
+//!    seed's substring scorer, printed as one table;
+//! 2. at 891, 5,000 and 50,000 rows: ask latency p50/p99 in process (through
+//!    `Catalogue::ask`, the path the HTTP handler takes), index memory per row, and the cost of
+//!    one insert — replacing an existing row and adding a fresh one — printed as a table and
+//!    also measured by criterion groups `ask` and `insert`.
+//!
+//! Catalogues above the shared rows are made by combining the seal and livemcp rows and
+//! adding variants: a key suffix, docstring words shuffled and one WHAT word swapped for a
+//! word of another row, all from a fixed seed so every run sees the same rows.
+//! Without `../shared/data/` the benchmark prints a note and does nothing.
+
+use std::collections::HashSet;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion};
+use rowcall_client::quality::{parse_queries, GoldQuery, Scorecard};
+use rowcall_node::catalogue::resolver::baseline::{PlainBm25, SubstringScorer};
+use rowcall_node::catalogue::row::{Row, RowInput};
+use rowcall_node::catalogue::Catalogue;
+
+/// Catalogue sizes for latency, memory and insert cost: the seed's production catalogue,
+/// the §9 target size, and ten times that.
+const SIZES: [usize; 3] = [891, 5_000, 50_000];
+/// Candidates asked for, as an agent would (MRR is computed to this depth).
+const LIMIT: usize = 10;
+/// Passes over the query set for the latency percentiles (after one warm-up pass).
+const LATENCY_ROUNDS: usize = 10;
+/// Timed inserts of each kind for the insert percentiles.
+const INSERTS: usize = 500;
+
+fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data")
+}
+
+/// A small deterministic generator (SplitMix64), so the synthetic rows are the same each run.
+struct Mix(u64);
+
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i + 1));
+        }
+    }
+}
+
+/// Rows of a JSON-lines file as the state machine would store them.
+fn read_rows(path: &Path) -> Vec<Row> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let input: RowInput = serde_json::from_str(line).unwrap();
+            stored(input)
+        })
+        .collect()
+}
+
+fn stored(input: RowInput) -> Row {
+    Row {
+        key: input.key,
+        kind: input.kind,
+        target: input.target,
+        category: input.category,
+        content: input.content,
+        args_schema: input.args_schema,
+        auth: input.auth,
+        risk: input.risk,
+        enabled: input.enabled,
+        planner_visible: input.planner_visible,
+        pins: input.pins,
+        demote: input.demote,
+        version: 1,
+        created_at: "2026-01-01T00:00:00Z".into(),
+        updated_at: "2026-01-01T00:00:00Z".into(),
+    }
+}
+
+/// A variant of `row`: key suffix `_V{round}`, docstring words shuffled, one WHAT word
+/// replaced by `swap_in`.
+fn variant(row: &Row, round: usize, swap_in: &str, mix: &mut Mix) -> Row {
+    let suffix = format!("_V{round}");
+    let stem: String = row.key.chars().take(64 - suffix.len()).collect();
+    let mut content = String::new();
+    let mut lines = row.content.lines().peekable();
+    while let Some(line) = lines.next_if(|l| l.starts_with("# ")) {
+        let Some((field, value)) = line.split_once(':') else {
+            content.push_str(line);
+            content.push('\n');
+            continue;
+        };
+        let mut words: Vec<&str> = value.split_whitespace().collect();
+        mix.shuffle(&mut words);
+        if field == "# WHAT" && !words.is_empty() {
+            let at = mix.below(words.len());
+            words[at] = swap_in;
+        }
+        content.push_str(&format!("{field}: {}\n", words.join(" ")));
+    }
+    for line in lines {
+        content.push_str(line);
+        content.push('\n');
+    }
+    Row {
+        key: format!("{stem}{suffix}"),
+        content,
+        ..row.clone()
+    }
+}
+
+/// `size` rows: a seeded sample of the seal rows if that is enough, otherwise every seal and
+/// livemcp row plus variants of them.
+fn rows_of_size(seal: &[Row], livemcp: &[Row], size: usize) -> Vec<Row> {
+    let mut mix = Mix(size as u64);
+    if size <= seal.len() {
+        let mut sample = seal.to_vec();
+        mix.shuffle(&mut sample);
+        sample.truncate(size);
+        return sample;
+    }
+    let base: Vec<&Row> = seal.iter().chain(livemcp).collect();
+    let words: Vec<&str> = base
+        .iter()
+        .flat_map(|r| r.docs().what().split_whitespace().collect::<Vec<_>>())
+        .collect();
+    let mut out: Vec<Row> = base.iter().map(|r| (*r).clone()).collect();
+    let mut keys: HashSet<String> = out.iter().map(|r| r.key.clone()).collect();
+    let mut j = 0;
+    while out.len() < size {
+        let row = variant(
+            base[j % base.len()],
+            j / base.len() + 1,
+            words[mix.below(words.len())],
+            &mut mix,
+        );
+        j += 1;
+        if keys.insert(row.key.clone()) {
+            out.push(row);
+        }
+    }
+    out.truncate(size);
+    out
+}
+
+fn catalogue_of(rows: &[Row]) -> Catalogue {
+    let mut catalogue = Catalogue::default();
+    for row in rows {
+        catalogue.put(row.clone());
+    }
+    catalogue
+}
+
+fn keys(ranked: Vec<(String, f32)>) -> Vec<String> {
+    ranked.into_iter().map(|(k, _)| k).collect()
+}
+
+/// The quality table: each scorer over the same rows and queries, plus its mean ask time.
+fn quality(seal: &[Row], queries: &[GoldQuery]) {
+    let triples: Vec<(String, String, String)> = seal
+        .iter()
+        .map(|r| (r.key.clone(), r.category.clone(), r.content.clone()))
+        .collect();
+    let catalogue = catalogue_of(seal);
+    let bm25 = PlainBm25::build(&triples);
+    let substring = SubstringScorer::build(&triples);
+    type Scorer<'a> = Box<dyn Fn(&str) -> Vec<String> + 'a>;
+    let scorers: [(&str, Scorer); 3] = [
+        (
+            "rowcall",
+            Box::new(|q| {
+                catalogue
+                    .ask(q, LIMIT)
+                    .into_iter()
+                    .map(|(h, _)| h.key.to_string())
+                    .collect()
+            }),
+        ),
+        ("plain BM25", Box::new(|q| keys(bm25.search(q, LIMIT)))),
+        (
+            "substring (seed)",
+            Box::new(|q| keys(substring.search(q, LIMIT))),
+        ),
+    ];
+    println!(
+        "\nresolver quality: {} rows, {} queries (seal.rows / seal.dev-queries)",
+        seal.len(),
+        queries.len()
+    );
+    println!(
+        "{:<18} {:>6} {:>9} {:>7} {:>12}",
+        "scorer", "top-1", "recall@5", "MRR@10", "mean ask µs"
+    );
+    for (name, scorer) in &scorers {
+        let mut card = Scorecard::new(LIMIT);
+        let started = Instant::now();
+        for q in queries {
+            let ranked = scorer(&q.q);
+            card.add(q, &ranked);
+        }
+        let mean = started.elapsed().as_secs_f64() * 1e6 / queries.len() as f64;
+        let s = card.summary();
+        println!(
+            "{name:<18} {:>6.3} {:>9.3} {:>7.3} {:>12.1}",
+            s.top1, s.recall_at_5, s.mrr, mean
+        );
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let at = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len());
+    sorted[at - 1]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// One line of the size table.
+struct SizeReport {
+    rows: usize,
+    build: Duration,
+    bytes_per_row: usize,
+    ask: [Duration; 3],
+    replace: [Duration; 2],
+    fresh: [Duration; 2],
+}
+
+/// Times every query `LATENCY_ROUNDS` times (after a warm-up pass): p50, p99, max.
+fn ask_percentiles(catalogue: &Catalogue, queries: &[GoldQuery]) -> [Duration; 3] {
+    for q in queries {
+        black_box(catalogue.ask(&q.q, LIMIT));
+    }
+    let mut times = Vec::with_capacity(queries.len() * LATENCY_ROUNDS);
+    for _ in 0..LATENCY_ROUNDS {
+        for q in queries {
+            let started = Instant::now();
+            black_box(catalogue.ask(black_box(&q.q), LIMIT));
+            times.push(started.elapsed());
+        }
+    }
+    times.sort_unstable();
+    [
+        percentile(&times, 0.50),
+        percentile(&times, 0.99),
+        *times.last().unwrap(),
+    ]
+}
+
+/// A fresh row never in any catalogue here: a seal row under a new key.
+fn fresh_row(template: &Row, n: usize) -> Row {
+    Row {
+        key: format!("BENCH_FRESH_{n}"),
+        ..template.clone()
+    }
+}
+
+/// Times `INSERTS` replacements of existing rows and `INSERTS` fresh inserts (each fresh row
+/// is removed again, untimed, so the size stays put): p50 and p99 of each.
+fn insert_percentiles(catalogue: &mut Catalogue, rows: &[Row]) -> ([Duration; 2], [Duration; 2]) {
+    let mut mix = Mix(7);
+    let mut replace = Vec::with_capacity(INSERTS);
+    let mut fresh = Vec::with_capacity(INSERTS);
+    for n in 0..INSERTS {
+        let row = rows[mix.below(rows.len())].clone();
+        let started = Instant::now();
+        catalogue.put(row);
+        replace.push(started.elapsed());
+
+        let row = fresh_row(&rows[mix.below(rows.len())], n);
+        let key = row.key.clone();
+        let started = Instant::now();
+        catalogue.put(row);
+        fresh.push(started.elapsed());
+        catalogue.remove(&key);
+    }
+    replace.sort_unstable();
+    fresh.sort_unstable();
+    (
+        [percentile(&replace, 0.5), percentile(&replace, 0.99)],
+        [percentile(&fresh, 0.5), percentile(&fresh, 0.99)],
+    )
+}
+
+fn criterion_groups(
+    c: &mut Criterion,
+    catalogue: &mut Catalogue,
+    rows: &[Row],
+    queries: &[GoldQuery],
+) {
+    let size = catalogue.len();
+    let mut group = c.benchmark_group("ask");
+    group.bench_function(BenchmarkId::new("rows", size), |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % queries.len();
+            black_box(catalogue.ask(black_box(&queries[i].q), LIMIT))
+        });
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("insert");
+    group.bench_function(BenchmarkId::new("replace", size), |b| {
+        let mut mix = Mix(11);
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let row = rows[mix.below(rows.len())].clone();
+                let started = Instant::now();
+                catalogue.put(row);
+                total += started.elapsed();
+            }
+            total
+        });
+    });
+    group.bench_function(BenchmarkId::new("fresh", size), |b| {
+        let mut mix = Mix(13);
+        let mut n = 0;
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                n += 1;
+                let row = fresh_row(&rows[mix.below(rows.len())], n);
+                let key = row.key.clone();
+                let started = Instant::now();
+                catalogue.put(row);
+                total += started.elapsed();
+                catalogue.remove(&key);
+            }
+            total
+        });
+    });
+    group.finish();
+}
+
+fn main() {
+    let dir = data_dir();
+    let files = [
+        dir.join("seal.rows.jsonl"),
+        dir.join("seal.dev-queries.jsonl"),
+        dir.join("livemcp.rows.jsonl"),
+    ];
+    if let Some(missing) = files.iter().find(|f| !f.exists()) {
+        println!(
+            "note: {} is missing; the resolver benchmark needs ../shared/data/ and is skipped",
+            missing.display()
+        );
+        return;
+    }
+    let seal = read_rows(&files[0]);
+    let queries = parse_queries(&std::fs::read_to_string(&files[1]).unwrap()).unwrap();
+    let livemcp = read_rows(&files[2]);
+
+    quality(&seal, &queries);
+
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(30)
+        .configure_from_args();
+    let mut reports = Vec::new();
+    for size in SIZES {
+        let rows = rows_of_size(&seal, &livemcp, size);
+        let started = Instant::now();
+        let mut catalogue = catalogue_of(&rows);
+        let build = started.elapsed();
+        assert_eq!(catalogue.len(), size);
+        let bytes_per_row = catalogue.index_bytes() / size;
+        let ask = ask_percentiles(&catalogue, &queries);
+        let (replace, fresh) = insert_percentiles(&mut catalogue, &rows);
+        criterion_groups(&mut c, &mut catalogue, &rows, &queries);
+        reports.push(SizeReport {
+            rows: size,
+            build,
+            bytes_per_row,
+            ask,
+            replace,
+            fresh,
+        });
+    }
+    c.final_summary();
+
+    println!(
+        "\nask (limit {LIMIT}, {} queries x {LATENCY_ROUNDS}) and insert ({INSERTS} each), in process, µs",
+        queries.len()
+    );
+    println!(
+        "{:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}",
+        "rows",
+        "ask p50",
+        "ask p99",
+        "ask max",
+        "B/row",
+        "repl p50",
+        "repl p99",
+        "fresh p50",
+        "fresh p99",
+        "build ms",
+        "µs/row"
+    );
+    for r in &reports {
+        println!(
+            "{:>7} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>9.0} {:>8.1}",
+            r.rows,
+            micros(r.ask[0]),
+            micros(r.ask[1]),
+            micros(r.ask[2]),
+            r.bytes_per_row,
+            micros(r.replace[0]),
+            micros(r.replace[1]),
+            micros(r.fresh[0]),
+            micros(r.fresh[1]),
+            r.build.as_secs_f64() * 1e3,
+            micros(r.build) / r.rows as f64,
+        );
+    }
+}
