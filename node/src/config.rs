@@ -37,6 +37,11 @@ pub struct NodeConfig {
     pub public_url: Option<String>,
     /// Load the demo catalogue when a fresh one-node cluster is initialised.
     pub demo: bool,
+    /// gRPC address of a member to join (a fresh node only); without it a fresh node
+    /// initialises a one-node cluster.
+    pub join: Option<String>,
+    /// Join as a learner: a read replica that never votes.
+    pub learner: bool,
 }
 
 impl Default for NodeConfig {
@@ -48,6 +53,8 @@ impl Default for NodeConfig {
             data: PathBuf::from("./rowcall-data"),
             public_url: None,
             demo: true,
+            join: None,
+            learner: false,
         }
     }
 }
@@ -76,6 +83,8 @@ pub struct LimitsConfig {
     pub receipt_store_bytes: usize,
     /// How long a write may wait for a quorum before 503.
     pub write_timeout_ms: u64,
+    /// How long an invocation's receipt may wait for a quorum before it goes to the outbox.
+    pub receipt_timeout_ms: u64,
     /// How long a read with `min_index` may wait for this node to catch up before 503.
     pub min_index_wait_ms: u64,
 }
@@ -86,6 +95,7 @@ impl Default for LimitsConfig {
             max_body_bytes: 8 * 1024 * 1024,
             receipt_store_bytes: 16 * 1024,
             write_timeout_ms: 5_000,
+            receipt_timeout_ms: 2_000,
             min_index_wait_ms: 2_000,
         }
     }

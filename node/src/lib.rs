@@ -22,6 +22,7 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod catalogue;
+pub mod cluster;
 pub mod config;
 pub mod dispatch;
 pub mod metrics;
@@ -30,4 +31,4 @@ pub mod server;
 pub mod store;
 
 pub use config::Config;
-pub use server::{start, NodeHandle};
+pub use server::{start, start_with, NodeHandle, StartOptions};

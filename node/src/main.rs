@@ -23,6 +23,12 @@ struct Flags {
     /// Data folder [default: ./rowcall-data].
     #[arg(long)]
     data: Option<PathBuf>,
+    /// gRPC address of a member to join (a fresh node only; harmless on restart).
+    #[arg(long, value_name = "GRPC_ADDR")]
+    join: Option<String>,
+    /// Join as a learner: a read replica that never votes.
+    #[arg(long, requires = "join")]
+    learner: bool,
     /// Do not load the demo catalogue into a new cluster.
     #[arg(long)]
     no_demo: bool,
@@ -50,6 +56,12 @@ impl Flags {
         }
         if let Some(data) = self.data {
             config.node.data = data;
+        }
+        if let Some(join) = self.join {
+            config.node.join = Some(join);
+        }
+        if self.learner {
+            config.node.learner = true;
         }
         if self.no_demo {
             config.node.demo = false;

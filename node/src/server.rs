@@ -17,8 +17,11 @@ use crate::api::http;
 use crate::app::App;
 use crate::auth::{generate_key, Credentials};
 use crate::catalogue::{demo, SharedCatalogue};
+use crate::cluster::{JoinRequest, Liveness};
 use crate::config::Config;
-use crate::raft::network::{Network, MAX_MESSAGE_BYTES};
+use crate::dispatch::outbox::Outbox;
+use crate::raft::faults::Faults;
+use crate::raft::network::{Network, MAX_MESSAGE_BYTES, UNKNOWN_NODE};
 use crate::raft::service::RaftGrpc;
 use crate::raft::{Command, NodeInfo, Raft};
 use crate::store::state_machine::now_ms;
@@ -119,9 +122,21 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
     Ok(raft.validate()?)
 }
 
+/// What an embedding (a test, a tool) adds to a node beyond its configuration.
+#[derive(Default)]
+pub struct StartOptions {
+    /// Fault injection shared by the nodes of an in-process cluster.
+    pub faults: Option<Arc<Faults>>,
+}
+
 /// Starts a node: binds its listeners, opens storage, starts Raft, and initialises a
-/// fresh one-node cluster when the data folder is new.
+/// fresh one-node cluster when the data folder is new (or joins the cluster of `join`).
 pub async fn start(config: Config) -> anyhow::Result<NodeHandle> {
+    start_with(config, StartOptions::default()).await
+}
+
+/// [`start`] with embedding options.
+pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result<NodeHandle> {
     let config = Arc::new(config);
     let node = &config.node;
     anyhow::ensure!(node.id != 0, "--id must be a positive number");
@@ -141,14 +156,20 @@ pub async fn start(config: Config) -> anyhow::Result<NodeHandle> {
 
     let db = open_db(&node.data.join("sled")).context("opening the sled database")?;
     let log = LogStore::open(&db)?;
+    let outbox = Outbox::open(&db)?;
     let catalogue = SharedCatalogue::default();
     let state_machine = StateMachine::open(&db, catalogue.clone())?;
     let applied = state_machine.applied_index();
     let receipts = state_machine.receipts();
+    // Contact older than twice the longest election timeout means this node is cut off.
+    let liveness = Arc::new(Liveness::new(Duration::from_millis(
+        config.raft.election_timeout_max_ms * 2,
+    )));
+    let network = Network::new(node.id, options.faults, liveness.clone());
     let raft = Raft::new(
         node.id,
         Arc::new(raft_config(&config)?),
-        Network::default(),
+        network.clone(),
         log,
         state_machine,
     )
@@ -160,8 +181,11 @@ pub async fn start(config: Config) -> anyhow::Result<NodeHandle> {
         raft: raft.clone(),
         catalogue,
         receipts,
+        outbox,
         applied,
         credentials,
+        network,
+        liveness,
         config: config.clone(),
     });
 
@@ -170,8 +194,8 @@ pub async fn start(config: Config) -> anyhow::Result<NodeHandle> {
         http_addr: http_addr.to_string(),
     };
     let fresh = !raft.is_initialized().await?;
-    if fresh {
-        raft.initialize(BTreeMap::from([(node.id, me)]))
+    if fresh && node.join.is_none() {
+        raft.initialize(BTreeMap::from([(node.id, me.clone())]))
             .await
             .context("initialising a one-node cluster")?;
         tracing::info!(id = node.id, "initialised a new one-node cluster");
@@ -191,7 +215,7 @@ pub async fn start(config: Config) -> anyhow::Result<NodeHandle> {
         }
     }));
     let mut stop = shutdown.subscribe();
-    let service = RaftServiceServer::new(RaftGrpc::new(raft.clone()))
+    let service = RaftServiceServer::new(RaftGrpc::new(app.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     tasks.push(tokio::spawn(async move {
@@ -206,8 +230,31 @@ pub async fn start(config: Config) -> anyhow::Result<NodeHandle> {
         }
     }));
 
-    if fresh && node.demo {
-        load_demo(&app).await?;
+    let mut stop = shutdown.subscribe();
+    let drainer = app.clone();
+    tasks.push(tokio::spawn(async move {
+        tokio::select! {
+            _ = drain_outbox(&drainer) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+    }));
+
+    match (&node.join, fresh) {
+        (Some(target), true) => {
+            let request = JoinRequest {
+                id: node.id,
+                node: me,
+                learner: node.learner,
+            };
+            join(&app, target, &request).await?;
+        }
+        (Some(_), false) => {
+            tracing::info!(
+                "already a member; --join ignored (membership is kept in the data folder)"
+            )
+        }
+        (None, true) if node.demo => load_demo(&app).await?,
+        (None, _) => {}
     }
     tracing::info!(id = node.id, http = %http_addr, grpc = %grpc_addr, "rowcall node serving");
     Ok(NodeHandle {
@@ -217,6 +264,70 @@ pub async fn start(config: Config) -> anyhow::Result<NodeHandle> {
         shutdown,
         tasks,
     })
+}
+
+/// Asks the member at `target` to add this node, retrying while it starts or elects.
+async fn join(app: &App, target: &str, request: &JoinRequest) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match app
+            .network
+            .join(UNKNOWN_NODE, target, request, Duration::from_secs(60))
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(target, learner = request.learner, "joined the cluster");
+                return Ok(());
+            }
+            Err(crate::cluster::MembershipError::Rejected { reason }) => {
+                anyhow::bail!("joining through {target} was refused: {reason}")
+            }
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::info!(target, error = %e, "join not accepted yet; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => anyhow::bail!("could not join through {target}: {e}"),
+        }
+    }
+}
+
+/// Proposes outbox receipts again whenever this node has a quorum, until none is left.
+async fn drain_outbox(app: &App) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if app.outbox.is_empty() || app.is_stale() {
+            continue;
+        }
+        let pending = match app.outbox.pending() {
+            Ok(pending) => pending,
+            Err(e) => {
+                tracing::error!(error = %e, "reading the outbox");
+                continue;
+            }
+        };
+        for receipt in pending {
+            let id = receipt.id.clone();
+            let command = Command::AppendReceipt {
+                receipt: Box::new(receipt),
+            };
+            match app.write(command).await {
+                Ok(_) | Err(crate::app::WriteError::NotApplied { .. }) => {
+                    if let Err(e) = app.outbox.remove(&id).await {
+                        tracing::error!(%id, error = %e, "removing a replicated receipt from the outbox");
+                    }
+                    tracing::info!(%id, "outbox receipt replicated");
+                }
+                Err(e) => {
+                    tracing::debug!(%id, error = %e, "outbox receipt not replicated yet");
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// Writes the demo catalogue once the new cluster has elected itself.

@@ -508,12 +508,22 @@ async fn the_openapi_document_describes_every_route() {
     assert_eq!(cluster["role"], "leader");
     assert_eq!(cluster["leader"], 1);
     assert_eq!(cluster["members"].as_array().unwrap().len(), 1);
-    let ready = node
-        .http
-        .get(format!("{}/readyz", node.url))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(ready.status(), 200);
+    // Ready once the fresh cluster has applied what it committed: poll, as a load balancer does.
+    let mut ready = false;
+    for _ in 0..100 {
+        let answer = node
+            .http
+            .get(format!("{}/readyz", node.url))
+            .send()
+            .await
+            .unwrap();
+        if answer.status() == 200 {
+            ready = true;
+            break;
+        }
+        assert_eq!(answer.status(), 503);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(ready, "/readyz never became ready");
     node.handle.shutdown().await;
 }

@@ -130,9 +130,10 @@ pub struct Row {
 }
 
 impl Row {
-    /// Whether the row may be suggested by ask.
+    /// Whether the row may be suggested by ask (the operator synonym table is configuration,
+    /// never a capability).
     pub fn suggestible(&self) -> bool {
-        self.enabled && self.planner_visible
+        self.enabled && self.planner_visible && self.key != super::SYNONYMS_KEY
     }
 
     /// Whether the row is a tool of the MCP projection: suggestible, and its arguments can be

@@ -2,10 +2,11 @@
 //! Raft, and answer with the result and the proof.
 
 pub mod builtins;
+pub mod outbox;
 pub mod receipt;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
@@ -77,6 +78,9 @@ pub enum InvokeRefusal {
     /// The row's runner is not available on this node.
     #[error("{0}")]
     Unavailable(RunError),
+    /// The row ran, but its receipt could be neither committed nor kept in the outbox.
+    #[error("the invocation ran but its receipt could not be stored: {0}")]
+    NotRecorded(String),
 }
 
 /// A finished invocation (successful or failed), with its recorded receipt.
@@ -88,6 +92,27 @@ pub struct Invoked {
     pub result: Option<Value>,
     /// The runner's failure.
     pub error: Option<RunError>,
+    /// Whether the receipt is committed or waits in the outbox.
+    pub status: ProofStatus,
+}
+
+/// Where a receipt stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProofStatus {
+    /// Committed through Raft: every node can confirm it.
+    Committed,
+    /// Durable in this node's outbox; replicated when the cluster heals.
+    Pending,
+}
+
+impl ProofStatus {
+    /// The name used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Committed => "committed",
+            Self::Pending => "pending",
+        }
+    }
 }
 
 /// Checks, runs and records one invocation of `row` by `caller`.
@@ -96,7 +121,7 @@ pub async fn invoke(
     row: Arc<Row>,
     input: InvokeInput,
     caller: String,
-) -> Result<Result<Invoked, WriteError>, InvokeRefusal> {
+) -> Result<Invoked, InvokeRefusal> {
     if !row.enabled {
         return Err(InvokeRefusal::Disabled(row.key.clone()));
     }
@@ -152,26 +177,41 @@ pub async fn invoke(
         store_cap_bytes: u32::try_from(cap).unwrap_or(u32::MAX),
         index: 0,
     };
-    let written = match app
-        .write(Command::AppendReceipt {
-            receipt: Box::new(receipt.clone()),
-        })
-        .await
-    {
-        Ok(written) => written,
-        Err(e) => return Ok(Err(e)),
+    // Record the receipt through Raft; without a quorum it waits in the durable outbox and
+    // the caller is told the proof is pending.
+    let timeout = Duration::from_millis(app.config.limits.receipt_timeout_ms);
+    let command = Command::AppendReceipt {
+        receipt: Box::new(receipt.clone()),
     };
     let mut receipt = receipt;
-    receipt.index = written.index;
+    let status = match app.write_within(command, timeout).await {
+        Ok(written) => {
+            receipt.index = written.index;
+            ProofStatus::Committed
+        }
+        Err(WriteError::NotApplied { index }) => {
+            receipt.index = index;
+            ProofStatus::Committed
+        }
+        Err(e) => {
+            tracing::warn!(id = %receipt.id, error = %e, "receipt kept in the outbox until the cluster heals");
+            app.outbox
+                .put(&receipt)
+                .await
+                .map_err(|e| InvokeRefusal::NotRecorded(e.to_string()))?;
+            ProofStatus::Pending
+        }
+    };
     let (result, error) = match outcome {
         Ok(value) => (Some(value), None),
         Err(e) => (None, Some(e)),
     };
-    Ok(Ok(Invoked {
+    Ok(Invoked {
         receipt,
         result,
         error,
-    }))
+        status,
+    })
 }
 
 impl InvokeInput {

@@ -4,6 +4,7 @@
 //! not a pure function of the log (ids, timestamps, the receipt's hashes) is decided by the
 //! node that proposes the command, so applying it is deterministic on every node.
 
+pub mod faults;
 pub mod network;
 pub mod service;
 

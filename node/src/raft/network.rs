@@ -1,7 +1,10 @@
-//! Raft transport over tonic: one lazily connected, reused channel per peer.
+//! Node-to-node transport over tonic: one lazily connected, reused channel per peer address.
 //!
-//! Messages are openraft's serde types in a `RaftMessage` envelope. A peer that cannot be
-//! reached is reported as `Unreachable`, so openraft backs off instead of flooding the log.
+//! Raft messages (vote, append, snapshot chunks) and rowcall's cluster calls (write
+//! forwarding, join, remove, read index) travel as serde JSON in a `RaftMessage` envelope.
+//! A peer that cannot be reached is reported to openraft as `Unreachable`, so it backs off
+//! instead of flooding the log. An optional [`Faults`] layer drops or delays messages per
+//! directed link, for tests; successful replies feed [`Liveness`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,41 +24,241 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
-use super::{NodeId, NodeInfo, TypeConfig};
+use super::faults::{Faults, Verdict};
+use super::{Command, NodeId, NodeInfo, TypeConfig};
+use crate::app::WriteError;
+use crate::cluster::{Forwarded, JoinRequest, Liveness, MembershipError};
 
 /// Largest gRPC message between nodes (snapshot chunks, bulk writes).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
-/// Builds one client per peer, sharing channels between clients of the same peer.
-#[derive(Clone, Default)]
+/// Stands for "a node whose id we do not know yet" (a join target given by address).
+pub const UNKNOWN_NODE: NodeId = 0;
+
+/// The RPCs of the node-to-node service.
+#[derive(Debug, Clone, Copy)]
+enum Method {
+    Vote,
+    AppendEntries,
+    InstallSnapshot,
+    Forward,
+    Join,
+    Remove,
+    ReadIndex,
+}
+
+/// A failure to deliver a message or to get its reply.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TransportError {
+    /// The peer did not answer: down, partitioned, or the message was lost.
+    #[error("peer {addr} unreachable: {reason}")]
+    Unreachable {
+        /// The peer's address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// The peer answered with something this node cannot read, or refused the call.
+    #[error("peer {addr}: {reason}")]
+    Protocol {
+        /// The peer's address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The transport of one node: shared by every client openraft builds.
+#[derive(Clone)]
 pub struct Network {
+    me: NodeId,
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    faults: Option<Arc<Faults>>,
+    liveness: Arc<Liveness>,
 }
 
 impl Network {
-    /// The channel to `addr`, created lazily on first use and reused afterwards.
-    pub fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(channel) = channels.get(addr) {
-            return Ok(channel.clone());
+    /// The transport of node `me`, recording peer contact in `liveness`.
+    pub fn new(me: NodeId, faults: Option<Arc<Faults>>, liveness: Arc<Liveness>) -> Self {
+        Self {
+            me,
+            channels: Arc::default(),
+            faults,
+            liveness,
         }
-        let channel = Endpoint::from_shared(format!("http://{addr}"))?
-            .connect_timeout(Duration::from_millis(500))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .connect_lazy();
-        channels.insert(addr.to_owned(), channel.clone());
-        Ok(channel)
     }
 
-    /// A gRPC client of the Raft service at `addr`.
-    pub fn client(
-        &self,
-        addr: &str,
-    ) -> Result<RaftServiceClient<Channel>, tonic::transport::Error> {
-        Ok(RaftServiceClient::new(self.channel(addr)?)
+    /// The fault layer, if any.
+    pub fn faults(&self) -> Option<&Arc<Faults>> {
+        self.faults.as_ref()
+    }
+
+    fn client(&self, addr: &str) -> Result<RaftServiceClient<Channel>, TransportError> {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let channel = match channels.get(addr) {
+            Some(channel) => channel.clone(),
+            None => {
+                let endpoint = Endpoint::from_shared(format!("http://{addr}")).map_err(|e| {
+                    TransportError::Protocol {
+                        addr: addr.to_owned(),
+                        reason: format!("bad address: {e}"),
+                    }
+                })?;
+                let channel = endpoint
+                    .connect_timeout(Duration::from_millis(500))
+                    .tcp_nodelay(true)
+                    .http2_keep_alive_interval(Duration::from_secs(10))
+                    .connect_lazy();
+                channels.insert(addr.to_owned(), channel.clone());
+                channel
+            }
+        };
+        Ok(RaftServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    async fn pass(
+        &self,
+        from: NodeId,
+        to: NodeId,
+        addr: &str,
+        leg: &str,
+    ) -> Result<(), TransportError> {
+        let Some(faults) = &self.faults else {
+            return Ok(());
+        };
+        if to == UNKNOWN_NODE {
+            return Ok(());
+        }
+        match faults.verdict(from, to) {
+            Verdict::Drop => Err(TransportError::Unreachable {
+                addr: addr.to_owned(),
+                reason: format!("{leg} lost by fault injection"),
+            }),
+            Verdict::Deliver(delay) => {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends one request to `target` at `addr` and decodes its reply.
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        target: NodeId,
+        addr: &str,
+        method: Method,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, TransportError> {
+        let protocol = |reason: String| TransportError::Protocol {
+            addr: addr.to_owned(),
+            reason,
+        };
+        let payload = serde_json::to_vec(request).map_err(|e| protocol(e.to_string()))?;
+        self.pass(self.me, target, addr, "request").await?;
+        let mut client = self.client(addr)?;
+        let mut request = tonic::Request::new(RaftMessage { payload });
+        request.set_timeout(timeout);
+        let reply = match method {
+            Method::Vote => client.vote(request).await,
+            Method::AppendEntries => client.append_entries(request).await,
+            Method::InstallSnapshot => client.install_snapshot(request).await,
+            Method::Forward => client.forward(request).await,
+            Method::Join => client.join(request).await,
+            Method::Remove => client.remove(request).await,
+            Method::ReadIndex => client.read_index(request).await,
+        };
+        let reply = reply.map_err(|status| match status.code() {
+            tonic::Code::Unavailable
+            | tonic::Code::Cancelled
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::Unknown => TransportError::Unreachable {
+                addr: addr.to_owned(),
+                reason: status.message().to_owned(),
+            },
+            _ => protocol(status.to_string()),
+        })?;
+        self.pass(target, self.me, addr, "reply").await?;
+        if target != UNKNOWN_NODE {
+            self.liveness.peer_answered(target);
+        }
+        serde_json::from_slice(&reply.into_inner().payload).map_err(|e| protocol(e.to_string()))
+    }
+
+    /// Forwards a write to the leader; the leader answers once it has applied it.
+    pub async fn forward(
+        &self,
+        leader: NodeId,
+        node: &NodeInfo,
+        command: &Command,
+        timeout: Duration,
+    ) -> Result<Forwarded, WriteError> {
+        let reply: Result<Result<Forwarded, WriteError>, TransportError> = self
+            .call(leader, &node.grpc_addr, Method::Forward, command, timeout)
+            .await;
+        match reply {
+            Ok(result) => result,
+            Err(e) => Err(WriteError::Unavailable {
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// Asks the member at `addr` (id `target` if known) to add a node.
+    pub async fn join(
+        &self,
+        target: NodeId,
+        addr: &str,
+        request: &JoinRequest,
+        timeout: Duration,
+    ) -> Result<(), MembershipError> {
+        let reply: Result<Result<(), MembershipError>, _> = self
+            .call(target, addr, Method::Join, request, timeout)
+            .await;
+        reply.unwrap_or_else(|e| {
+            Err(MembershipError::Unavailable {
+                reason: e.to_string(),
+            })
+        })
+    }
+
+    /// Asks the leader to take `id` out of the cluster.
+    pub async fn remove(
+        &self,
+        leader: NodeId,
+        node: &NodeInfo,
+        id: NodeId,
+        timeout: Duration,
+    ) -> Result<(), MembershipError> {
+        let reply: Result<Result<(), MembershipError>, _> = self
+            .call(leader, &node.grpc_addr, Method::Remove, &id, timeout)
+            .await;
+        reply.unwrap_or_else(|e| {
+            Err(MembershipError::Unavailable {
+                reason: e.to_string(),
+            })
+        })
+    }
+
+    /// Asks the leader for an index that a linearizable read must wait for.
+    pub async fn read_index(
+        &self,
+        leader: NodeId,
+        node: &NodeInfo,
+        timeout: Duration,
+    ) -> Result<u64, MembershipError> {
+        let reply: Result<Result<u64, MembershipError>, _> = self
+            .call(leader, &node.grpc_addr, Method::ReadIndex, &(), timeout)
+            .await;
+        reply.unwrap_or_else(|e| {
+            Err(MembershipError::Unavailable {
+                reason: e.to_string(),
+            })
+        })
     }
 }
 
@@ -64,27 +267,22 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> Peer {
         Peer {
+            network: self.clone(),
             target,
             node: node.clone(),
-            client: self.client(&node.grpc_addr).map_err(|e| e.to_string()),
         }
     }
 }
 
-/// The connection to one peer.
+/// openraft's client of one peer.
 pub struct Peer {
+    network: Network,
     target: NodeId,
     node: NodeInfo,
-    client: Result<RaftServiceClient<Channel>, String>,
 }
 
-/// A failure of the transport itself (not of the remote Raft).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct TransportError(String);
-
 impl Peer {
-    async fn call<Req, Resp, E>(
+    async fn raft_call<Req, Resp, E>(
         &mut self,
         method: Method,
         request: &Req,
@@ -95,35 +293,21 @@ impl Peer {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let client = match &self.client {
-            Ok(client) => client.clone(),
-            Err(e) => {
-                return Err(RPCError::Unreachable(Unreachable::new(&TransportError(
-                    e.clone(),
-                ))))
-            }
-        };
-        let payload =
-            serde_json::to_vec(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut request = tonic::Request::new(RaftMessage { payload });
-        request.set_timeout(option.hard_ttl());
-        let mut client = client;
-        let reply = match method {
-            Method::Vote => client.vote(request).await,
-            Method::AppendEntries => client.append_entries(request).await,
-            Method::InstallSnapshot => client.install_snapshot(request).await,
-        };
-        let reply = reply.map_err(|status| match status.code() {
-            tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::DeadlineExceeded => {
-                RPCError::Unreachable(Unreachable::new(&TransportError(
-                    status.message().to_owned(),
-                )))
-            }
-            _ => RPCError::Network(NetworkError::new(&TransportError(status.to_string()))),
-        })?;
-        let result: Result<Resp, E> = serde_json::from_slice(&reply.into_inner().payload)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        result.map_err(|e| {
+        let reply: Result<Resp, E> = self
+            .network
+            .call(
+                self.target,
+                &self.node.grpc_addr,
+                method,
+                request,
+                option.hard_ttl(),
+            )
+            .await
+            .map_err(|e| match e {
+                TransportError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+                TransportError::Protocol { .. } => RPCError::Network(NetworkError::new(&e)),
+            })?;
+        reply.map_err(|e| {
             RPCError::RemoteError(RemoteError::new_with_node(
                 self.target,
                 self.node.clone(),
@@ -133,19 +317,13 @@ impl Peer {
     }
 }
 
-enum Method {
-    Vote,
-    AppendEntries,
-    InstallSnapshot,
-}
-
 impl RaftNetwork<TypeConfig> for Peer {
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
-        self.call(Method::AppendEntries, &rpc, &option).await
+        self.raft_call(Method::AppendEntries, &rpc, &option).await
     }
 
     async fn install_snapshot(
@@ -156,7 +334,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, NodeInfo, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.call(Method::InstallSnapshot, &rpc, &option).await
+        self.raft_call(Method::InstallSnapshot, &rpc, &option).await
     }
 
     async fn vote(
@@ -164,6 +342,6 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
-        self.call(Method::Vote, &rpc, &option).await
+        self.raft_call(Method::Vote, &rpc, &option).await
     }
 }

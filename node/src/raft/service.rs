@@ -1,5 +1,8 @@
-//! The Raft gRPC service: receives votes, entries and snapshot chunks for the local Raft,
-//! and writes forwarded by followers.
+//! The node-to-node gRPC service: votes, entries and snapshot chunks for the local Raft,
+//! and rowcall's cluster calls (forwarded writes, joins, removals, read indexes).
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use rowcall_proto::raft::raft_service_server::RaftService;
 use rowcall_proto::raft::RaftMessage;
@@ -7,17 +10,19 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
-use super::{Command, Raft};
+use super::{Command, NodeId};
+use crate::app::{App, Proposal, WriteError};
+use crate::cluster::{Forwarded, JoinRequest, MembershipError};
 
-/// Serves the local Raft to peers.
+/// Serves the local node to its peers.
 pub struct RaftGrpc {
-    raft: Raft,
+    app: Arc<App>,
 }
 
 impl RaftGrpc {
-    /// A service for `raft`.
-    pub fn new(raft: Raft) -> Self {
-        Self { raft }
+    /// A service for `app`.
+    pub fn new(app: Arc<App>) -> Self {
+        Self { app }
     }
 }
 
@@ -34,7 +39,7 @@ fn encode<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
 #[tonic::async_trait]
 impl RaftService for RaftGrpc {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let result = self.raft.vote(decode(request)?).await;
+        let result = self.app.raft.vote(decode(request)?).await;
         encode(&result)
     }
 
@@ -42,7 +47,10 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let result = self.raft.append_entries(decode(request)?).await;
+        let result = self.app.raft.append_entries(decode(request)?).await;
+        if result.is_ok() {
+            self.app.liveness.leader_contacted();
+        }
         encode(&result)
     }
 
@@ -50,7 +58,10 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let result = self.raft.install_snapshot(decode(request)?).await;
+        let result = self.app.raft.install_snapshot(decode(request)?).await;
+        if result.is_ok() {
+            self.app.liveness.leader_contacted();
+        }
         encode(&result)
     }
 
@@ -59,7 +70,40 @@ impl RaftService for RaftGrpc {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         let command: Command = decode(request)?;
-        let result = self.raft.client_write(command).await;
+        let timeout = Duration::from_millis(self.app.config.limits.write_timeout_ms);
+        let result: Result<Forwarded, WriteError> = if self.app.is_stale() {
+            Err(WriteError::Unavailable {
+                reason: "the leader cannot reach a quorum".into(),
+            })
+        } else {
+            match self.app.propose(command, timeout).await {
+                Ok(forwarded) => Ok(forwarded),
+                Err(Proposal::Forward(leader)) => Err(WriteError::NotLeader { leader }),
+                Err(Proposal::Failed(e)) => Err(e),
+            }
+        };
+        encode(&result)
+    }
+
+    async fn join(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let join: JoinRequest = decode(request)?;
+        let result = self.app.join(join).await;
+        encode(&result)
+    }
+
+    async fn remove(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let id: NodeId = decode(request)?;
+        let result = self.app.remove_member(id).await;
+        encode(&result)
+    }
+
+    async fn read_index(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let () = decode(request)?;
+        let timeout = Duration::from_millis(self.app.config.limits.min_index_wait_ms);
+        let result: Result<u64, MembershipError> = self.app.leader_read_index(timeout).await;
         encode(&result)
     }
 }

@@ -1,6 +1,7 @@
 //! Cluster status, health, readiness, metrics, and the snapshot trigger.
 
-use axum::extract::State;
+use axum::body::Body;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -8,8 +9,10 @@ use openraft::ServerState;
 use serde_json::json;
 
 use super::error::ApiError;
-use super::{require, Http};
+use super::{read_json, require, Http};
 use crate::auth::Scope;
+use crate::cluster::JoinRequest;
+use crate::raft::NodeInfo;
 
 fn role(state: ServerState) -> &'static str {
     match state {
@@ -41,6 +44,22 @@ pub async fn status(State(http): State<Http>) -> Json<serde_json::Value> {
         })
         .collect();
     let learners: Vec<u64> = membership.learner_ids().collect();
+    // Only the leader knows how far each follower has replicated.
+    let last_log = metrics.last_log_index.unwrap_or(0);
+    let lag: serde_json::Map<String, serde_json::Value> = metrics
+        .replication
+        .as_ref()
+        .map(|replication| {
+            replication
+                .iter()
+                .filter(|(id, _)| **id != app.node_id)
+                .map(|(id, matched)| {
+                    let matched = matched.map_or(0, |m| m.index);
+                    (id.to_string(), json!(last_log.saturating_sub(matched)))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     Json(json!({
         "node_id": app.node_id,
         "role": role(metrics.state),
@@ -50,9 +69,66 @@ pub async fn status(State(http): State<Http>) -> Json<serde_json::Value> {
         "last_log_index": metrics.last_log_index,
         "snapshot_index": metrics.snapshot.map(|s| s.index),
         "purged_index": metrics.purged.map(|p| p.index),
+        "stale": app.is_stale(),
         "members": members,
         "learners": learners,
+        "follower_lag": lag,
+        "outbox": app.outbox.len(),
     }))
+}
+
+/// A node to add.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddMember {
+    /// The new node's id.
+    id: u64,
+    /// Its gRPC address (`host:port`).
+    grpc_addr: String,
+    /// Its HTTP address (`host:port`).
+    http_addr: String,
+    /// Add it as a learner (read replica) instead of a voter.
+    #[serde(default)]
+    learner: bool,
+}
+
+/// Adds a member (admin key); any node hands the change to the leader. Idempotent.
+#[utoipa::path(post, path = "/api/cluster/members", request_body = AddMember,
+    responses((status = 200, description = "member added (or already there)"), (status = 409, description = "refused"), (status = 503, description = "no leader or quorum")))]
+pub async fn add_member(
+    State(http): State<Http>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let app = &http.app;
+    require(app, &headers, Scope::Admin, "change the membership")?;
+    let add: AddMember = read_json(&headers, body, 64 * 1024).await?;
+    if add.id == 0 {
+        return Err(ApiError::WrongShape("id must be a positive number".into()));
+    }
+    app.join(JoinRequest {
+        id: add.id,
+        node: NodeInfo {
+            grpc_addr: add.grpc_addr,
+            http_addr: add.http_addr,
+        },
+        learner: add.learner,
+    })
+    .await?;
+    Ok(Json(json!({ "ok": true, "id": add.id })).into_response())
+}
+
+/// Removes a voter or a learner (admin key); any node hands the change to the leader.
+#[utoipa::path(delete, path = "/api/cluster/members/{id}", params(("id" = u64, Path, description = "node id")),
+    responses((status = 200, description = "member removed"), (status = 409, description = "not a member, or refused"), (status = 503, description = "no leader or quorum")))]
+pub async fn remove_member(
+    State(http): State<Http>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+) -> Result<Response, ApiError> {
+    require(&http.app, &headers, Scope::Admin, "change the membership")?;
+    http.app.remove_member(id).await?;
+    Ok(Json(json!({ "ok": true, "removed": id })).into_response())
 }
 
 /// Builds a snapshot now and purges the log behind it (admin key).

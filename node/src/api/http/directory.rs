@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use utoipa::IntoParams;
 
 use super::error::ApiError;
-use super::{await_min_index, read_json, require, Http, INDEX_HEADER};
+use super::{read_barrier, read_json, require, Http, ReadOptions, INDEX_HEADER};
 use crate::app::Written;
 use crate::auth::Scope;
 use crate::catalogue::row::{Row, RowInput, RowRuleError};
@@ -36,8 +36,6 @@ pub struct ListQuery {
     cursor: Option<String>,
     /// Rows per page (default 100, max 1000).
     limit: Option<usize>,
-    /// Wait until this node applied this index.
-    min_index: Option<u64>,
 }
 
 /// Optimistic concurrency for deletes.
@@ -46,14 +44,6 @@ pub struct ListQuery {
 pub struct DeleteQuery {
     /// Delete only if the stored version is this.
     if_version: Option<u64>,
-}
-
-/// Read-your-writes for single reads.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct ReadQuery {
-    /// Wait until this node applied this index.
-    min_index: Option<u64>,
 }
 
 /// The field schema embedded in listings, so a client learns the row's shape from the data.
@@ -88,15 +78,16 @@ fn with_index(mut response: Response, index: u64) -> Response {
 }
 
 /// One page of rows.
-#[utoipa::path(get, path = "/api/directory", params(ListQuery),
+#[utoipa::path(get, path = "/api/directory", params(ListQuery, ReadOptions),
     responses((status = 200, description = "`{rows, count, next_cursor, index, schema}`")))]
 pub async fn list(
     State(http): State<Http>,
     headers: HeaderMap,
     Query(query): Query<ListQuery>,
+    Query(read): Query<ReadOptions>,
 ) -> Result<Response, ApiError> {
     let app = &http.app;
-    await_min_index(app, &headers, query.min_index).await?;
+    read_barrier(app, &headers, &read).await?;
     let limit = query.limit.unwrap_or(PAGE_DEFAULT).clamp(1, PAGE_MAX);
     let (rows, next) =
         app.catalogue
@@ -114,16 +105,16 @@ pub async fn list(
 }
 
 /// One row.
-#[utoipa::path(get, path = "/api/directory/{key}", params(("key" = String, Path, description = "row key"), ReadQuery),
+#[utoipa::path(get, path = "/api/directory/{key}", params(("key" = String, Path, description = "row key"), ReadOptions),
     responses((status = 200, body = Row), (status = 404, description = "no such row")))]
 pub async fn get_row(
     State(http): State<Http>,
     headers: HeaderMap,
     Path(key): Path<String>,
-    Query(query): Query<ReadQuery>,
+    Query(read): Query<ReadOptions>,
 ) -> Result<Json<Row>, ApiError> {
     let app = &http.app;
-    await_min_index(app, &headers, query.min_index).await?;
+    read_barrier(app, &headers, &read).await?;
     let row = app
         .catalogue
         .read()
@@ -133,13 +124,13 @@ pub async fn get_row(
 }
 
 /// The four counts.
-#[utoipa::path(get, path = "/api/directory/counts", params(ReadQuery), responses((status = 200, body = Counts)))]
+#[utoipa::path(get, path = "/api/directory/counts", params(ReadOptions), responses((status = 200, body = Counts)))]
 pub async fn counts(
     State(http): State<Http>,
     headers: HeaderMap,
-    Query(query): Query<ReadQuery>,
+    Query(read): Query<ReadOptions>,
 ) -> Result<Json<Counts>, ApiError> {
-    await_min_index(&http.app, &headers, query.min_index).await?;
+    read_barrier(&http.app, &headers, &read).await?;
     Ok(Json(http.app.catalogue.read().counts()))
 }
 

@@ -14,12 +14,12 @@ use serde_json::{json, Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::ApiError;
-use super::{await_min_index, base_url, principal, read_json, Http, INDEX_HEADER};
+use super::{base_url, principal, read_barrier, read_json, Http, ReadOptions, INDEX_HEADER};
 use crate::app::App;
 use crate::auth::Scope;
 use crate::catalogue::row::{Auth, Row};
 use crate::dispatch::receipt::{valid_receipt_id, Confirmation};
-use crate::dispatch::{self as run, InvokeInput, Invoked, RunError};
+use crate::dispatch::{self as run, InvokeInput, Invoked, ProofStatus, RunError};
 
 const DEFAULT_LIMIT: usize = 5;
 const MAX_LIMIT: usize = 50;
@@ -43,8 +43,6 @@ pub struct DispatchQuery {
     limit: Option<usize>,
     /// With `invoke`: arguments as a JSON object.
     args: Option<String>,
-    /// Wait until this node applied this index (read-your-writes across nodes).
-    min_index: Option<u64>,
 }
 
 /// One ranked candidate.
@@ -96,7 +94,7 @@ pub struct InvokeBody {
 }
 
 /// Ask, contract, run-now or confirm.
-#[utoipa::path(get, path = "/api/dispatch", params(DispatchQuery),
+#[utoipa::path(get, path = "/api/dispatch", params(DispatchQuery, ReadOptions),
     responses((status = 200, description = "ranked candidates (ask), a contract (key), an invocation (invoke) or a confirmation (confirm)", body = AskAnswer),
               (status = 400, description = "not exactly one of ask, key, invoke, confirm"),
               (status = 404, description = "unknown key, or unknown receipt (`confirmed: false`)")))]
@@ -104,6 +102,7 @@ pub async fn get_dispatch(
     State(http): State<Http>,
     headers: HeaderMap,
     Query(query): Query<DispatchQuery>,
+    Query(read): Query<ReadOptions>,
 ) -> Result<Response, ApiError> {
     let app = &http.app;
     let chosen = [&query.ask, &query.key, &query.invoke, &query.confirm]
@@ -116,7 +115,7 @@ pub async fn get_dispatch(
             hint: "GET /api/dispatch?ask=what+time+is+it",
         });
     }
-    await_min_index(app, &headers, query.min_index).await?;
+    read_barrier(app, &headers, &read).await?;
     let base = base_url(app, &headers);
     if let Some(ask) = &query.ask {
         let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
@@ -427,7 +426,7 @@ async fn invoke_row(
             })
         }
     };
-    let invoked = run::invoke(app, row, input, caller).await??;
+    let invoked = run::invoke(app, row, input, caller).await?;
     Ok(invocation_response(key, base, invoked))
 }
 
@@ -436,16 +435,23 @@ fn invocation_response(key: &str, base: &str, invoked: Invoked) -> Response {
         receipt,
         result,
         error,
+        status: proof_status,
     } = invoked;
     let id = &receipt.id;
-    let proof = json!({
+    let mut proof = json!({
         "invocation_id": id,
         "index": receipt.index,
-        "status": "committed",
+        "status": proof_status.as_str(),
         "receipt": format!("{base}/api/receipts/{id}"),
         "confirm": format!("{base}/api/dispatch?confirm={id}"),
         "public_receipt": format!("{base}/receipt/{id}"),
     });
+    if proof_status == ProofStatus::Pending {
+        // Not in the log yet: no index; it confirms on this node now, everywhere after healing.
+        if let Some(map) = proof.as_object_mut() {
+            map.remove("index");
+        }
+    }
     let (status, body) = match error {
         None => (
             StatusCode::OK,
@@ -467,9 +473,11 @@ fn invocation_response(key: &str, base: &str, invoked: Invoked) -> Response {
         }
     };
     let mut response = (status, Json(body)).into_response();
-    response
-        .headers_mut()
-        .insert(INDEX_HEADER, HeaderValue::from(receipt.index));
+    if proof_status == ProofStatus::Committed {
+        response
+            .headers_mut()
+            .insert(INDEX_HEADER, HeaderValue::from(receipt.index));
+    }
     response
 }
 
@@ -484,8 +492,20 @@ fn confirm(app: &App, id: &str) -> Result<Response, ApiError> {
     if !valid_receipt_id(id) {
         return Ok(unknown());
     }
-    match app.receipts.get(id).map_err(ApiError::internal)? {
-        Some(receipt) => Ok(Json(Confirmation::from(&receipt)).into_response()),
+    if let Some(receipt) = app.receipts.get(id).map_err(ApiError::internal)? {
+        return Ok(Json(Confirmation::from(&receipt)).into_response());
+    }
+    // Ran here while the cluster had no quorum: durable in this node's outbox.
+    match app.outbox.get(id).map_err(ApiError::internal)? {
+        Some(receipt) => {
+            let mut confirmation =
+                serde_json::to_value(Confirmation::from(&receipt)).map_err(ApiError::internal)?;
+            confirmation["status"] = json!("pending");
+            if let Some(map) = confirmation.as_object_mut() {
+                map.remove("index");
+            }
+            Ok(Json(confirmation).into_response())
+        }
         None => Ok(unknown()),
     }
 }

@@ -86,6 +86,12 @@ pub enum ApiError {
         /// The index applied.
         applied: u64,
     },
+    /// A linearizable read could not get a read index from the leader.
+    #[error("no linearizable read index: {0}")]
+    NoReadIndex(String),
+    /// A membership change failed.
+    #[error(transparent)]
+    Membership(#[from] crate::cluster::MembershipError),
     /// Something failed inside the node; details go to the log only.
     #[error("internal error")]
     Internal(String),
@@ -113,9 +119,14 @@ impl ApiError {
             Self::Invoke(InvokeRefusal::Disabled(_)) => (S::FORBIDDEN, "row_disabled", "an operator must enable the row before it can run"),
             Self::Invoke(InvokeRefusal::InvalidArgs { .. }) => (S::UNPROCESSABLE_ENTITY, "invalid_args", "GET /api/dispatch?key=<KEY> shows the schema and an example"),
             Self::Invoke(InvokeRefusal::Unavailable(_)) => (S::NOT_IMPLEMENTED, "runner_unavailable", "this node version has no runner for the row's type"),
+            Self::Invoke(InvokeRefusal::NotRecorded(_)) => (S::SERVICE_UNAVAILABLE, "receipt_not_stored", "the node's storage failed; retry on another node"),
             Self::Write(WriteError::Unavailable { .. }) => (S::SERVICE_UNAVAILABLE, "no_quorum", "the cluster has no quorum right now; retry after the Retry-After delay"),
             Self::Write(WriteError::NotLeader { .. }) => (S::SERVICE_UNAVAILABLE, "no_leader", "the cluster is electing a leader; retry shortly"),
+            Self::Write(WriteError::NotApplied { .. }) => (S::SERVICE_UNAVAILABLE, "not_applied_here", "the write committed; read it from another node, or retry this read with min_index"),
             Self::Write(WriteError::Fatal(_)) => (S::SERVICE_UNAVAILABLE, "shutting_down", "this node is stopping; use another node"),
+            Self::NoReadIndex(_) => (S::SERVICE_UNAVAILABLE, "no_read_index", "the leader or a quorum is unreachable; retry, or read without consistency=linearizable"),
+            Self::Membership(crate::cluster::MembershipError::Rejected { .. }) => (S::CONFLICT, "membership_rejected", "see GET /api/cluster for the current members"),
+            Self::Membership(_) => (S::SERVICE_UNAVAILABLE, "no_quorum", "the cluster has no leader or quorum right now; retry"),
             Self::Behind { .. } => (S::SERVICE_UNAVAILABLE, "behind", "retry, or ask a node that has caught up"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal", "retry; if it persists, the node's log has the details"),
         }

@@ -19,7 +19,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::de::DeserializeOwned;
@@ -30,6 +30,8 @@ use crate::auth::{Principal, Scope};
 
 /// Header carrying the applied (or written) index.
 pub const INDEX_HEADER: &str = "x-rowcall-index";
+/// Header marking an answer served while this node is cut off from the leader.
+pub const STALE_HEADER: &str = "x-rowcall-stale";
 /// Header asking a read to wait until this node applied an index.
 pub const MIN_INDEX_HEADER: &str = "x-rowcall-min-index";
 
@@ -64,6 +66,8 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle) -> Router {
         .route("/receipt/{id}", get(receipts::public_page))
         .route("/api/cluster", get(cluster::status))
         .route("/api/cluster/snapshot", post(cluster::snapshot))
+        .route("/api/cluster/members", post(cluster::add_member))
+        .route("/api/cluster/members/{id}", delete(cluster::remove_member))
         .route("/api/openapi.json", get(openapi::document))
         .route("/metrics", get(cluster::metrics))
         .route("/healthz", get(cluster::healthz))
@@ -86,6 +90,12 @@ async fn observe(State(http): State<Http>, request: Request, next: Next) -> Resp
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = request.method().as_str().to_owned();
     let mut response = next.run(request).await;
+    if http.app.is_stale() {
+        // Served from what this node has, while it cannot reach the leader or a quorum.
+        response
+            .headers_mut()
+            .insert(STALE_HEADER, HeaderValue::from_static("true"));
+    }
     if !response.headers().contains_key(INDEX_HEADER) {
         let index = http.app.applied_index();
         response
@@ -202,13 +212,37 @@ fn base_url(app: &App, headers: &HeaderMap) -> String {
     format!("http://{host}")
 }
 
-/// Waits, bounded, until this node has applied the index the client asks for
-/// (`x-rowcall-min-index` or `min_index`), so a session keeps reading its own writes.
-async fn await_min_index(
-    app: &App,
-    headers: &HeaderMap,
-    query: Option<u64>,
-) -> Result<(), ApiError> {
+/// How fresh a read must be.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReadOptions {
+    /// Wait (bounded) until this node applied this index: send back an earlier answer's
+    /// `x-rowcall-index` to keep reading your writes on any node. The header
+    /// `x-rowcall-min-index` does the same.
+    min_index: Option<u64>,
+    /// `linearizable`: confirm with the leader and a quorum first (read index), then answer.
+    consistency: Option<String>,
+}
+
+/// Waits, bounded, until this node may answer a read as the client asks: after it applied
+/// `min_index` (read-your-writes across nodes), and for `consistency=linearizable` after it
+/// applied the leader's quorum-confirmed read index.
+async fn read_barrier(app: &App, headers: &HeaderMap, read: &ReadOptions) -> Result<(), ApiError> {
+    let wait = Duration::from_millis(app.config.limits.min_index_wait_ms);
+    match read.consistency.as_deref() {
+        None | Some("default") | Some("any") => {}
+        Some("linearizable") => {
+            app.linearizable_index(wait)
+                .await
+                .map_err(|e| ApiError::NoReadIndex(e.to_string()))?;
+        }
+        Some(other) => {
+            return Err(ApiError::BadRequest {
+                message: format!("unknown consistency {other:?}"),
+                hint: "consistency=linearizable, or leave it out",
+            })
+        }
+    }
     let from_header = headers
         .get(MIN_INDEX_HEADER)
         .and_then(|v| v.to_str().ok())
@@ -219,10 +253,9 @@ async fn await_min_index(
             })
         })
         .transpose()?;
-    let Some(wanted) = from_header.max(query) else {
+    let Some(wanted) = from_header.max(read.min_index) else {
         return Ok(());
     };
-    let wait = Duration::from_millis(app.config.limits.min_index_wait_ms);
     if app.wait_applied(wanted, wait).await {
         Ok(())
     } else {

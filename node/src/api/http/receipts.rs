@@ -9,7 +9,7 @@ use serde_json::json;
 use utoipa::IntoParams;
 
 use super::error::ApiError;
-use super::{await_min_index, require, Http};
+use super::{read_barrier, require, Http, ReadOptions};
 use crate::auth::Scope;
 use crate::dispatch::receipt::{valid_receipt_id, Receipt};
 
@@ -21,30 +21,20 @@ pub struct ByKeyQuery {
     key: String,
     /// At most this many, newest first (default 50, max 1000).
     limit: Option<usize>,
-    /// Wait until this node applied this index.
-    min_index: Option<u64>,
-}
-
-/// Read-your-writes for a single receipt.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct ReceiptQuery {
-    /// Wait until this node applied this index.
-    min_index: Option<u64>,
 }
 
 /// One receipt with stored input and output (admin key).
-#[utoipa::path(get, path = "/api/receipts/{id}", params(("id" = String, Path, description = "inv_…"), ReceiptQuery),
+#[utoipa::path(get, path = "/api/receipts/{id}", params(("id" = String, Path, description = "inv_…"), ReadOptions),
     responses((status = 200, body = Receipt), (status = 401, description = "no admin key"), (status = 404, description = "unknown id")))]
 pub async fn by_id(
     State(http): State<Http>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Query(query): Query<ReceiptQuery>,
+    Query(read): Query<ReadOptions>,
 ) -> Result<Json<Receipt>, ApiError> {
     let app = &http.app;
     require(app, &headers, Scope::Admin, "read forensic receipts")?;
-    await_min_index(app, &headers, query.min_index).await?;
+    read_barrier(app, &headers, &read).await?;
     let found = if valid_receipt_id(&id) {
         app.receipts.get(&id).map_err(ApiError::internal)?
     } else {
@@ -56,16 +46,17 @@ pub async fn by_id(
 }
 
 /// The receipts of one row, newest first (admin key). They outlive the row.
-#[utoipa::path(get, path = "/api/receipts", params(ByKeyQuery),
+#[utoipa::path(get, path = "/api/receipts", params(ByKeyQuery, ReadOptions),
     responses((status = 200, description = "`{key, count, receipts}`"), (status = 401, description = "no admin key")))]
 pub async fn by_key(
     State(http): State<Http>,
     headers: HeaderMap,
     Query(query): Query<ByKeyQuery>,
+    Query(read): Query<ReadOptions>,
 ) -> Result<Response, ApiError> {
     let app = &http.app;
     require(app, &headers, Scope::Admin, "read forensic receipts")?;
-    await_min_index(app, &headers, query.min_index).await?;
+    read_barrier(app, &headers, &read).await?;
     let limit = query.limit.unwrap_or(50).clamp(1, 1_000);
     let receipts = app
         .receipts
