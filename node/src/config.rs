@@ -105,7 +105,8 @@ impl Default for LimitsConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RaftConfig {
-    /// Leader heartbeat interval.
+    /// Leader heartbeat interval; openraft also uses it as the timeout of one AppendEntries
+    /// RPC, so it must cover a follower decoding and flushing a full batch.
     pub heartbeat_ms: u64,
     /// Election timeout, lower bound.
     pub election_timeout_min_ms: u64,
@@ -120,9 +121,9 @@ pub struct RaftConfig {
 impl Default for RaftConfig {
     fn default() -> Self {
         Self {
-            heartbeat_ms: 100,
-            election_timeout_min_ms: 400,
-            election_timeout_max_ms: 800,
+            heartbeat_ms: 150,
+            election_timeout_min_ms: 600,
+            election_timeout_max_ms: 1_200,
             snapshot_every: 5_000,
             keep_after_snapshot: 1_000,
         }

@@ -107,6 +107,8 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
 
 fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
     let r = &config.raft;
+    // openraft bounds every AppendEntries RPC by the heartbeat interval, so the interval must
+    // leave room for a follower to decode and fsync a full batch; elections wait longer.
     let raft = openraft::Config {
         cluster_name: "rowcall".into(),
         heartbeat_interval: r.heartbeat_ms,
@@ -116,7 +118,7 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
         snapshot_max_chunk_size: 4 * 1024 * 1024,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_every.max(1)),
         max_in_snapshot_log_to_keep: r.keep_after_snapshot,
-        purge_batch_size: 256,
+        purge_batch_size: 32,
         ..Default::default()
     };
     Ok(raft.validate()?)

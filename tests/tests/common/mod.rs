@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::net::SocketAddr;
 
 use rowcall_node::{Config, NodeHandle};

@@ -1,0 +1,476 @@
+//! The cluster (DESIGN §3.1, §3.2, §7): several in-process nodes replicate through Raft over
+//! gRPC behind a fault-injecting transport. Every node serves the whole protocol; a client
+//! always reads its own writes; a leader loss, a lagging node, a minority partition and a
+//! learner each behave as promised, and nothing acknowledged is lost.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::{eventually, Cluster};
+use common::{ADMIN, INVOKE};
+use serde_json::{json, Value};
+
+fn row(key: &str, what: &str) -> Value {
+    json!({"key": key, "type": "static", "auth": "public", "category": "Cluster",
+           "content": format!("# WHAT: {what}\n\n{{\"key\":\"{key}\"}}\n")})
+}
+
+/// Inserts a row on a node; returns the write's index.
+async fn insert(cluster: &Cluster, id: u64, row: &Value) -> reqwest::Response {
+    cluster
+        .http
+        .post(format!("{}/api/directory", cluster.url(id)))
+        .header("x-terminal-key", ADMIN)
+        .json(row)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn index_of(response: &reqwest::Response) -> u64 {
+    response.headers()["x-rowcall-index"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Writes until one succeeds (bounded), for the moments a new leader is being elected.
+async fn insert_eventually(cluster: &Cluster, id: u64, row: &Value) -> u64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let response = insert(cluster, id, row).await;
+        if response.status().is_success() {
+            return index_of(&response);
+        }
+        assert_eq!(response.status(), 503, "only unavailability is retried");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no write succeeded on node {id}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_node_reads_its_own_writes_at_once() {
+    let cluster = Cluster::start(3, 0).await;
+    for i in 0..200u64 {
+        let id = 1 + i % 3;
+        let key = format!("RYW_{i:03}");
+        let response = insert(
+            &cluster,
+            id,
+            &row(&key, &format!("Read your writes probe {i}")),
+        )
+        .await;
+        assert_eq!(response.status(), 201, "insert {i} on node {id}");
+        let (status, _, got) = cluster.get(id, &format!("/api/directory/{key}")).await;
+        assert_eq!(status, 200, "node {id} reads {key} right after writing it");
+        assert_eq!(got["key"], key);
+        let (_, _, asked) = cluster
+            .get(id, &format!("/api/dispatch?ask=read+your+writes+probe+{i}"))
+            .await;
+        assert_eq!(
+            asked["best"]["key"], key,
+            "node {id} asks for {key}: {asked}"
+        );
+    }
+    let last = cluster.applied(cluster.leader().await);
+    cluster.converge(last).await;
+    for id in cluster.ids() {
+        let (_, _, counts) = cluster.get(id, "/api/directory/counts").await;
+        assert_eq!(counts["rows_total"], 200, "node {id}");
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_moving_between_nodes_keeps_reading_its_writes() {
+    let cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let writer = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let reader = cluster
+        .ids()
+        .into_iter()
+        .find(|&id| id != leader && id != writer)
+        .unwrap();
+    // Replication to the reader is slow, so without the token it would not see the row yet.
+    // (The delay stays under the AppendEntries timeout, the heartbeat interval.)
+    cluster
+        .faults
+        .delay(leader, reader, Duration::from_millis(60));
+    let response = insert(
+        &cluster,
+        writer,
+        &row("MOVING_SESSION", "A row written on one node"),
+    )
+    .await;
+    assert_eq!(response.status(), 201);
+    let token = index_of(&response);
+    let got = cluster
+        .http
+        .get(format!(
+            "{}/api/directory/MOVING_SESSION",
+            cluster.url(reader)
+        ))
+        .header("x-rowcall-min-index", token.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.status(),
+        200,
+        "the reader waited for the writer's index"
+    );
+    let served_at: u64 = got.headers()["x-rowcall-index"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(served_at >= token);
+    // The same through the query parameter, and a linearizable read on a follower.
+    let (status, _, _) = cluster
+        .get(
+            reader,
+            &format!("/api/dispatch?key=MOVING_SESSION&min_index={token}"),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, _, _) = cluster
+        .get(
+            reader,
+            "/api/directory/MOVING_SESSION?consistency=linearizable",
+        )
+        .await;
+    assert_eq!(status, 200);
+    cluster.faults.heal();
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_survive_the_loss_of_the_leader_and_it_catches_up() {
+    let mut cluster = Cluster::start(3, 0).await;
+    let mut written = Vec::new();
+    for i in 0..20 {
+        let key = format!("BEFORE_{i:02}");
+        let response = insert(
+            &cluster,
+            1 + i % 3,
+            &row(&key, "written before the leader stopped"),
+        )
+        .await;
+        assert_eq!(response.status(), 201);
+        written.push(key);
+    }
+    let old_leader = cluster.leader().await;
+    cluster.stop(old_leader).await;
+    let survivors: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|&id| id != old_leader)
+        .collect();
+    let mut last = 0;
+    for i in 0..20 {
+        let key = format!("AFTER_{i:02}");
+        last = insert_eventually(
+            &cluster,
+            survivors[i % 2],
+            &row(&key, "written after the leader stopped"),
+        )
+        .await;
+        written.push(key);
+    }
+    let new_leader = cluster.leader().await;
+    assert_ne!(new_leader, old_leader);
+    cluster.restart(old_leader).await;
+    cluster.converge(last).await;
+    for id in cluster.ids() {
+        for key in &written {
+            let (status, _, _) = cluster.get(id, &format!("/api/directory/{key}")).await;
+            assert_eq!(status, 200, "node {id} has {key}");
+        }
+    }
+    cluster.shutdown().await;
+}
+
+fn small_snapshots(config: &mut rowcall_node::Config) {
+    config.raft.snapshot_every = 50;
+    config.raft.keep_after_snapshot = 0;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_that_missed_a_compacted_log_catches_up_by_snapshot() {
+    let mut cluster = Cluster::start_with(3, 0, small_snapshots).await;
+    let leader = cluster.leader().await;
+    let behind = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    cluster.stop(behind).await;
+    let mut last = 0;
+    let mut receipts = Vec::new();
+    for i in 0..150 {
+        let response = insert(
+            &cluster,
+            leader,
+            &row(&format!("SNAP_{i:03}"), "compacted away"),
+        )
+        .await;
+        assert_eq!(response.status(), 201);
+        last = index_of(&response);
+        if i % 30 == 0 {
+            let invoked: Value = cluster
+                .http
+                .post(format!("{}/api/dispatch", cluster.url(leader)))
+                .json(&json!({"key": format!("SNAP_{i:03}")}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            receipts.push(
+                invoked["proof"]["invocation_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+    }
+    eventually(Duration::from_secs(10), "the leader purged its log", || {
+        let purged = cluster
+            .member(leader)
+            .handle
+            .as_ref()
+            .unwrap()
+            .app
+            .raft
+            .metrics()
+            .borrow()
+            .purged;
+        async move { purged.is_some_and(|p| p.index > 0) }
+    })
+    .await;
+    cluster.restart(behind).await;
+    cluster.converge(last).await;
+    let (_, _, status) = cluster.get(behind, "/api/cluster").await;
+    assert!(
+        status["snapshot_index"].as_u64().is_some(),
+        "it installed a snapshot: {status}"
+    );
+    let (_, _, counts) = cluster.get(behind, "/api/directory/counts").await;
+    assert_eq!(counts["rows_total"], 150);
+    for id in &receipts {
+        let (status, _, confirmed) = cluster
+            .get(behind, &format!("/api/dispatch?confirm={id}"))
+            .await;
+        assert_eq!(status, 200, "{confirmed}");
+        assert_eq!(confirmed["confirmed"], true);
+    }
+    let (_, _, asked) = cluster
+        .get(behind, "/api/dispatch?ask=compacted+away")
+        .await;
+    assert!(
+        asked["count"].as_u64().unwrap() > 0,
+        "its resolver index was rebuilt: {asked}"
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_minority_partition_serves_stale_reads_refuses_writes_and_keeps_receipts() {
+    let cluster = Cluster::start(3, 0).await;
+    let seed = insert(
+        &cluster,
+        1,
+        &row("PARTITION_ECHO", "Answer during a partition"),
+    )
+    .await;
+    assert_eq!(seed.status(), 201);
+    cluster.converge(index_of(&seed)).await;
+    let leader = cluster.leader().await;
+    let cut = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    cluster.faults.isolate(cut, &cluster.ids());
+    eventually(
+        Duration::from_secs(10),
+        "the cut-off node knows it is stale",
+        || {
+            let stale = cluster.member(cut).handle.as_ref().unwrap().app.is_stale();
+            async move { stale }
+        },
+    )
+    .await;
+
+    let (status, headers, got) = cluster.get(cut, "/api/directory/PARTITION_ECHO").await;
+    assert_eq!(status, 200);
+    assert_eq!(got["key"], "PARTITION_ECHO");
+    assert_eq!(headers["x-rowcall-stale"], "true");
+    let (status, headers, _) = cluster
+        .get(cut, "/api/dispatch?ask=answer+during+a+partition")
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-rowcall-stale"], "true");
+
+    let refused = insert(&cluster, cut, &row("NOT_WRITTEN", "refused without quorum")).await;
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+
+    let mut pending = Vec::new();
+    for _ in 0..5 {
+        let invoked: Value = cluster
+            .http
+            .post(format!("{}/api/dispatch", cluster.url(cut)))
+            .json(&json!({"key": "PARTITION_ECHO"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(invoked["ok"], true, "{invoked}");
+        assert_eq!(invoked["proof"]["status"], "pending", "{invoked}");
+        let id = invoked["proof"]["invocation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (status, _, confirmed) = cluster
+            .get(cut, &format!("/api/dispatch?confirm={id}"))
+            .await;
+        assert_eq!(status, 200);
+        assert_eq!(confirmed["status"], "pending");
+        pending.push(id);
+    }
+    // The majority side keeps taking writes meanwhile.
+    let majority = cluster.ids().into_iter().find(|&id| id != cut).unwrap();
+    insert_eventually(
+        &cluster,
+        majority,
+        &row("MAJORITY_WRITE", "written by the majority"),
+    )
+    .await;
+
+    cluster.faults.heal();
+    for id in &pending {
+        for node in cluster.ids() {
+            let path = format!("/api/dispatch?confirm={id}");
+            eventually(
+                Duration::from_secs(20),
+                &format!("{id} confirms on node {node}"),
+                || {
+                    let request = cluster.get(node, &path);
+                    async move {
+                        let (status, _, body) = request.await;
+                        status == 200 && body["confirmed"] == true && body.get("status").is_none()
+                    }
+                },
+            )
+            .await;
+        }
+    }
+    let (_, headers, _) = cluster
+        .get(
+            cut,
+            "/api/directory/MAJORITY_WRITE?consistency=linearizable",
+        )
+        .await;
+    assert!(!headers.contains_key("x-rowcall-stale"));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_learner_serves_reads_never_votes_and_forwards_writes() {
+    let cluster = Cluster::start(3, 1).await;
+    let learner = 4;
+    let (_, _, status) = cluster.get(learner, "/api/cluster").await;
+    assert_eq!(status["role"], "learner");
+    let leader = cluster.leader().await;
+    let (_, _, status) = cluster.get(leader, "/api/cluster").await;
+    assert_eq!(status["learners"], json!([learner]), "{status}");
+    let voters: Vec<&Value> = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["voter"] == true)
+        .collect();
+    assert_eq!(voters.len(), 3);
+    assert!(voters.iter().all(|m| m["id"] != learner));
+
+    let response = insert(
+        &cluster,
+        learner,
+        &row("FROM_THE_EDGE", "written through a learner"),
+    )
+    .await;
+    assert_eq!(response.status(), 201);
+    let (status, _, got) = cluster.get(learner, "/api/directory/FROM_THE_EDGE").await;
+    assert_eq!(status, 200, "{got}");
+    let invoked = cluster
+        .http
+        .post(format!("{}/api/dispatch", cluster.url(learner)))
+        .bearer_auth(INVOKE)
+        .json(&json!({"key": "FROM_THE_EDGE"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(invoked.status(), 200);
+    let invoked: Value = invoked.json().await.unwrap();
+    assert_eq!(invoked["proof"]["status"], "committed");
+
+    // Losing the learner costs the voters nothing.
+    cluster.faults.isolate(learner, &cluster.ids());
+    let response = insert(
+        &cluster,
+        leader,
+        &row("WITHOUT_THE_LEARNER", "the learner is cut off"),
+    )
+    .await;
+    assert_eq!(response.status(), 201);
+    cluster.faults.heal();
+    cluster.converge(index_of(&response)).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn members_can_be_removed_and_the_rest_keeps_writing() {
+    let mut cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let gone = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let asked_on = cluster
+        .ids()
+        .into_iter()
+        .find(|&id| id != leader && id != gone)
+        .unwrap();
+    let removed = cluster
+        .http
+        .delete(format!(
+            "{}/api/cluster/members/{gone}",
+            cluster.url(asked_on)
+        ))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(removed.status(), 200);
+    cluster.stop(gone).await;
+    let (_, _, status) = cluster.get(leader, "/api/cluster").await;
+    assert_eq!(status["members"].as_array().unwrap().len(), 2, "{status}");
+    // Two voters remain; both must answer, and they do.
+    let response = insert(
+        &cluster,
+        asked_on,
+        &row("AFTER_REMOVAL", "written by two voters"),
+    )
+    .await;
+    assert_eq!(response.status(), 201);
+    let again = cluster
+        .http
+        .delete(format!(
+            "{}/api/cluster/members/{gone}",
+            cluster.url(leader)
+        ))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409, "not a member any more");
+    cluster.shutdown().await;
+}

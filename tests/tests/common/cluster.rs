@@ -1,0 +1,241 @@
+//! An in-process cluster on loopback port 0: every node its own data folder, all sharing one
+//! fault-injecting transport so tests can partition, delay and heal links.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rowcall_node::raft::faults::Faults;
+use rowcall_node::{Config, NodeHandle, StartOptions};
+use serde_json::Value;
+
+use super::{ADMIN, INVOKE};
+
+/// One member: its handle while running, and the addresses it keeps across restarts.
+pub struct Member {
+    pub id: u64,
+    pub handle: Option<NodeHandle>,
+    pub http: SocketAddr,
+    pub grpc: SocketAddr,
+    pub learner: bool,
+}
+
+impl Member {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.http)
+    }
+}
+
+/// A running cluster.
+pub struct Cluster {
+    pub members: Vec<Member>,
+    pub faults: Arc<Faults>,
+    pub dir: tempfile::TempDir,
+    pub http: reqwest::Client,
+    tweak: fn(&mut Config),
+}
+
+/// Polls `check` every 20 ms until it holds or `within` passes.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Cluster {
+    fn config(&self, id: u64, http: SocketAddr, grpc: SocketAddr) -> Config {
+        let mut config = Config::default();
+        config.node.id = id;
+        config.node.http = http;
+        config.node.grpc = grpc;
+        config.node.data = self.dir.path().join(format!("node-{id}"));
+        config.node.demo = false;
+        config.auth.admin_key = Some(ADMIN.into());
+        config.auth.invoke_keys.insert("ci".into(), INVOKE.into());
+        // Short timeouts keep fault tests quick; the election timeout stays well above the
+        // heartbeat so a loaded CI machine does not flap leaders.
+        config.raft.heartbeat_ms = 100;
+        config.raft.election_timeout_min_ms = 400;
+        config.raft.election_timeout_max_ms = 800;
+        config.limits.write_timeout_ms = 3_000;
+        config.limits.receipt_timeout_ms = 1_000;
+        (self.tweak)(&mut config);
+        config
+    }
+
+    /// Starts `voters` voters and `learners` learners; node 1 initialises, the others join it.
+    pub async fn start(voters: u64, learners: u64) -> Self {
+        Self::start_with(voters, learners, |_| {}).await
+    }
+
+    /// [`Cluster::start`] with a configuration tweak applied to every node.
+    pub async fn start_with(voters: u64, learners: u64, tweak: fn(&mut Config)) -> Self {
+        let mut cluster = Cluster {
+            members: Vec::new(),
+            faults: Arc::new(Faults::default()),
+            dir: tempfile::tempdir().unwrap(),
+            http: reqwest::Client::new(),
+            tweak,
+        };
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        for id in 1..=voters + learners {
+            let mut config = cluster.config(id, any, any);
+            if id > 1 {
+                config.node.join = Some(cluster.members[0].grpc.to_string());
+                config.node.learner = id > voters;
+            }
+            let handle = rowcall_node::start_with(
+                config,
+                StartOptions {
+                    faults: Some(cluster.faults.clone()),
+                },
+            )
+            .await
+            .expect("node starts");
+            if id == 1 {
+                handle
+                    .app
+                    .raft
+                    .wait(Some(Duration::from_secs(10)))
+                    .current_leader(1, "node 1 leads the new cluster")
+                    .await
+                    .unwrap();
+            }
+            cluster.members.push(Member {
+                id,
+                http: handle.http_addr,
+                grpc: handle.grpc_addr,
+                handle: Some(handle),
+                learner: id > voters,
+            });
+        }
+        cluster
+    }
+
+    pub fn member(&self, id: u64) -> &Member {
+        &self.members[(id - 1) as usize]
+    }
+
+    pub fn url(&self, id: u64) -> String {
+        self.member(id).url()
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.members.iter().map(|m| m.id).collect()
+    }
+
+    /// The leader as the running nodes see it, once they agree.
+    pub async fn leader(&self) -> u64 {
+        let mut leader = 0;
+        eventually(
+            Duration::from_secs(15),
+            "the running nodes agree on a leader",
+            || {
+                let seen: Vec<Option<u64>> = self
+                    .members
+                    .iter()
+                    .filter_map(|m| m.handle.as_ref())
+                    .map(|h| h.app.raft.metrics().borrow().current_leader)
+                    .collect();
+                let first = seen.first().copied().flatten();
+                let agreed = first.is_some()
+                    && seen.iter().all(|s| *s == first)
+                    && self.member(first.unwrap()).handle.is_some();
+                if agreed {
+                    leader = first.unwrap();
+                }
+                async move { agreed }
+            },
+        )
+        .await;
+        leader
+    }
+
+    /// Stops a node (its data folder stays).
+    pub async fn stop(&mut self, id: u64) {
+        let handle = self.members[(id - 1) as usize]
+            .handle
+            .take()
+            .expect("running");
+        handle.shutdown().await;
+    }
+
+    /// Restarts a stopped node on its old addresses and data folder.
+    pub async fn restart(&mut self, id: u64) {
+        let member = &self.members[(id - 1) as usize];
+        let config = self.config(id, member.http, member.grpc);
+        let handle = rowcall_node::start_with(
+            config,
+            StartOptions {
+                faults: Some(self.faults.clone()),
+            },
+        )
+        .await
+        .expect("node restarts");
+        self.members[(id - 1) as usize].handle = Some(handle);
+    }
+
+    /// The applied index of a running node.
+    pub fn applied(&self, id: u64) -> u64 {
+        self.member(id)
+            .handle
+            .as_ref()
+            .expect("running")
+            .app
+            .applied_index()
+    }
+
+    /// Waits until every running node has applied `index`.
+    pub async fn converge(&self, index: u64) {
+        for member in self.members.iter().filter(|m| m.handle.is_some()) {
+            let id = member.id;
+            eventually(
+                Duration::from_secs(20),
+                &format!("node {id} applies index {index}"),
+                || {
+                    let done = self.applied(id) >= index;
+                    async move { done }
+                },
+            )
+            .await;
+        }
+    }
+
+    /// GET a JSON document from a node.
+    pub async fn get(
+        &self,
+        id: u64,
+        path: &str,
+    ) -> (reqwest::StatusCode, reqwest::header::HeaderMap, Value) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.url(id)))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.json().await.unwrap_or(Value::Null);
+        (status, headers, body)
+    }
+
+    pub async fn shutdown(mut self) {
+        for member in &mut self.members {
+            if let Some(handle) = member.handle.take() {
+                handle.shutdown().await;
+            }
+        }
+    }
+}
