@@ -19,6 +19,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Raft timing and snapshot policy.
     pub raft: RaftConfig,
+    /// The MCP projection (`/api/mcp`).
+    pub mcp: McpConfig,
 }
 
 /// Identity, addresses and data folder of one node.
@@ -42,6 +44,11 @@ pub struct NodeConfig {
     pub join: Option<String>,
     /// Join as a learner: a read replica that never votes.
     pub learner: bool,
+    /// The gRPC address peers should dial (`host:port`, a DNS name allowed), when it differs
+    /// from the bind address (e.g. binding 0.0.0.0 in a container). Default: the bound address.
+    pub advertise_grpc: Option<String>,
+    /// The HTTP address shown to clients in cluster status, likewise.
+    pub advertise_http: Option<String>,
 }
 
 impl Default for NodeConfig {
@@ -55,6 +62,8 @@ impl Default for NodeConfig {
             demo: true,
             join: None,
             learner: false,
+            advertise_grpc: None,
+            advertise_http: None,
         }
     }
 }
@@ -130,6 +139,37 @@ impl Default for RaftConfig {
     }
 }
 
+/// The MCP projection: who may reach it from where, and how it pages.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// `Host` values (`name` or `name:port`) the MCP endpoints accept, against DNS
+    /// rebinding. Empty (the default): loopback names, the HTTP listen address's host, and
+    /// the host of `public_url`; a node listening on an unspecified address (0.0.0.0, ::)
+    /// then accepts any `Host`, since its names are not known. `["*"]` accepts any.
+    pub allowed_hosts: Vec<String>,
+    /// Browser `Origin`s allowed (`scheme://host[:port|:*]`); a request carrying any other
+    /// `Origin` gets 403. Requests without `Origin` (non-browser clients) pass. Default:
+    /// loopback origins on any port, and the origin of `public_url`.
+    pub allowed_origins: Vec<String>,
+    /// Tools per `tools/list` page in rows mode.
+    pub page_size: usize,
+    /// Seconds an idle MCP session is kept in a node's memory; any node restores it on
+    /// demand afterwards.
+    pub session_idle_secs: u64,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            page_size: 100,
+            session_idle_secs: 300,
+        }
+    }
+}
+
 /// A configuration that could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -192,6 +232,12 @@ impl Config {
                 .mcp_tokens
                 .extend(parse_named_secrets("ROWCALL_MCP_TOKENS", &list)?);
         }
+        if let Some(list) = get("ROWCALL_MCP_ALLOWED_HOSTS") {
+            self.mcp.allowed_hosts = split_list(&list);
+        }
+        if let Some(list) = get("ROWCALL_MCP_ALLOWED_ORIGINS") {
+            self.mcp.allowed_origins = split_list(&list);
+        }
         if let Some(url) = get("ROWCALL_PUBLIC_URL").filter(|u| !u.is_empty()) {
             self.node.public_url = Some(url);
         }
@@ -203,6 +249,15 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Splits a comma-separated list, dropping empty items.
+fn split_list(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Parses `name=secret,name=secret`.

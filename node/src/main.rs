@@ -29,6 +29,12 @@ struct Flags {
     /// Join as a learner: a read replica that never votes.
     #[arg(long, requires = "join")]
     learner: bool,
+    /// The gRPC address peers dial, if not the bound one (e.g. `rowcall-0.peers:9090`).
+    #[arg(long, value_name = "HOST:PORT")]
+    advertise_grpc: Option<String>,
+    /// The HTTP address shown in cluster status, if not the bound one.
+    #[arg(long, value_name = "HOST:PORT")]
+    advertise_http: Option<String>,
     /// Do not load the demo catalogue into a new cluster.
     #[arg(long)]
     no_demo: bool,
@@ -63,6 +69,12 @@ impl Flags {
         if self.learner {
             config.node.learner = true;
         }
+        if let Some(addr) = self.advertise_grpc {
+            config.node.advertise_grpc = Some(addr);
+        }
+        if let Some(addr) = self.advertise_http {
+            config.node.advertise_http = Some(addr);
+        }
         if self.no_demo {
             config.node.demo = false;
         }
@@ -72,7 +84,10 @@ impl Flags {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+        .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ROWCALL_LOG")
                 .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into()),

@@ -26,13 +26,31 @@ pub const RAFT_IS_LEADER: &str = "rowcall_raft_is_leader";
 /// Approximate bytes of the resolver index.
 pub const RESOLVER_INDEX_BYTES: &str = "rowcall_resolver_index_bytes";
 
+/// Latency buckets in seconds: 50 µs to 10 s.
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 10.0,
+];
+
+/// 1 when `/readyz` would answer 200.
+pub const READY: &str = "rowcall_node_ready";
+/// 1 while this node cannot reach the leader or a quorum (its reads are marked stale).
+pub const STALE: &str = "rowcall_node_stale";
+/// Receipts waiting in this node's outbox.
+pub const OUTBOX_RECEIPTS: &str = "rowcall_dispatch_outbox_receipts";
+
 /// Installs the process-wide recorder once and returns its handle (in-process test clusters
 /// share it).
 pub fn install() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            // Histograms (not summaries) so a cluster-wide percentile can be computed from
+            // every node's buckets.
+            let recorder = PrometheusBuilder::new()
+                .set_buckets(&LATENCY_BUCKETS)
+                .map(|b| b.build_recorder())
+                .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
             let handle = recorder.handle();
             // Fails only if another recorder was installed first; then ours just renders empty.
             let _ = metrics::set_global_recorder(recorder);

@@ -192,8 +192,14 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     });
 
     let me = NodeInfo {
-        grpc_addr: grpc_addr.to_string(),
-        http_addr: http_addr.to_string(),
+        grpc_addr: node
+            .advertise_grpc
+            .clone()
+            .unwrap_or_else(|| grpc_addr.to_string()),
+        http_addr: node
+            .advertise_http
+            .clone()
+            .unwrap_or_else(|| http_addr.to_string()),
     };
     let fresh = !raft.is_initialized().await?;
     if fresh && node.join.is_none() {

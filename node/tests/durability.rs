@@ -5,73 +5,32 @@
 //! acknowledged row and every receipt it handed out must be there. The second scenario does
 //! the same after snapshots were taken and the log purged behind them.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod support;
+
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::{spawn, wait_ready, Process, ADMIN};
 
-const ADMIN: &str = "durability-admin";
-
-struct Node {
-    child: Child,
-    url: String,
-}
-
-/// Starts the binary on free ports and returns once it serves HTTP.
-fn spawn(root: &std::path::Path, snapshot_every: u64) -> Node {
-    let data = root.join("data");
-    // Snapshot policy through the config file, so the file path of configuration is real too.
+/// Starts the binary with its snapshot policy in a config file (so that path is real too).
+fn start(root: &std::path::Path, snapshot_every: u64) -> Process {
     let config = root.join("rowcall.toml");
     std::fs::write(
         &config,
         format!("[raft]\nsnapshot_every = {snapshot_every}\nkeep_after_snapshot = 0\n"),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rowcall-node"))
-        .args([
+    spawn(
+        &[
             "--http",
             "127.0.0.1:0",
             "--grpc",
             "127.0.0.1:0",
             "--no-demo",
-            "--data",
-        ])
-        .arg(&data)
-        .arg("--config")
-        .arg(&config)
-        .env("ROWCALL_ADMIN_KEY", ADMIN)
-        .env("ROWCALL_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn rowcall-node");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("the node printed its address before exiting")
-            .expect("read stdout");
-        if let Some(rest) = line.strip_prefix("rowcall: serving HTTP on ") {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    // Keep draining stdout so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Node { child, url }
-}
-
-async fn wait_ready(http: &reqwest::Client, url: &str) {
-    for _ in 0..200 {
-        if let Ok(r) = http.get(format!("{url}/readyz")).send().await {
-            if r.status() == 200 {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("node at {url} never became ready");
+        ],
+        &root.join("data"),
+        Some(&config),
+    )
 }
 
 fn row(i: usize) -> Value {
@@ -190,7 +149,7 @@ async fn verify(http: &reqwest::Client, url: &str, receipts: &[(String, String)]
 async fn kill_and_restart(snapshot_every: u64, check_snapshot: bool) {
     let dir = tempfile::tempdir().unwrap();
     let http = reqwest::Client::new();
-    let mut node = spawn(dir.path(), snapshot_every);
+    let mut node = start(dir.path(), snapshot_every);
     wait_ready(&http, &node.url).await;
     let receipts = write_load(&http, &node.url).await;
     assert_eq!(receipts.len(), 200);
@@ -216,14 +175,12 @@ async fn kill_and_restart(snapshot_every: u64, check_snapshot: bool) {
             "a snapshot was taken and the log purged behind it"
         );
     }
-    node.child.kill().expect("SIGKILL");
-    node.child.wait().unwrap();
+    node.kill();
 
-    let mut node = spawn(dir.path(), snapshot_every);
+    let mut node = start(dir.path(), snapshot_every);
     wait_ready(&http, &node.url).await;
     verify(&http, &node.url, &receipts).await;
-    node.child.kill().unwrap();
-    node.child.wait().unwrap();
+    node.kill();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,6 +22,7 @@
 //! `planner_visible`.
 
 pub mod demo;
+pub mod feed;
 pub mod resolver;
 pub mod row;
 
@@ -32,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use self::feed::{ChangeOp, Feed};
 use self::resolver::{Document, Hit, Resolver};
 use self::row::Row;
 
@@ -72,6 +74,7 @@ pub struct Catalogue {
     rows: BTreeMap<String, Arc<Row>>,
     counts: Counts,
     resolver: Resolver,
+    feed: Feed,
 }
 
 impl Catalogue {
@@ -80,8 +83,12 @@ impl Catalogue {
         self.rows.get(key).cloned()
     }
 
-    /// Inserts or replaces a row, keeping counts and the resolver current.
+    /// Inserts or replaces a row, keeping counts and the resolver current, and publishes the
+    /// change on the feed (at the row's version, the index of the write).
     pub fn put(&mut self, row: Row) {
+        let projection = feed::projection_changed(self.rows.get(&row.key).map(|r| &**r), Some(&row));
+        self.feed
+            .publish(row.version, ChangeOp::Put, &row.key, projection);
         if let Some(old) = self.rows.get(&row.key) {
             self.counts.add(&old.clone(), -1);
         }
@@ -103,7 +110,15 @@ impl Catalogue {
 
     /// Removes a row; returns it if it was there.
     pub fn remove(&mut self, key: &str) -> Option<Arc<Row>> {
+        let index = self.feed.last_index();
+        self.remove_at(key, index)
+    }
+
+    /// Removes a row as the entry at `index` asks, and publishes the change on the feed.
+    pub fn remove_at(&mut self, key: &str, index: u64) -> Option<Arc<Row>> {
         let old = self.rows.remove(key)?;
+        let projection = feed::projection_changed(Some(&old), None);
+        self.feed.publish(index, ChangeOp::Delete, key, projection);
         self.counts.add(&old, -1);
         if key == SYNONYMS_KEY {
             self.resolver.set_synonyms(&[]);
@@ -116,10 +131,39 @@ impl Catalogue {
     /// Replaces everything (start-up and snapshot install): one full rebuild. The operator
     /// synonyms are reset too, and set again if `rows` holds [`SYNONYMS_KEY`].
     pub fn replace_all(&mut self, rows: impl IntoIterator<Item = Row>) {
+        // The feed outlives the rebuild: its subscribers are told to start over once.
+        let feed = std::mem::take(&mut self.feed);
         *self = Self::default();
         for row in rows {
             self.put(row);
         }
+        let index = self.rows.values().map(|r| r.version).max().unwrap_or(0);
+        self.feed = feed;
+        self.feed.reset(index);
+    }
+
+    /// Subscribes to the change feed, first collecting what a subscriber that has seen
+    /// everything up to `since` missed (see [`feed::Backlog`]). Subscribing and reading the
+    /// backlog under one lock means no change is missed or repeated between them.
+    pub fn watch(
+        &self,
+        since: Option<u64>,
+        applied: u64,
+    ) -> (feed::Backlog, tokio::sync::broadcast::Receiver<feed::Change>) {
+        self.feed.watch(since, applied)
+    }
+
+    /// The MCP projection in key order: projected rows after the key `after`.
+    pub fn projected_after<'a>(
+        &'a self,
+        after: Option<&str>,
+    ) -> impl Iterator<Item = &'a Arc<Row>> + 'a {
+        use std::ops::Bound;
+        let start = after.map_or(Bound::Unbounded, |key| Bound::Excluded(key.to_owned()));
+        self.rows
+            .range((start, Bound::Unbounded))
+            .map(|(_, row)| row)
+            .filter(|row| row.mcp_projected())
     }
 
     /// The four counts.
@@ -173,6 +217,19 @@ impl Catalogue {
             _ => None,
         };
         (page, next)
+    }
+
+    /// A SHA-256 over every row in key order, for comparing nodes' directories.
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        for row in self.rows.values() {
+            if let Ok(bytes) = serde_json::to_vec(&**row) {
+                hasher.update(&bytes);
+            }
+            hasher.update(b"\n");
+        }
+        hex::encode(hasher.finalize())
     }
 
     /// Every row, in key order (for snapshots).

@@ -117,6 +117,21 @@ impl ReceiptReader {
     pub fn count(&self) -> usize {
         self.tree.scan_prefix(RECEIPT).count()
     }
+
+    /// How many receipts are stored and a SHA-256 over all of them in id order, for
+    /// comparing nodes' receipt logs (a full scan: an operator's tool, not a hot path).
+    pub fn digest(&self) -> Result<(usize, String), ReadError> {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        let mut count = 0;
+        for item in self.tree.scan_prefix(RECEIPT) {
+            let (_, bytes) = item?;
+            hasher.update(&bytes);
+            hasher.update(b"\n");
+            count += 1;
+        }
+        Ok((count, hex::encode(hasher.finalize())))
+    }
 }
 
 /// A failure reading stored receipts.
@@ -241,7 +256,7 @@ impl StateMachine {
                         });
                     }
                 }
-                let deleted = u32::from(catalogue.remove(&key).is_some());
+                let deleted = u32::from(catalogue.remove_at(&key, index).is_some());
                 batch.remove(row_key(&key));
                 Ok(CommandResult::Deleted { deleted })
             }

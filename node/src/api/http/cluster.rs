@@ -131,6 +131,27 @@ pub async fn remove_member(
     Ok(Json(json!({ "ok": true, "removed": id })).into_response())
 }
 
+/// Digests of this node's directory and receipt log at its applied index (admin key), so an
+/// operator or the chaos harness can check that nodes converged.
+#[utoipa::path(get, path = "/api/cluster/digest", responses((status = 200, description = "`{index, rows, rows_sha256, receipts, receipts_sha256}`"), (status = 401, description = "no admin key")))]
+pub async fn digest(State(http): State<Http>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let app = &http.app;
+    require(app, &headers, Scope::Admin, "read cluster digests")?;
+    let (index, rows, rows_sha256) = {
+        let catalogue = app.catalogue.read();
+        (app.applied_index(), catalogue.len(), catalogue.digest())
+    };
+    let (receipts, receipts_sha256) = app.receipts.digest().map_err(ApiError::internal)?;
+    Ok(Json(json!({
+        "index": index,
+        "rows": rows,
+        "rows_sha256": rows_sha256,
+        "receipts": receipts,
+        "receipts_sha256": receipts_sha256,
+    }))
+    .into_response())
+}
+
 /// Builds a snapshot now and purges the log behind it (admin key).
 #[utoipa::path(post, path = "/api/cluster/snapshot", responses((status = 202, description = "snapshot started"), (status = 401, description = "no admin key")))]
 pub async fn snapshot(State(http): State<Http>, headers: HeaderMap) -> Result<Response, ApiError> {
@@ -154,30 +175,34 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({ "ok": true }))
 }
 
-/// Readiness: a leader is known and this node has applied every entry in its log that the
-/// leader has committed as far as it knows.
-#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, description = "not ready")))]
-pub async fn readyz(State(http): State<Http>) -> Response {
-    let app = &http.app;
-    let metrics = app.raft.metrics().borrow().clone();
+/// Readiness: a leader is known and reachable, and this node has applied every entry it
+/// knows to be committed.
+async fn ready(app: &crate::app::App) -> (bool, serde_json::Value) {
+    let leader = app.leader();
     let applied = app.applied_index();
     let committed = app
         .raft
         .with_raft_state(|state| state.committed.map_or(0, |c| c.index))
         .await
         .unwrap_or(u64::MAX);
-    let has_leader = metrics.current_leader.is_some();
-    let ready = has_leader && applied >= committed;
+    let stale = app.is_stale();
+    let ready = leader.is_some() && !stale && applied >= committed;
+    (
+        ready,
+        json!({ "ready": ready, "leader": leader, "stale": stale, "applied": applied, "committed": committed }),
+    )
+}
+
+/// Readiness for load balancers: 200 when ready, 503 otherwise.
+#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, description = "not ready")))]
+pub async fn readyz(State(http): State<Http>) -> Response {
+    let (ready, body) = ready(&http.app).await;
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (
-        status,
-        Json(json!({ "ready": ready, "leader": metrics.current_leader, "applied": applied })),
-    )
-        .into_response()
+    (status, Json(body)).into_response()
 }
 
 /// Prometheus text exposition.
@@ -208,7 +233,20 @@ pub async fn metrics(State(http): State<Http>) -> Response {
             0.0
         },
     );
-    metrics::gauge!(crate::metrics::RESOLVER_INDEX_BYTES, "node" => node).set(index_bytes as f64);
+    metrics::gauge!(crate::metrics::RESOLVER_INDEX_BYTES, "node" => node.clone())
+        .set(index_bytes as f64);
+    let (is_ready, _) = ready(app).await;
+    metrics::gauge!(crate::metrics::READY, "node" => node.clone()).set(if is_ready {
+        1.0
+    } else {
+        0.0
+    });
+    metrics::gauge!(crate::metrics::STALE, "node" => node.clone()).set(if app.is_stale() {
+        1.0
+    } else {
+        0.0
+    });
+    metrics::gauge!(crate::metrics::OUTBOX_RECEIPTS, "node" => node).set(app.outbox.len() as f64);
     (
         [(
             header::CONTENT_TYPE,

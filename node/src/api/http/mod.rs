@@ -66,6 +66,7 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle) -> Router {
         .route("/receipt/{id}", get(receipts::public_page))
         .route("/api/cluster", get(cluster::status))
         .route("/api/cluster/snapshot", post(cluster::snapshot))
+        .route("/api/cluster/digest", get(cluster::digest))
         .route("/api/cluster/members", post(cluster::add_member))
         .route("/api/cluster/members/{id}", delete(cluster::remove_member))
         .route("/api/openapi.json", get(openapi::document))

@@ -23,6 +23,9 @@ use super::{cluster, directory, dispatch, receipts};
         receipts::by_key,
         receipts::public_page,
         cluster::status,
+        cluster::digest,
+        cluster::add_member,
+        cluster::remove_member,
         cluster::snapshot,
         cluster::healthz,
         cluster::readyz,
@@ -37,6 +40,7 @@ use super::{cluster, directory, dispatch, receipts};
         crate::dispatch::receipt::Confirmation,
         dispatch::AskAnswer,
         dispatch::InvokeBody,
+        cluster::AddMember,
     ))
 )]
 struct ApiDoc;

@@ -1,0 +1,89 @@
+//! Real `rowcall-node` processes for tests that need a process boundary (SIGKILL).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The admin key of test processes.
+pub const ADMIN: &str = "process-admin";
+
+/// A running node process; killed when dropped so a failed assertion leaves nothing behind.
+pub struct Process {
+    pub child: Child,
+    /// `http://host:port`.
+    pub url: String,
+    /// The bound HTTP address.
+    pub http: String,
+    /// The bound gRPC address.
+    pub grpc: String,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Process {
+    /// Kills the process with SIGKILL: no shutdown, no flush.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reap");
+    }
+}
+
+/// Starts the binary with `args` and returns once it printed where it serves.
+pub fn spawn(args: &[&str], data: &Path, config: Option<&Path>) -> Process {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rowcall-node"));
+    command.args(args).arg("--data").arg(data);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    let mut child = command
+        .env("ROWCALL_ADMIN_KEY", ADMIN)
+        .env("ROWCALL_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rowcall-node");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    // "rowcall: serving HTTP on http://ADDR  (gRPC ADDR)"
+    let (http, grpc) = loop {
+        let line = lines
+            .next()
+            .expect("the node printed its address before exiting")
+            .expect("read stdout");
+        if let Some(rest) = line.strip_prefix("rowcall: serving HTTP on http://") {
+            let mut words = rest.split_whitespace();
+            let http = words.next().unwrap().to_owned();
+            let grpc = words.nth(1).unwrap().trim_end_matches(')').to_owned();
+            break (http, grpc);
+        }
+    };
+    // Keep draining stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Process {
+        child,
+        url: format!("http://{http}"),
+        http,
+        grpc,
+    }
+}
+
+/// Polls `/readyz` until it answers 200.
+pub async fn wait_ready(http: &reqwest::Client, url: &str) {
+    for _ in 0..400 {
+        if let Ok(r) = http.get(format!("{url}/readyz")).send().await {
+            if r.status() == 200 {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("node at {url} never became ready");
+}
