@@ -49,6 +49,9 @@ pub struct NodeConfig {
     pub advertise_grpc: Option<String>,
     /// The HTTP address shown to clients in cluster status, likewise.
     pub advertise_http: Option<String>,
+    /// Dial some peers through another address: peer gRPC address → address to dial (a local
+    /// proxy or sidecar, e.g. the chaos harness's fault proxies).
+    pub peer_routes: BTreeMap<String, String>,
 }
 
 impl Default for NodeConfig {
@@ -64,6 +67,7 @@ impl Default for NodeConfig {
             learner: false,
             advertise_grpc: None,
             advertise_http: None,
+            peer_routes: BTreeMap::new(),
         }
     }
 }
@@ -238,6 +242,11 @@ impl Config {
         if let Some(list) = get("ROWCALL_MCP_ALLOWED_ORIGINS") {
             self.mcp.allowed_origins = split_list(&list);
         }
+        if let Some(routes) = get("ROWCALL_PEER_ROUTES") {
+            self.node
+                .peer_routes
+                .extend(parse_named_secrets("ROWCALL_PEER_ROUTES", &routes)?);
+        }
         if let Some(url) = get("ROWCALL_PUBLIC_URL").filter(|u| !u.is_empty()) {
             self.node.public_url = Some(url);
         }
@@ -260,7 +269,7 @@ fn split_list(list: &str) -> Vec<String> {
         .collect()
 }
 
-/// Parses `name=secret,name=secret`.
+/// Parses `name=value,name=value` (credentials, peer routes).
 pub fn parse_named_secrets(
     variable: &'static str,
     list: &str,
@@ -309,10 +318,12 @@ mod tests {
             .apply_env(|name| match name {
                 "ROWCALL_ADMIN_KEY" => Some("from-env".into()),
                 "ROWCALL_INVOKE_KEYS" => Some("ci=s3cret, bot=other".into()),
+                "ROWCALL_PEER_ROUTES" => Some("127.0.0.1:9082=127.0.0.1:19012".into()),
                 _ => None,
             })
             .unwrap();
         assert_eq!(config.auth.admin_key.as_deref(), Some("from-env"));
+        assert_eq!(config.node.peer_routes["127.0.0.1:9082"], "127.0.0.1:19012");
         assert_eq!(config.auth.invoke_keys["bot"], "other");
     }
 

@@ -35,6 +35,10 @@ struct Flags {
     /// The HTTP address shown in cluster status, if not the bound one.
     #[arg(long, value_name = "HOST:PORT")]
     advertise_http: Option<String>,
+    /// Dial a peer through another address: `PEER_GRPC=DIAL_ADDR` (repeatable), e.g. a
+    /// local proxy.
+    #[arg(long, value_name = "PEER=ADDR")]
+    peer_route: Vec<String>,
     /// Do not load the demo catalogue into a new cluster.
     #[arg(long)]
     no_demo: bool,
@@ -74,6 +78,12 @@ impl Flags {
         }
         if let Some(addr) = self.advertise_http {
             config.node.advertise_http = Some(addr);
+        }
+        for route in self.peer_route {
+            let (peer, via) = route
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("--peer-route {route:?} is not PEER=ADDR"))?;
+            config.node.peer_routes.insert(peer.to_owned(), via.to_owned());
         }
         if self.no_demo {
             config.node.demo = false;

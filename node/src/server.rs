@@ -167,7 +167,8 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     let liveness = Arc::new(Liveness::new(Duration::from_millis(
         config.raft.election_timeout_max_ms * 2,
     )));
-    let network = Network::new(node.id, options.faults, liveness.clone());
+    let network =
+        Network::new(node.id, options.faults, liveness.clone()).with_routes(node.peer_routes.clone());
     let raft = Raft::new(
         node.id,
         Arc::new(raft_config(&config)?),

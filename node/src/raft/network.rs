@@ -73,6 +73,7 @@ pub enum TransportError {
 pub struct Network {
     me: NodeId,
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    routes: Arc<std::collections::BTreeMap<String, String>>,
     faults: Option<Arc<Faults>>,
     liveness: Arc<Liveness>,
 }
@@ -83,9 +84,16 @@ impl Network {
         Self {
             me,
             channels: Arc::default(),
+            routes: Arc::default(),
             faults,
             liveness,
         }
+    }
+
+    /// Dials the peers in `routes` (peer address → address to dial) through other addresses.
+    pub fn with_routes(mut self, routes: std::collections::BTreeMap<String, String>) -> Self {
+        self.routes = Arc::new(routes);
+        self
     }
 
     /// The fault layer, if any.
@@ -94,6 +102,7 @@ impl Network {
     }
 
     fn client(&self, addr: &str) -> Result<RaftServiceClient<Channel>, TransportError> {
+        let addr = self.routes.get(addr).map_or(addr, String::as_str);
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         let channel = match channels.get(addr) {
             Some(channel) => channel.clone(),
