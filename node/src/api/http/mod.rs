@@ -91,6 +91,9 @@ async fn observe(State(http): State<Http>, request: Request, next: Next) -> Resp
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = request.method().as_str().to_owned();
     let mut response = next.run(request).await;
+    if !route.starts_with("/api/mcp") && is_plain_rejection(&response) {
+        response = json_rejection(response).await;
+    }
     if http.app.is_stale() {
         // Served from what this node has, while it cannot reach the leader or a quorum.
         response
@@ -110,6 +113,42 @@ async fn observe(State(http): State<Http>, request: Request, next: Next) -> Resp
     metrics::histogram!(crate::metrics::HTTP_REQUEST_SECONDS, "route" => route)
         .record(started.elapsed().as_secs_f64());
     response
+}
+
+/// Whether `response` is a plain-text client error from axum itself (an extractor's
+/// rejection, or a method the route does not have) rather than one of ours.
+fn is_plain_rejection(response: &Response) -> bool {
+    response.status().is_client_error()
+        && response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_none_or(|ct| ct.starts_with("text/plain"))
+}
+
+/// Rewrites an axum rejection into rowcall's JSON error shape, keeping its status, so every
+/// error a client sees has the same form.
+async fn json_rejection(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let message = String::from_utf8_lossy(&text).trim().to_owned();
+    let (code, hint) = match parts.status.as_u16() {
+        404 => ("not_found", "GET /api/openapi.json lists the endpoints"),
+        405 => ("method_not_allowed", "GET /api/openapi.json lists each endpoint's methods"),
+        413 => ("body_too_large", "send a smaller body"),
+        415 => ("unsupported_media_type", "send Content-Type: application/json"),
+        422 => ("invalid_body", "see /api/openapi.json for the body's shape"),
+        _ => ("bad_request", "check the query parameters and path against /api/openapi.json"),
+    };
+    let message = if message.is_empty() {
+        parts.status.canonical_reason().unwrap_or("bad request").to_owned()
+    } else {
+        message
+    };
+    let body = serde_json::json!({"ok": false, "error": {"code": code, "message": message, "hint": hint}});
+    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(body.to_string()))
 }
 
 /// The credential presented in `Authorization: Bearer` or `x-terminal-key`, if any.
