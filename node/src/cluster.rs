@@ -179,25 +179,51 @@ impl App {
         self.raft.metrics().borrow().current_leader == Some(self.node_id)
     }
 
+    /// The membership this node knows.
+    fn membership(&self) -> openraft::Membership<NodeId, NodeInfo> {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .clone()
+    }
+
+    /// The leader to hand a request to, or why there is none.
+    fn known_leader(&self) -> Result<(NodeId, NodeInfo), MembershipError> {
+        self.leader_node().ok_or(MembershipError::Unavailable {
+            reason: "no leader known".into(),
+        })
+    }
+
+    /// Commits a membership change on this node (the leader), bounded in time.
+    async fn change_membership(
+        &self,
+        change: ChangeMembers<NodeId, NodeInfo>,
+    ) -> Result<(), MembershipError> {
+        tokio::time::timeout(
+            MEMBERSHIP_TIMEOUT,
+            self.raft.change_membership(change, false),
+        )
+        .await
+        .map_err(|_| MembershipError::Unavailable {
+            reason: "the membership change was not committed in time".into(),
+        })?
+        .map_err(membership_error)?;
+        Ok(())
+    }
+
     /// Adds a node as a learner, then (unless it asked to stay a learner) as a voter. Any
     /// member takes the request and hands it to the leader. Joining twice is harmless.
     pub async fn join(&self, request: JoinRequest) -> Result<(), MembershipError> {
         if !self.is_leader() {
-            let (leader, node) = self.leader_node().ok_or(MembershipError::Unavailable {
-                reason: "no leader known".into(),
-            })?;
+            let (leader, node) = self.known_leader()?;
             return self
                 .network
                 .join(leader, &node.grpc_addr, &request, MEMBERSHIP_TIMEOUT)
                 .await;
         }
-        let membership = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .clone();
+        let membership = self.membership();
         let is_voter = membership.voter_ids().any(|v| v == request.id);
         match membership.get_node(&request.id) {
             Some(existing) if *existing != request.node => {
@@ -224,16 +250,8 @@ impl App {
             }
         }
         if !request.learner {
-            let voters = ChangeMembers::AddVoterIds(BTreeSet::from([request.id]));
-            tokio::time::timeout(
-                MEMBERSHIP_TIMEOUT,
-                self.raft.change_membership(voters, false),
-            )
-            .await
-            .map_err(|_| MembershipError::Unavailable {
-                reason: "the membership change was not committed in time".into(),
-            })?
-            .map_err(membership_error)?;
+            self.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([request.id])))
+                .await?;
         }
         tracing::info!(id = request.id, learner = request.learner, node = %request.node, "member joined");
         Ok(())
@@ -242,21 +260,13 @@ impl App {
     /// Takes a voter or a learner out of the cluster.
     pub async fn remove_member(&self, id: NodeId) -> Result<(), MembershipError> {
         if !self.is_leader() {
-            let (leader, node) = self.leader_node().ok_or(MembershipError::Unavailable {
-                reason: "no leader known".into(),
-            })?;
+            let (leader, node) = self.known_leader()?;
             return self
                 .network
                 .remove(leader, &node, id, MEMBERSHIP_TIMEOUT)
                 .await;
         }
-        let membership = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .clone();
+        let membership = self.membership();
         let change = if membership.voter_ids().any(|v| v == id) {
             ChangeMembers::RemoveVoters(BTreeSet::from([id]))
         } else if membership.get_node(&id).is_some() {
@@ -266,15 +276,7 @@ impl App {
                 reason: format!("node {id} is not a member"),
             });
         };
-        tokio::time::timeout(
-            MEMBERSHIP_TIMEOUT,
-            self.raft.change_membership(change, false),
-        )
-        .await
-        .map_err(|_| MembershipError::Unavailable {
-            reason: "the membership change was not committed in time".into(),
-        })?
-        .map_err(membership_error)?;
+        self.change_membership(change).await?;
         tracing::info!(id, "member removed");
         Ok(())
     }
@@ -285,9 +287,7 @@ impl App {
         let index = if self.is_leader() {
             self.leader_read_index(timeout).await?
         } else {
-            let (leader, node) = self.leader_node().ok_or(MembershipError::Unavailable {
-                reason: "no leader known".into(),
-            })?;
+            let (leader, node) = self.known_leader()?;
             self.network.read_index(leader, &node, timeout).await?
         };
         if self.wait_applied(index, timeout).await {
