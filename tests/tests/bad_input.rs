@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{start_with, TestNode, ADMIN};
+use common::{start_with, Fetch, TestNode, ADMIN};
 use reqwest::{RequestBuilder, StatusCode};
 use serde_json::{json, Value};
 
@@ -51,12 +51,8 @@ async fn expect_error(
 async fn counts(node: &TestNode) -> Value {
     node.http
         .get(format!("{}/api/directory/counts", node.url))
-        .send()
+        .fetch()
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 #[tokio::test]
@@ -195,15 +191,7 @@ async fn directory_writes_refuse_bad_input_and_write_nothing() {
 async fn if_version_guards_writes_and_deletes() {
     let node = node().await;
     let dir = format!("{}/api/directory", node.url);
-    let current: Value = node
-        .http
-        .get(format!("{dir}/ECHO"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let current: Value = node.http.get(format!("{dir}/ECHO")).fetch().await;
     let version = current["version"].as_u64().unwrap();
     let mut row = current.clone();
     row["if_version"] = json!(version + 1000);
@@ -247,15 +235,7 @@ async fn if_version_guards_writes_and_deletes() {
         .await
         .unwrap();
     assert_eq!(ok.status(), 200);
-    let unchanged: Value = node
-        .http
-        .get(format!("{dir}/ECHO"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let unchanged: Value = node.http.get(format!("{dir}/ECHO")).fetch().await;
     assert!(unchanged["version"].as_u64().unwrap() > version);
     assert_eq!(unchanged["created_at"], current["created_at"]);
     node.handle.shutdown().await;
@@ -340,24 +320,16 @@ async fn invocations_refuse_bad_input_before_anything_runs() {
         .http
         .get(format!("{}/api/receipts?key=SHA256_HASH", node.url))
         .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert_eq!(ledger["count"], 0, "nothing ran, nothing was recorded");
 
     // A disabled row cannot run.
     let mut row: Value = node
         .http
         .get(format!("{}/api/directory/ECHO", node.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     row["enabled"] = json!(false);
     let disabled = node
         .http

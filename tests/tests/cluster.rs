@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::{eventually, Cluster};
-use common::{ADMIN, INVOKE};
+use common::{Fetch, ADMIN, INVOKE};
 use serde_json::{json, Value};
 
 fn row(key: &str, what: &str) -> Value {
@@ -222,12 +222,8 @@ async fn a_node_that_missed_a_compacted_log_catches_up_by_snapshot() {
                 .http
                 .post(format!("{}/api/dispatch", cluster.url(leader)))
                 .json(&json!({"key": format!("SNAP_{i:03}")}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+                .fetch()
+                .await;
             receipts.push(
                 invoked["proof"]["invocation_id"]
                     .as_str()
@@ -320,12 +316,8 @@ async fn a_minority_partition_serves_stale_reads_refuses_writes_and_keeps_receip
             .http
             .post(format!("{}/api/dispatch", cluster.url(cut)))
             .json(&json!({"key": "PARTITION_ECHO"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            .fetch()
+            .await;
         assert_eq!(invoked["ok"], true, "{invoked}");
         assert_eq!(invoked["proof"]["status"], "pending", "{invoked}");
         let id = invoked["proof"]["invocation_id"]

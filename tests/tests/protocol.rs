@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{start, ADMIN, INVOKE};
+use common::{start, Fetch, ADMIN, INVOKE};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -17,12 +17,8 @@ async fn the_four_step_loop_returns_the_documented_shapes() {
     let ask: Value = http
         .get(format!("{}/api/dispatch", node.url))
         .query(&[("ask", "what time is it")])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert_eq!(ask["ask"], "what time is it");
     assert_eq!(ask["best"]["key"], "TIME_NOW");
     let candidates = ask["candidates"].as_array().unwrap();
@@ -39,14 +35,7 @@ async fn the_four_step_loop_returns_the_documented_shapes() {
     assert!(ask["best"]["do"].as_str().unwrap().contains("POST"));
 
     // 2. contract, as JSON and as markdown
-    let contract: Value = http
-        .get(&contract_url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let contract: Value = http.get(&contract_url).fetch().await;
     assert_eq!(contract["key"], "TIME_NOW");
     assert_eq!(contract["invoke"]["body"], json!({"key": "TIME_NOW"}));
     assert!(contract["ledger"]
@@ -93,28 +82,14 @@ async fn the_four_step_loop_returns_the_documented_shapes() {
     assert_eq!(proof["index"].as_u64().unwrap(), index_header);
 
     // 4. confirm, without a credential
-    let confirmed: Value = http
-        .get(proof["confirm"].as_str().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let confirmed: Value = http.get(proof["confirm"].as_str().unwrap()).fetch().await;
     assert_eq!(confirmed["confirmed"], true);
     assert_eq!(confirmed["key"], "TIME_NOW");
     assert_eq!(confirmed["ok"], true);
     assert_eq!(confirmed["output_sha256"].as_str().unwrap().len(), 64);
 
     // run_now works by GET for a public row
-    let by_get: Value = http
-        .get(&run_now)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let by_get: Value = http.get(&run_now).fetch().await;
     assert_eq!(by_get["ok"], true);
 
     // the public brochure and the forensic receipt
@@ -134,12 +109,8 @@ async fn the_four_step_loop_returns_the_documented_shapes() {
     let forensic: Value = http
         .get(proof["receipt"].as_str().unwrap())
         .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert_eq!(forensic["caller"], "public");
     assert_eq!(forensic["served_by"], 1);
     assert!(forensic["output"].as_str().unwrap().contains("UTC"));
@@ -192,22 +163,14 @@ async fn a_write_is_visible_in_the_next_request_and_receipts_outlive_the_row() {
 
     let got: Value = http
         .get(format!("{}/api/directory/PARCEL_TRACKING", node.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert_eq!(got["version"].as_u64().unwrap(), written_index);
     assert_eq!(got["created_at"], got["updated_at"]);
     let asked: Value = http
         .get(format!("{}/api/dispatch?ask=track+my+parcel", node.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert_eq!(asked["best"]["key"], "PARCEL_TRACKING", "{asked}");
 
     // Updating answers 200 and keeps created_at.
@@ -223,12 +186,8 @@ async fn a_write_is_visible_in_the_next_request_and_receipts_outlive_the_row() {
     let invoked: Value = http
         .post(format!("{}/api/dispatch", node.url))
         .json(&json!({"key": "PARCEL_TRACKING"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert_eq!(invoked["result"]["status"], "in transit");
     let confirm_url = invoked["proof"]["confirm"].as_str().unwrap().to_owned();
 
@@ -251,33 +210,18 @@ async fn a_write_is_visible_in_the_next_request_and_receipts_outlive_the_row() {
     assert_eq!(gone.status(), 404);
     let asked: Value = http
         .get(format!("{}/api/dispatch?ask=track+my+parcel", node.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert_eq!(asked["count"], 0, "{asked}");
 
-    let confirmed: Value = http
-        .get(&confirm_url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let confirmed: Value = http.get(&confirm_url).fetch().await;
     assert_eq!(confirmed["confirmed"], true);
     assert_eq!(confirmed["key"], "PARCEL_TRACKING");
     let ledger: Value = http
         .get(format!("{}/api/receipts?key=PARCEL_TRACKING", node.url))
         .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert_eq!(ledger["count"], 1);
     node.handle.shutdown().await;
 }
@@ -308,12 +252,8 @@ async fn the_four_counts_follow_their_predicates() {
     let counts: Value = node
         .http
         .get(format!("{}/api/directory/counts", node.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert_eq!(
         counts,
         json!({"rows_total": 4, "enabled": 3, "planner_visible": 2, "mcp_projected": 1})
@@ -344,7 +284,7 @@ async fn listing_pages_through_every_row_with_the_field_schema() {
         if let Some(c) = &cursor {
             request = request.query(&[("cursor", c)]);
         }
-        let page: Value = request.send().await.unwrap().json().await.unwrap();
+        let page: Value = request.fetch().await;
         assert!(page["schema"]["key"].is_string());
         keys.extend(
             page["rows"]
@@ -361,12 +301,8 @@ async fn listing_pages_through_every_row_with_the_field_schema() {
     let counts: Value = node
         .http
         .get(format!("{}/api/directory/counts", node.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert_eq!(keys.len() as u64, counts["rows_total"].as_u64().unwrap());
     let mut sorted = keys.clone();
     sorted.sort();
@@ -376,12 +312,8 @@ async fn listing_pages_through_every_row_with_the_field_schema() {
     let time_rows: Value = node
         .http
         .get(format!("{}/api/directory?category=time", node.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert!(time_rows["rows"]
         .as_array()
         .unwrap()
@@ -420,12 +352,8 @@ async fn key_auth_rows_need_an_invoke_credential_and_record_its_name() {
         .http
         .get(ok["proof"]["receipt"].as_str().unwrap())
         .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert_eq!(receipt["caller"], "ci");
     // An invoke key may not write the directory.
     let write = node
@@ -451,12 +379,8 @@ async fn key_auth_rows_need_an_invoke_credential_and_record_its_name() {
         .http
         .get(&url)
         .query(&[("ask", "internal debugging echo")])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert!(
         asked["candidates"]
             .as_array()
@@ -474,12 +398,8 @@ async fn the_openapi_document_describes_every_route() {
     let doc: Value = node
         .http
         .get(format!("{}/api/openapi.json", node.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     for path in [
         "/api/dispatch",
@@ -503,12 +423,8 @@ async fn the_openapi_document_describes_every_route() {
     let cluster: Value = node
         .http
         .get(format!("{}/api/cluster", node.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     assert_eq!(cluster["role"], "leader");
     assert_eq!(cluster["leader"], 1);
     assert_eq!(cluster["members"].as_array().unwrap().len(), 1);

@@ -4,6 +4,21 @@
 
 pub mod cluster;
 
+use serde_json::Value;
+
+/// Sends a request and decodes its JSON answer, panicking with context on failure.
+pub trait Fetch {
+    /// The answer's JSON body.
+    fn fetch(self) -> impl std::future::Future<Output = Value> + Send;
+}
+
+impl Fetch for reqwest::RequestBuilder {
+    async fn fetch(self) -> Value {
+        let response = self.send().await.expect("request sent");
+        response.json().await.expect("a JSON answer")
+    }
+}
+
 use std::net::SocketAddr;
 
 use rowcall_node::{Config, NodeHandle};
