@@ -167,8 +167,8 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     let liveness = Arc::new(Liveness::new(Duration::from_millis(
         config.raft.election_timeout_max_ms * 2,
     )));
-    let network =
-        Network::new(node.id, options.faults, liveness.clone()).with_routes(node.peer_routes.clone());
+    let network = Network::new(node.id, options.faults, liveness.clone())
+        .with_routes(node.peer_routes.clone());
     let raft = Raft::new(
         node.id,
         Arc::new(raft_config(&config)?),
@@ -213,7 +213,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     let (shutdown, _) = watch::channel(false);
     let mut tasks = Vec::new();
     let metrics = crate::metrics::install();
-    let router = http::router(app.clone(), metrics);
+    let router = http::router(app.clone(), metrics, shutdown.subscribe());
     let mut stop = shutdown.subscribe();
     tasks.push(tokio::spawn(async move {
         let serve = axum::serve(http_listener, router).with_graceful_shutdown(async move {

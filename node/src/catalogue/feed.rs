@@ -126,7 +126,11 @@ impl Feed {
 
     /// Subscribes, with what a subscriber that has seen everything up to `since` missed.
     /// `applied` is the node's applied index, read under the same lock.
-    pub fn watch(&self, since: Option<u64>, applied: u64) -> (Backlog, broadcast::Receiver<Change>) {
+    pub fn watch(
+        &self,
+        since: Option<u64>,
+        applied: u64,
+    ) -> (Backlog, broadcast::Receiver<Change>) {
         let rx = self.tx.subscribe();
         let backlog = match since {
             None => Backlog::Changes(Vec::new()),
@@ -205,7 +209,9 @@ mod tests {
             put(&mut feed, i, "K");
         }
         assert_eq!(feed.watch(Some(5), 0).0, Backlog::Reset);
-        assert!(matches!(feed.watch(Some(20), 0).0, Backlog::Changes(c) if c.len() == RETAINED - 10));
+        assert!(
+            matches!(feed.watch(Some(20), 0).0, Backlog::Changes(c) if c.len() == RETAINED - 10)
+        );
     }
 
     #[test]

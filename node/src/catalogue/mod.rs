@@ -86,7 +86,8 @@ impl Catalogue {
     /// Inserts or replaces a row, keeping counts and the resolver current, and publishes the
     /// change on the feed (at the row's version, the index of the write).
     pub fn put(&mut self, row: Row) {
-        let projection = feed::projection_changed(self.rows.get(&row.key).map(|r| &**r), Some(&row));
+        let projection =
+            feed::projection_changed(self.rows.get(&row.key).map(|r| &**r), Some(&row));
         self.feed
             .publish(row.version, ChangeOp::Put, &row.key, projection);
         if let Some(old) = self.rows.get(&row.key) {
@@ -149,7 +150,10 @@ impl Catalogue {
         &self,
         since: Option<u64>,
         applied: u64,
-    ) -> (feed::Backlog, tokio::sync::broadcast::Receiver<feed::Change>) {
+    ) -> (
+        feed::Backlog,
+        tokio::sync::broadcast::Receiver<feed::Change>,
+    ) {
         self.feed.watch(since, applied)
     }
 

@@ -16,13 +16,14 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::ApiError;
 use super::{base_url, principal, read_barrier, read_json, Http, ReadOptions, INDEX_HEADER};
 use crate::app::App;
-use crate::auth::Scope;
+use crate::auth::{Principal, Scope};
 use crate::catalogue::row::{Auth, Row};
 use crate::dispatch::receipt::{valid_receipt_id, Confirmation};
 use crate::dispatch::{self as run, InvokeInput, Invoked, ProofStatus, RunError};
 
 const DEFAULT_LIMIT: usize = 5;
-const MAX_LIMIT: usize = 50;
+/// Most candidates an ask returns.
+pub(crate) const MAX_LIMIT: usize = 50;
 
 /// The four read operations of `GET /api/dispatch`; exactly one of `ask`, `key`, `invoke`
 /// and `confirm` is given.
@@ -177,7 +178,7 @@ pub async fn post_invoke(
     invoke_row(app, &headers, &base, &body.key, input).await
 }
 
-fn find_row(app: &App, key: &str) -> Result<Arc<Row>, ApiError> {
+pub(crate) fn find_row(app: &App, key: &str) -> Result<Arc<Row>, ApiError> {
     app.catalogue
         .read()
         .get(key)
@@ -188,7 +189,7 @@ fn round(score: f32) -> f64 {
     (f64::from(score) * 100.0).round() / 100.0
 }
 
-fn answer_ask(app: &App, base: &str, ask: &str, limit: usize) -> AskAnswer {
+pub(crate) fn answer_ask(app: &App, base: &str, ask: &str, limit: usize) -> AskAnswer {
     let started = Instant::now();
     let (hits, index) = {
         let catalogue = app.catalogue.read();
@@ -299,7 +300,7 @@ fn troubleshooting(row: &Row) -> Vec<Value> {
     rows
 }
 
-fn contract_json(row: &Row, base: &str) -> Value {
+pub(crate) fn contract_json(row: &Row, base: &str) -> Value {
     let docs = row.docs();
     let key = &row.key;
     let mut headers = json!({ "Content-Type": "application/json" });
@@ -410,9 +411,44 @@ async fn invoke_row(
     key: &str,
     input: InvokeInput,
 ) -> Result<Response, ApiError> {
+    let caller = principal(app, headers)?;
+    let invocation = invoke_key(app, caller, Scope::Invoke, base, key, input).await?;
+    let mut response = (invocation.status, Json(invocation.body)).into_response();
+    if let Some(index) = invocation.committed_index {
+        response
+            .headers_mut()
+            .insert(INDEX_HEADER, HeaderValue::from(index));
+    }
+    Ok(response)
+}
+
+/// A finished invocation as it is answered: over HTTP as status and body, over MCP as a
+/// tool result (`isError` when `ok` is false).
+#[derive(Debug)]
+pub(crate) struct Invocation {
+    /// 200, or the status of the runner's failure.
+    pub status: StatusCode,
+    /// `{ok, key, result | error, proof}`.
+    pub body: Value,
+    /// The receipt's log index when it is committed (not while it waits in the outbox).
+    pub committed_index: Option<u64>,
+}
+
+/// Runs row `key` for the holder of `caller`, the one invocation path of HTTP and MCP:
+/// the same auth rule, argument validation and receipt. `scope` is the credential that
+/// lets its holder run `auth: key` rows on the calling interface (invoke keys over HTTP,
+/// MCP tokens over MCP); the admin key always does.
+pub(crate) async fn invoke_key(
+    app: &App,
+    caller: Option<Principal>,
+    scope: Scope,
+    base: &str,
+    key: &str,
+    input: InvokeInput,
+) -> Result<Invocation, ApiError> {
     let row = find_row(app, key)?;
-    let caller = match (row.auth, principal(app, headers)?) {
-        (_, Some(p)) if p.allows(Scope::Invoke) => p.name,
+    let caller = match (row.auth, caller) {
+        (_, Some(p)) if p.allows(scope) => p.name,
         (Auth::Public, _) => "public".to_owned(),
         (Auth::Key, None) => {
             return Err(ApiError::Unauthorized {
@@ -427,10 +463,10 @@ async fn invoke_row(
         }
     };
     let invoked = run::invoke(app, row, input, caller).await?;
-    Ok(invocation_response(key, base, invoked))
+    Ok(invocation(key, base, invoked))
 }
 
-fn invocation_response(key: &str, base: &str, invoked: Invoked) -> Response {
+fn invocation(key: &str, base: &str, invoked: Invoked) -> Invocation {
     let Invoked {
         receipt,
         result,
@@ -472,13 +508,11 @@ fn invocation_response(key: &str, base: &str, invoked: Invoked) -> Response {
             )
         }
     };
-    let mut response = (status, Json(body)).into_response();
-    if proof_status == ProofStatus::Committed {
-        response
-            .headers_mut()
-            .insert(INDEX_HEADER, HeaderValue::from(receipt.index));
+    Invocation {
+        status,
+        body,
+        committed_index: (proof_status == ProofStatus::Committed).then_some(receipt.index),
     }
-    response
 }
 
 fn confirm(app: &App, id: &str) -> Result<Response, ApiError> {

@@ -133,10 +133,12 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The status and the JSON body `{"ok":false,"error":{…}}` this error is answered with
+    /// (also the `structuredContent` of a failed MCP tool call).
+    pub fn wire(&self) -> (StatusCode, serde_json::Value) {
         let (status, code, hint) = self.parts();
-        let message = match &self {
+        let message = match self {
             Self::Internal(detail) => {
                 tracing::error!(%detail, "internal error answered as 500");
                 "internal error".to_owned()
@@ -148,14 +150,20 @@ impl IntoResponse for ApiError {
             other => other.to_string(),
         };
         let mut error = json!({ "code": code, "message": message, "hint": hint });
-        if let Self::Invoke(InvokeRefusal::InvalidArgs { violations, .. }) = &self {
+        if let Self::Invoke(InvokeRefusal::InvalidArgs { violations, .. }) = self {
             error["violations"] = violations
                 .iter()
                 .map(|(pointer, message)| json!({ "pointer": pointer, "message": message }))
                 .collect();
         }
-        let mut response =
-            (status, axum::Json(json!({ "ok": false, "error": error }))).into_response();
+        (status, json!({ "ok": false, "error": error }))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = self.wire();
+        let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response
                 .headers_mut()

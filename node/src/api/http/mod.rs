@@ -4,9 +4,10 @@
 //! Every answer carries `x-rowcall-index`: the write's index for writes, otherwise the index
 //! this node had applied when it answered.
 
+mod changes;
 mod cluster;
 mod directory;
-mod dispatch;
+pub(crate) mod dispatch;
 pub mod error;
 mod openapi;
 mod receipts;
@@ -23,6 +24,7 @@ use axum::routing::{delete, get, post};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::de::DeserializeOwned;
+use tokio::sync::watch;
 
 use self::error::ApiError;
 use crate::app::App;
@@ -42,11 +44,14 @@ pub struct Http {
     pub app: Arc<App>,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
+    /// Turns true when the node shuts down: long-lived streams end.
+    pub stop: watch::Receiver<bool>,
 }
 
-/// The full router.
-pub fn router(app: Arc<App>, metrics: PrometheusHandle) -> Router {
-    let state = Http { app, metrics };
+/// The full router. `stop` turns true when the node shuts down.
+pub fn router(app: Arc<App>, metrics: PrometheusHandle, stop: watch::Receiver<bool>) -> Router {
+    let mcp = crate::api::mcp::routes(&app, stop.clone());
+    let state = Http { app, metrics, stop };
     Router::new()
         .route(
             "/api/dispatch",
@@ -57,6 +62,7 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle) -> Router {
             get(directory::list).post(directory::upsert),
         )
         .route("/api/directory/counts", get(directory::counts))
+        .route("/api/directory/changes", get(changes::changes))
         .route(
             "/api/directory/{key}",
             get(directory::get_row).delete(directory::delete_row),
@@ -73,6 +79,7 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle) -> Router {
         .route("/metrics", get(cluster::metrics))
         .route("/healthz", get(cluster::healthz))
         .route("/readyz", get(cluster::readyz))
+        .merge(mcp)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
@@ -152,7 +159,7 @@ async fn json_rejection(response: Response) -> Response {
 }
 
 /// The credential presented in `Authorization: Bearer` or `x-terminal-key`, if any.
-fn presented_credential(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn presented_credential(headers: &HeaderMap) -> Option<&str> {
     if let Some(value) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -240,7 +247,7 @@ async fn read_json<T: DeserializeOwned>(
 }
 
 /// Base URL for links in answers: the configured public URL, else the request's Host.
-fn base_url(app: &App, headers: &HeaderMap) -> String {
+pub(crate) fn base_url(app: &App, headers: &HeaderMap) -> String {
     if let Some(url) = &app.config.node.public_url {
         return url.trim_end_matches('/').to_owned();
     }

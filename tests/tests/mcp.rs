@@ -1,0 +1,511 @@
+//! The MCP projection through the official Rust SDK's client (rmcp), against in-process nodes.
+//!
+//! What must hold: a client initialises and lists every page of both modes in key order;
+//! a tool call runs through dispatch and carries a receipt that confirms; a failing call is
+//! `isError`, an unknown tool a protocol error; a bad token gets 401 with a Bearer
+//! challenge, a foreign Origin 403, an unknown protocol version 400. On a 3-node cluster, a
+//! session on node 1 gets `list_changed` when rows are inserted, hidden and deleted through
+//! other nodes, and its next `tools/list` shows each change; a session opened on one node is
+//! answered by another. Compact mode's `tools/list` is byte-for-byte the same before and
+//! after importing the whole development catalogue.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::Cluster;
+use common::ADMIN;
+use rmcp::model::{CallToolRequestParams, ClientConfig, PaginatedRequestParams, Tool};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+/// Bound on waiting for a notification; a failure bound, not a timing assertion.
+const WITHIN: Duration = Duration::from_secs(10);
+
+/// A client that reports every `notifications/tools/list_changed`.
+struct Listener(mpsc::UnboundedSender<()>);
+
+impl ClientHandler for Listener {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.0.send(());
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+}
+
+type Client = RunningService<RoleClient, Listener>;
+
+async fn connect(
+    url: &str,
+    token: &str,
+) -> Result<(Client, mpsc::UnboundedReceiver<()>), rmcp::service::ClientInitializeError> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(token),
+    );
+    Ok((Listener(tx).serve(transport).await?, rx))
+}
+
+/// Every page of `tools/list`, and how many pages there were.
+async fn list_all(client: &Client) -> (Vec<Tool>, usize) {
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        let page = client
+            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await
+            .expect("tools/list");
+        pages += 1;
+        tools.extend(page.tools);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return (tools, pages),
+        }
+    }
+}
+
+fn names(tools: &[Tool]) -> Vec<String> {
+    tools.iter().map(|t| t.name.to_string()).collect()
+}
+
+async fn put_row(http: &reqwest::Client, url: &str, row: Value) {
+    let response = http
+        .post(format!("{url}/api/directory"))
+        .header("x-terminal-key", ADMIN)
+        .json(&row)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.status().is_success(),
+        "{}",
+        response.text().await.unwrap()
+    );
+}
+
+async fn counts(http: &reqwest::Client, url: &str) -> Value {
+    http.get(format!("{url}/api/directory/counts"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Waits (bounded) for one `list_changed`.
+async fn notified(rx: &mut mpsc::UnboundedReceiver<()>, what: &str) {
+    tokio::time::timeout(WITHIN, rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("no list_changed after {what}"))
+        .expect("client gone");
+}
+
+#[tokio::test]
+async fn both_modes_list_every_page_and_calls_run_through_dispatch() {
+    let node = common::start_with(true, |config| {
+        config.mcp.page_size = 4;
+        config
+            .auth
+            .mcp_tokens
+            .insert("agent".into(), "mcp-token".into());
+    })
+    .await;
+    put_row(
+        &node.http,
+        &node.url,
+        json!({"key": "NEEDS_N", "type": "builtin", "target": "echo", "auth": "key",
+               "content": "# WHAT: Echo a number\n",
+               "args_schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}),
+    )
+    .await;
+
+    let (client, _) = connect(&format!("{}/api/mcp", node.url), "mcp-token")
+        .await
+        .expect("initialize");
+    let info = client.peer_info().expect("server info");
+    assert_eq!(info.server_info.as_ref().unwrap().name, "rowcall");
+    assert!(info.capabilities.tools.as_ref().unwrap().list_changed == Some(true));
+
+    let (tools, pages) = list_all(&client).await;
+    let projected = counts(&node.http, &node.url).await["mcp_projected"]
+        .as_u64()
+        .unwrap() as usize;
+    assert_eq!(tools.len(), projected);
+    assert_eq!(pages, projected.div_ceil(4), "pages of 4");
+    let mut sorted = names(&tools);
+    sorted.sort();
+    assert_eq!(names(&tools), sorted, "key order across pages");
+    let time = tools.iter().find(|t| t.name == "TIME_NOW").unwrap();
+    let annotations = time.annotations.as_ref().unwrap();
+    assert_eq!(annotations.read_only_hint, Some(true));
+    assert_eq!(annotations.destructive_hint, Some(false));
+
+    // A call runs through dispatch and its receipt confirms without a credential.
+    let result = client
+        .call_tool(CallToolRequestParams::new("TIME_NOW"))
+        .await
+        .unwrap();
+    assert_eq!(result.is_error, Some(false));
+    let body = result.structured_content.unwrap();
+    assert_eq!(body["ok"], true);
+    let text = result.content[0].as_text().unwrap().text.clone();
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), body);
+    let confirm = body["proof"]["confirm"].as_str().unwrap();
+    let confirmed: Value = node
+        .http
+        .get(confirm)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(confirmed["confirmed"], true);
+    assert_eq!(confirmed["key"], "TIME_NOW");
+
+    // The MCP token runs key-auth rows, recorded under its name; bad arguments are a
+    // tool error, not a protocol error, and nothing runs.
+    let ok = client
+        .call_tool(
+            CallToolRequestParams::new("NEEDS_N")
+                .with_arguments(json!({"n": 3}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.is_error, Some(false), "{:?}", ok.structured_content);
+    let failed = client
+        .call_tool(
+            CallToolRequestParams::new("NEEDS_N")
+                .with_arguments(json!({"n": "three"}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed.is_error, Some(true));
+    assert_eq!(
+        failed.structured_content.unwrap()["error"]["code"],
+        "invalid_args"
+    );
+    let unknown = client
+        .call_tool(CallToolRequestParams::new("NO_SUCH_ROW"))
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{unknown:?}").contains("-32602"),
+        "unknown tool is invalid params: {unknown:?}"
+    );
+    client.cancel().await.unwrap();
+
+    // Compact mode: exactly three tools, and the same loop through them.
+    let (compact, _) = connect(&format!("{}/api/mcp/compact", node.url), ADMIN)
+        .await
+        .expect("initialize compact");
+    let (tools, pages) = list_all(&compact).await;
+    assert_eq!(names(&tools), ["search", "contract", "invoke"]);
+    assert_eq!(pages, 1);
+    let found = compact
+        .call_tool(
+            CallToolRequestParams::new("search").with_arguments(
+                json!({"query": "what time is it"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(found.structured_content.unwrap()["best"]["key"], "TIME_NOW");
+    let contract = compact
+        .call_tool(
+            CallToolRequestParams::new("contract")
+                .with_arguments(json!({"key": "NEEDS_N"}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        contract.structured_content.unwrap()["args_example"],
+        json!({"n": 1})
+    );
+    let ran = compact
+        .call_tool(
+            CallToolRequestParams::new("invoke")
+                .with_arguments(json!({"key": "TIME_NOW"}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ran.is_error, Some(false));
+    let missing = compact
+        .call_tool(
+            CallToolRequestParams::new("invoke")
+                .with_arguments(json!({"key": "NO_SUCH_ROW"}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(missing.is_error, Some(true));
+    compact.cancel().await.unwrap();
+    node.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn credentials_origin_and_protocol_version_are_checked() {
+    let node = common::start(true).await;
+    let url = format!("{}/api/mcp", node.url);
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}});
+    let post = |token: Option<&str>| {
+        let mut request = node
+            .http
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .json(&initialize);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request
+    };
+    for token in [None, Some("not-a-token")] {
+        let response = post(token).send().await.unwrap();
+        assert_eq!(response.status(), 401, "token {token:?}");
+        let challenge = response.headers()["www-authenticate"].to_str().unwrap();
+        assert!(challenge.starts_with("Bearer"), "{challenge}");
+    }
+    // An invoke key is a credential, but not for MCP.
+    let response = post(Some(common::INVOKE)).send().await.unwrap();
+    assert_eq!(response.status(), 403);
+    assert!(connect(&url, "not-a-token").await.is_err());
+
+    let response = post(Some(ADMIN))
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    let response = post(Some(ADMIN))
+        .header("origin", "http://localhost:3000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let response = node
+        .http
+        .post(&url)
+        .bearer_auth(ADMIN)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "1999-01-01")
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400, "unsupported MCP-Protocol-Version");
+    node.handle.shutdown().await;
+}
+
+/// Reads SSE `data:` payloads from a response body until one satisfies `done`.
+async fn sse_message(response: reqwest::Response, done: impl Fn(&Value) -> bool) -> Value {
+    let mut response = response;
+    let mut buffer = String::new();
+    loop {
+        let chunk = tokio::time::timeout(WITHIN, response.chunk())
+            .await
+            .expect("SSE message in time")
+            .unwrap()
+            .expect("stream ended");
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        for line in buffer.lines() {
+            if let Some(data) = line.strip_prefix("data:") {
+                if let Ok(value) = serde_json::from_str::<Value>(data.trim()) {
+                    if done(&value) {
+                        return value;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn list_changed_follows_applied_entries_on_every_node() {
+    let cluster = Cluster::start(3, 0).await;
+    let http = &cluster.http;
+    let (url1, url2, url3) = (cluster.url(1), cluster.url(2), cluster.url(3));
+    let (client, mut changed) = connect(&format!("{url1}/api/mcp"), ADMIN)
+        .await
+        .expect("initialize on node 1");
+    let list = || async { names(&list_all(&client).await.0) };
+    assert!(!list().await.contains(&"FRESH_ROW".to_owned()));
+
+    // Inserted through node 2: node 1 applies it and tells the session.
+    let row = json!({"key": "FRESH_ROW", "type": "static", "auth": "public",
+                     "content": "# WHAT: A row added while a client listens\n\n{}"});
+    put_row(http, &url2, row.clone()).await;
+    notified(&mut changed, "insert on node 2").await;
+    assert!(list().await.contains(&"FRESH_ROW".to_owned()));
+
+    // Hidden through node 3: no longer projected.
+    let mut hidden = row.clone();
+    hidden["planner_visible"] = json!(false);
+    put_row(http, &url3, hidden).await;
+    notified(&mut changed, "hide on node 3").await;
+    assert!(!list().await.contains(&"FRESH_ROW".to_owned()));
+
+    // A change outside the projection (a hidden row's content) is not announced: the next
+    // notification is the one for showing the row again.
+    let mut hidden_edit = row.clone();
+    hidden_edit["planner_visible"] = json!(false);
+    hidden_edit["content"] = json!("# WHAT: Edited while hidden\n\n{}");
+    put_row(http, &url2, hidden_edit).await;
+    put_row(http, &url2, row.clone()).await;
+    notified(&mut changed, "show again").await;
+    assert!(list().await.contains(&"FRESH_ROW".to_owned()));
+    assert!(changed.try_recv().is_err(), "the hidden edit was announced");
+
+    // Deleted through node 2.
+    let response = http
+        .delete(format!("{url2}/api/directory/FRESH_ROW"))
+        .header("x-terminal-key", ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success());
+    notified(&mut changed, "delete on node 2").await;
+    assert!(!list().await.contains(&"FRESH_ROW".to_owned()));
+
+    // Any node answers any request of a session: a session opened on node 1 continues on
+    // node 3, which has never seen it.
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}});
+    let response = http
+        .post(format!("{url1}/api/mcp"))
+        .bearer_auth(ADMIN)
+        .header("accept", "application/json, text/event-stream")
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let response = http
+        .post(format!("{url3}/api/mcp"))
+        .bearer_auth(ADMIN)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let answer = sse_message(response, |m| m.get("id") == Some(&json!(2))).await;
+    assert!(answer["result"]["tools"].is_array(), "{answer}");
+    client.cancel().await.unwrap();
+}
+
+fn seal_rows(limit: Option<usize>) -> Option<Vec<Value>> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/seal.rows.jsonl"
+    );
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .take(limit.unwrap_or(usize::MAX))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+    )
+}
+
+async fn import(http: &reqwest::Client, url: &str, rows: &[Value]) {
+    for chunk in rows.chunks(1000) {
+        put_row(http, url, Value::Array(chunk.to_vec())).await;
+    }
+}
+
+/// The bytes of every `tools/list` answer, as sent on the wire.
+async fn list_bytes(client: &Client) -> usize {
+    let mut bytes = 0;
+    let mut cursor = None;
+    loop {
+        let page = client
+            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await
+            .unwrap();
+        bytes += serde_json::to_vec(&page).unwrap().len();
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return bytes,
+        }
+    }
+}
+
+#[tokio::test]
+async fn compact_definitions_do_not_grow_with_the_catalogue() {
+    let Some(rows) = seal_rows(None) else {
+        eprintln!("skipped: ../shared/data/seal.rows.jsonl is absent");
+        return;
+    };
+    let node = common::start(true).await;
+    let (compact, _) = connect(&format!("{}/api/mcp/compact", node.url), ADMIN)
+        .await
+        .unwrap();
+    let before = serde_json::to_vec(&list_all(&compact).await.0).unwrap();
+    import(&node.http, &node.url, &rows).await;
+    let after = serde_json::to_vec(&list_all(&compact).await.0).unwrap();
+    assert_eq!(
+        String::from_utf8(before).unwrap(),
+        String::from_utf8(after).unwrap()
+    );
+    // The rows projection did grow: the import reached the catalogue.
+    let (rows_client, _) = connect(&format!("{}/api/mcp", node.url), ADMIN)
+        .await
+        .unwrap();
+    assert!(list_all(&rows_client).await.0.len() >= rows.len());
+    compact.cancel().await.unwrap();
+    rows_client.cancel().await.unwrap();
+    node.handle.shutdown().await;
+}
+
+/// Sizes for the closing note: `cargo test -p rowcall-tests --test mcp -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore]
+async fn measure_projection_bytes() {
+    for count in [891, 4076] {
+        let Some(rows) = seal_rows(Some(count)) else {
+            eprintln!("skipped: ../shared/data/seal.rows.jsonl is absent");
+            return;
+        };
+        let node = common::start(false).await;
+        import(&node.http, &node.url, &rows).await;
+        let (rows_client, _) = connect(&format!("{}/api/mcp", node.url), ADMIN)
+            .await
+            .unwrap();
+        let (compact, _) = connect(&format!("{}/api/mcp/compact", node.url), ADMIN)
+            .await
+            .unwrap();
+        let tools = list_all(&rows_client).await.0.len();
+        eprintln!(
+            "rows={count} tools={tools} rows_mode_list_bytes={} compact_list_bytes={}",
+            list_bytes(&rows_client).await,
+            list_bytes(&compact).await
+        );
+        rows_client.cancel().await.unwrap();
+        compact.cancel().await.unwrap();
+        node.handle.shutdown().await;
+    }
+}
