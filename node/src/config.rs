@@ -121,7 +121,8 @@ pub struct RaftConfig {
     /// Leader heartbeat interval; openraft also uses it as the timeout of one AppendEntries
     /// RPC, so it must cover a follower decoding and flushing a full batch.
     pub heartbeat_ms: u64,
-    /// Election timeout, lower bound.
+    /// Election timeout, lower bound. A follower that saw a committed leader also waits out
+    /// the leader's lease (the upper bound) first, so failover takes about lease + timeout.
     pub election_timeout_min_ms: u64,
     /// Election timeout, upper bound.
     pub election_timeout_max_ms: u64,
@@ -134,9 +135,9 @@ pub struct RaftConfig {
 impl Default for RaftConfig {
     fn default() -> Self {
         Self {
-            heartbeat_ms: 150,
-            election_timeout_min_ms: 600,
-            election_timeout_max_ms: 1_200,
+            heartbeat_ms: 120,
+            election_timeout_min_ms: 400,
+            election_timeout_max_ms: 800,
             snapshot_every: 5_000,
             keep_after_snapshot: 1_000,
         }
