@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
-use crate::node::NodeClient;
+use crate::node::{ImportReport, NodeClient};
 use crate::quality::{parse_queries, Quality, Scorecard, RECALL_DEPTH};
 
 /// Misses printed by `eval` without `--misses`.
@@ -56,6 +56,24 @@ pub enum Command {
         #[arg(long)]
         misses: bool,
     },
+    /// Wrap an MCP server: one row per tool of its tools/list (run again to sync; tools that
+    /// are gone are disabled). The node does the import, so the URL is as the node sees it.
+    ImportMcp {
+        /// The server's Streamable HTTP endpoint, e.g. `https://host/mcp`.
+        url: String,
+        /// Put before every new key (`gh` → `GH_SEARCH_ISSUES`).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Category of the rows (default: the server's name).
+        #[arg(long)]
+        category: Option<String>,
+        /// The node's admin key.
+        #[arg(long, env = "ROWCALL_ADMIN_KEY", hide_env_values = true)]
+        admin_key: String,
+        /// Print the node's JSON answer instead of a summary.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs one command against the node.
@@ -68,7 +86,61 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             limit,
             misses,
         } => eval(&node, &queries, limit, misses).await,
+        Command::ImportMcp {
+            url,
+            prefix,
+            category,
+            admin_key,
+            json,
+        } => {
+            let report = node
+                .import_mcp(&url, prefix.as_deref(), category.as_deref(), &admin_key)
+                .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report.raw)?);
+            } else {
+                print!("{}", import_summary(&url, &report));
+            }
+            Ok(())
+        }
     }
+}
+
+/// What `import-mcp` prints: counts, then one line per added, changed and removed key.
+pub fn import_summary(url: &str, report: &ImportReport) -> String {
+    let mut out = String::new();
+    let server = report.server.as_deref().unwrap_or("the server");
+    let _ = writeln!(out, "{} tools from {server} at {url}", report.tools);
+    let _ = writeln!(
+        out,
+        "{} added, {} changed, {} removed, {} unchanged{}",
+        report.added.len(),
+        report.changed.len(),
+        report.removed.len(),
+        report.unchanged,
+        report.version.map_or_else(
+            || " (nothing written)".to_owned(),
+            |v| format!(" (index {v})")
+        )
+    );
+    for (label, keys) in [
+        ("added", &report.added),
+        ("changed", &report.changed),
+        ("removed", &report.removed),
+    ] {
+        for key in keys {
+            let note = if label == "removed" {
+                "  (disabled)"
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "  {label:<8} {key}{note}");
+        }
+    }
+    for warning in &report.warnings {
+        let _ = writeln!(out, "  warning  {warning}");
+    }
+    out
 }
 
 async fn ask(node: &NodeClient, query: &str, limit: usize, json: bool) -> anyhow::Result<()> {
@@ -196,6 +268,25 @@ mod tests {
     }
 
     #[test]
+    fn import_summary_lists_the_difference() {
+        let report = ImportReport {
+            server: Some("docs".into()),
+            tools: 2,
+            added: vec!["NEW".into()],
+            removed: vec!["OLD".into()],
+            unchanged: 1,
+            version: Some(9),
+            ..ImportReport::default()
+        };
+        let text = import_summary("http://h/mcp", &report);
+        assert!(
+            text.contains("1 added, 0 changed, 1 removed, 1 unchanged (index 9)"),
+            "{text}"
+        );
+        assert!(text.contains("removed  OLD  (disabled)"), "{text}");
+    }
+
+    #[test]
     fn command_line_parses() {
         let cli = Cli::try_parse_from([
             "rowcall",
@@ -214,6 +305,21 @@ mod tests {
                 misses: true,
                 ..
             }
+        ));
+        let cli = Cli::try_parse_from([
+            "rowcall",
+            "import-mcp",
+            "http://h/mcp",
+            "--prefix",
+            "gh",
+            "--admin-key",
+            "k",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::ImportMcp { ref prefix, ref admin_key, .. }
+                if prefix.as_deref() == Some("gh") && admin_key == "k"
         ));
         let cli = Cli::try_parse_from(["rowcall", "ask", "what", "time"]).unwrap();
         assert!(

@@ -65,6 +65,38 @@ pub struct AskAnswer {
     pub raw: Value,
 }
 
+/// What an MCP import did (`rowcall import-mcp`).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ImportReport {
+    /// The upstream's name, when it gave one.
+    #[serde(default)]
+    pub server: Option<String>,
+    /// How many tools it lists.
+    #[serde(default)]
+    pub tools: usize,
+    /// Keys of new rows.
+    #[serde(default)]
+    pub added: Vec<String>,
+    /// Keys of updated rows.
+    #[serde(default)]
+    pub changed: Vec<String>,
+    /// Keys of rows whose tool is gone (disabled by the node).
+    #[serde(default)]
+    pub removed: Vec<String>,
+    /// Rows already up to date.
+    #[serde(default)]
+    pub unchanged: usize,
+    /// The write's log index, when anything was written.
+    #[serde(default)]
+    pub version: Option<u64>,
+    /// Tools imported with less than they offered.
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// The body as the node sent it.
+    #[serde(skip)]
+    pub raw: Value,
+}
+
 /// A client for one node.
 #[derive(Debug, Clone)]
 pub struct NodeClient {
@@ -111,6 +143,34 @@ impl NodeClient {
             })?
             .unwrap_or_default();
         Ok(AskAnswer { candidates, raw })
+    }
+
+    /// Imports (or re-imports) the tools of the MCP server at `url` as rows, on the node
+    /// (`POST /api/directory/import-mcp`, admin key).
+    pub async fn import_mcp(
+        &self,
+        url: &str,
+        prefix: Option<&str>,
+        category: Option<&str>,
+        admin_key: &str,
+    ) -> Result<ImportReport, ClientError> {
+        let endpoint = format!("{}/api/directory/import-mcp", self.base);
+        let mut body = serde_json::json!({ "url": url });
+        if let Some(prefix) = prefix {
+            body["prefix"] = prefix.into();
+        }
+        if let Some(category) = category {
+            body["category"] = category.into();
+        }
+        let request = self.http.post(&endpoint).bearer_auth(admin_key).json(&body);
+        let raw = self.send(&endpoint, request).await?;
+        let mut report: ImportReport =
+            serde_json::from_value(raw.clone()).map_err(|e| ClientError::Unexpected {
+                url: endpoint.clone(),
+                detail: e.to_string(),
+            })?;
+        report.raw = raw;
+        Ok(report)
     }
 
     /// Sends a request and reads a JSON answer, turning error statuses into

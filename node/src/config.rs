@@ -19,6 +19,10 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Raft timing and snapshot policy.
     pub raft: RaftConfig,
+    /// The http and mcp runners: timeouts, caps, the SSRF allow-list, per-row headers.
+    pub runners: RunnersConfig,
+    /// Share tokens (the `share=` of `run_now` links).
+    pub share: ShareConfig,
     /// The MCP projection (`/api/mcp`).
     pub mcp: McpConfig,
 }
@@ -175,6 +179,115 @@ impl Default for McpConfig {
     }
 }
 
+/// The http and mcp runners (DESIGN §4). Secrets for upstreams live here (or in the files and
+/// variables named here), never in rows.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunnersConfig {
+    /// How long one invocation may take upstream (all redirects and the body included).
+    pub timeout_ms: u64,
+    /// Largest upstream answer read; a larger one fails the invocation.
+    pub max_response_bytes: usize,
+    /// Redirects followed at most (each hop passes the SSRF guard again).
+    pub max_redirects: usize,
+    /// Destinations allowed despite the SSRF guard: CIDRs (`10.0.0.0/8`) or `host:port`.
+    /// `ROWCALL_HTTP_ALLOW` (comma-separated) adds to it.
+    pub allow: Vec<String>,
+    /// Headers sent with a row's upstream calls: row key → header name → value. A value is
+    /// a literal string, or a table `{ env = "VAR" }` / `{ file = "/path" }` with an optional
+    /// `prefix` (e.g. `"Bearer "`), read at each call so secrets can rotate.
+    pub headers: BTreeMap<String, BTreeMap<String, HeaderSource>>,
+}
+
+impl Default for RunnersConfig {
+    fn default() -> Self {
+        Self {
+            timeout_ms: 10_000,
+            max_response_bytes: 1024 * 1024,
+            max_redirects: 5,
+            allow: Vec::new(),
+            headers: BTreeMap::new(),
+        }
+    }
+}
+
+/// Where a configured header value comes from.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum HeaderSource {
+    /// A literal value (not a secret: it is in the configuration file).
+    Literal(String),
+    /// A secret read from the environment or a file at each call.
+    Secret {
+        /// An environment variable holding the value.
+        #[serde(default)]
+        env: Option<String>,
+        /// A file holding the value (trailing newline trimmed).
+        #[serde(default)]
+        file: Option<PathBuf>,
+        /// Put before the value, e.g. `"Bearer "`.
+        #[serde(default)]
+        prefix: Option<String>,
+    },
+}
+
+impl std::fmt::Debug for HeaderSource {
+    // Never print a literal value: operators put tokens there despite the advice.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Literal(_) => f.write_str("Literal(..)"),
+            Self::Secret { env, file, .. } => f
+                .debug_struct("Secret")
+                .field("env", env)
+                .field("file", file)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl HeaderSource {
+    /// The value now; the error names the variable or file, never a value.
+    pub fn resolve(&self) -> Result<String, String> {
+        match self {
+            Self::Literal(value) => Ok(value.clone()),
+            Self::Secret { env, file, prefix } => {
+                let value = match (env, file) {
+                    (Some(var), _) => std::env::var(var)
+                        .map_err(|_| format!("environment variable {var} is not set"))?,
+                    (None, Some(path)) => std::fs::read_to_string(path)
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+                        .trim_end_matches(['\r', '\n'])
+                        .to_owned(),
+                    (None, None) => return Err("a header source needs env or file".into()),
+                };
+                Ok(format!("{}{value}", prefix.as_deref().unwrap_or("")))
+            }
+        }
+    }
+}
+
+/// Share tokens: HMAC-signed, expiring, one key each (the secret is the cluster's, in Raft).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShareConfig {
+    /// Lifetime of the token put in an ask's `run_now` link for a credentialed asker.
+    pub link_ttl_secs: u64,
+    /// Default lifetime of a minted token (`POST /api/share` without `ttl_secs`).
+    pub default_ttl_secs: u64,
+    /// Longest lifetime a minted token may have.
+    pub max_ttl_secs: u64,
+}
+
+impl Default for ShareConfig {
+    fn default() -> Self {
+        Self {
+            link_ttl_secs: 900,
+            default_ttl_secs: 3_600,
+            max_ttl_secs: 30 * 24 * 3_600,
+        }
+    }
+}
+
 /// A configuration that could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -251,6 +364,21 @@ impl Config {
         if let Some(url) = get("ROWCALL_PUBLIC_URL").filter(|u| !u.is_empty()) {
             self.node.public_url = Some(url);
         }
+        if let Some(list) = get("ROWCALL_HTTP_ALLOW") {
+            let entries: Vec<&str> = list.split(',').map(str::trim).collect();
+            crate::dispatch::ssrf::AllowList::parse(entries.iter().copied()).map_err(|reason| {
+                ConfigError::Env {
+                    name: "ROWCALL_HTTP_ALLOW",
+                    reason,
+                }
+            })?;
+            self.runners.allow.extend(
+                entries
+                    .into_iter()
+                    .filter(|e| !e.is_empty())
+                    .map(str::to_owned),
+            );
+        }
         if let Some(every) = get("ROWCALL_SNAPSHOT_EVERY") {
             self.raft.snapshot_every = every.parse().map_err(|_| ConfigError::Env {
                 name: "ROWCALL_SNAPSHOT_EVERY",
@@ -305,6 +433,34 @@ mod tests {
         let config = Config::from_toml(text).unwrap();
         assert_eq!(config.node.id, 1);
         assert!(config.limits.max_body_bytes > 0);
+    }
+
+    #[test]
+    fn runner_settings_parse_with_secrets_by_reference() {
+        let config = Config::from_toml(
+            "[runners]\ntimeout_ms = 500\nallow = [\"10.0.0.0/8\"]\n\
+             [runners.headers.GITHUB_ISSUES]\nAccept = \"application/json\"\n\
+             Authorization = { env = \"ROWCALL_TEST_NO_SUCH_VAR\", prefix = \"Bearer \" }\n",
+        )
+        .unwrap();
+        assert_eq!(config.runners.timeout_ms, 500);
+        let headers = &config.runners.headers["GITHUB_ISSUES"];
+        assert_eq!(headers["Accept"].resolve().unwrap(), "application/json");
+        let err = headers["Authorization"].resolve().unwrap_err();
+        assert!(err.contains("ROWCALL_TEST_NO_SUCH_VAR"), "{err}");
+        assert!(!format!("{:?}", headers["Accept"]).contains("json"));
+
+        let mut config = Config::default();
+        config
+            .apply_env(|name| {
+                (name == "ROWCALL_HTTP_ALLOW").then(|| "127.0.0.1:8080, ::1/128".into())
+            })
+            .unwrap();
+        assert_eq!(config.runners.allow, ["127.0.0.1:8080", "::1/128"]);
+        let bad = Config::default()
+            .apply_env(|name| (name == "ROWCALL_HTTP_ALLOW").then(|| "10.0.0.0/99".into()))
+            .unwrap_err();
+        assert!(bad.to_string().contains("ROWCALL_HTTP_ALLOW"), "{bad}");
     }
 
     #[test]

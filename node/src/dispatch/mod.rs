@@ -2,8 +2,13 @@
 //! Raft, and answer with the result and the proof.
 
 pub mod builtins;
+pub mod http;
+pub mod import;
+pub mod mcp;
 pub mod outbox;
 pub mod receipt;
+pub mod share;
+pub mod ssrf;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -59,6 +64,82 @@ pub enum RunError {
     /// This node has no runner for the row's type.
     #[error("this node cannot run {0} rows yet")]
     RunnerUnavailable(RowType),
+    /// The SSRF guard refused the destination (or a redirect's); nothing was sent there.
+    #[error("destination refused: {0}")]
+    Refused(#[from] ssrf::Refusal),
+    /// The upstream did not finish answering in time.
+    #[error("the upstream did not answer within {ms} ms")]
+    Timeout {
+        /// The limit.
+        ms: u64,
+    },
+    /// The upstream could not be reached, or the exchange broke off.
+    #[error("the upstream could not be reached: {0}")]
+    Unreachable(String),
+    /// The upstream answered with a status other than 2xx.
+    #[error("the upstream answered {status}: {excerpt}")]
+    UpstreamStatus {
+        /// Its HTTP status.
+        status: u16,
+        /// The start of its body.
+        excerpt: String,
+    },
+    /// The upstream's answer is over the response cap.
+    #[error("the upstream's answer is larger than {limit} bytes")]
+    TooLarge {
+        /// The cap.
+        limit: usize,
+    },
+    /// The upstream redirected more often than allowed.
+    #[error("the upstream redirected more than {limit} times")]
+    TooManyRedirects {
+        /// The limit.
+        limit: usize,
+    },
+    /// The upstream MCP tool answered with `isError: true`.
+    #[error("the upstream tool reported an error: {0}")]
+    ToolError(String),
+    /// The upstream MCP server failed the request or broke the protocol.
+    #[error("the upstream MCP server failed: {0}")]
+    Protocol(String),
+    /// The row's target does not make a valid request.
+    #[error("the row's target does not make a valid request: {0}")]
+    BadTarget(String),
+    /// The node's runner configuration is unusable (e.g. a header's secret is missing).
+    #[error("runner configuration: {0}")]
+    Config(String),
+}
+
+/// What a runner did: its outcome, and for runners that reach out, what they called and
+/// what the upstream answered (both recorded in the receipt).
+#[derive(Debug)]
+pub struct Ran {
+    /// The result, or why it failed.
+    pub outcome: Result<Value, RunError>,
+    /// What was called, without secrets.
+    pub called: Option<String>,
+    /// The upstream's status.
+    pub upstream_status: Option<String>,
+}
+
+impl From<Result<Value, RunError>> for Ran {
+    fn from(outcome: Result<Value, RunError>) -> Self {
+        Self {
+            outcome,
+            called: None,
+            upstream_status: None,
+        }
+    }
+}
+
+/// What an invocation will run, decided (and its arguments checked) before anything runs.
+enum Plan {
+    /// A static or builtin row: runs in the node.
+    Local,
+    /// An http row's filled request.
+    Http(http::Prepared),
+    /// An mcp row's tools/call with these arguments.
+    Mcp(Map<String, Value>),
 }
 
 /// Why an invocation was refused before anything ran.
@@ -135,15 +216,24 @@ pub async fn invoke(
             });
         }
     }
-    if matches!(row.kind, RowType::Http | RowType::Mcp) {
-        return Err(InvokeRefusal::Unavailable(RunError::RunnerUnavailable(
-            row.kind,
-        )));
-    }
+    let plan = match row.kind {
+        RowType::Static | RowType::Builtin => Plan::Local,
+        RowType::Http => Plan::Http(http::prepare(&row, &input).map_err(|violations| {
+            InvokeRefusal::InvalidArgs {
+                key: row.key.clone(),
+                violations,
+            }
+        })?),
+        RowType::Mcp => Plan::Mcp(input.args.clone().unwrap_or_default()),
+    };
 
     let started_ms = now_ms();
     let clock = Instant::now();
-    let outcome = run(app, &row, &input);
+    let Ran {
+        outcome,
+        called,
+        upstream_status,
+    } = run(app, &row, &input, plan).await;
     let duration_ms = clock.elapsed().as_millis() as u64;
     metrics::counter!(crate::metrics::INVOCATIONS_TOTAL,
         "type" => row.kind.as_str(), "ok" => if outcome.is_ok() { "true" } else { "false" })
@@ -169,7 +259,8 @@ pub async fn invoke(
         started_at: format_ms(started_ms),
         duration_ms,
         served_by: app.node_id,
-        called: None,
+        called,
+        upstream_status,
         input: stored_input,
         output: stored_output,
         input_truncated,
@@ -245,19 +336,21 @@ pub fn schema_violations(schema: &Value, instance: &Value) -> Vec<(String, Strin
     }
 }
 
-fn run(app: &App, row: &Row, input: &InvokeInput) -> Result<Value, RunError> {
-    match row.kind {
-        RowType::Static => Ok(static_payload(row)),
-        RowType::Builtin => {
+async fn run(app: &App, row: &Row, input: &InvokeInput, plan: Plan) -> Ran {
+    let runners = &app.config.runners;
+    match (plan, row.kind) {
+        (Plan::Http(prepared), _) => http::call(runners, &row.key, prepared).await,
+        (Plan::Mcp(args), _) => mcp::call(runners, &row.key, &row.target, args).await,
+        (Plan::Local, RowType::Builtin) => {
             let ctx = builtins::Context {
                 counts: app.catalogue.read().counts(),
                 node_id: app.node_id,
                 applied_index: app.applied_index(),
                 leader: app.leader(),
             };
-            builtins::run(row.target.trim(), &input.named(), &ctx)
+            builtins::run(row.target.trim(), &input.named(), &ctx).into()
         }
-        RowType::Http | RowType::Mcp => Err(RunError::RunnerUnavailable(row.kind)),
+        (Plan::Local, _) => Ok(static_payload(row)).into(),
     }
 }
 

@@ -59,9 +59,14 @@ pub struct Receipt {
     pub duration_ms: u64,
     /// The node that ran it.
     pub served_by: u64,
-    /// What was called (for runners that reach out), without secrets.
+    /// What was called (for runners that reach out), without secrets: `METHOD URL` (and
+    /// `-> URL` per redirect) for http rows, `tools/call NAME at URL` for mcp rows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub called: Option<String>,
+    /// The upstream's answer: its HTTP status for http rows (`"200"`), `ok` or `is_error`
+    /// (the tool result's `isError`) for mcp rows; absent when nothing answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_status: Option<String>,
     /// The stored input, cut at `store_cap_bytes`.
     pub input: String,
     /// The stored output, cut at `store_cap_bytes`.

@@ -19,6 +19,7 @@ use super::io_error;
 use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::SharedCatalogue;
 use crate::dispatch::receipt::Receipt;
+use crate::dispatch::share::ShareSecret;
 use crate::raft::{
     Command, CommandResult, Entry, LogId, NodeId, NodeInfo, PutOutcome, StorageError, TypeConfig,
 };
@@ -30,6 +31,8 @@ const APPLIED: &[u8] = b"m/applied";
 const MEMBERSHIP: &[u8] = b"m/membership";
 const SNAPSHOT_META: &[u8] = b"s/meta";
 const SNAPSHOT_DATA: &[u8] = b"s/data";
+const SHARE_SECRET: &[u8] = b"m/share_secret";
+const SHARE_REVOKED: &[u8] = b"v/";
 
 type Membership = StoredMembership<NodeId, NodeInfo>;
 type Meta = SnapshotMeta<NodeId, NodeInfo>;
@@ -67,11 +70,28 @@ fn receipt_by_key(key: &str, index: u64, id: &str) -> Vec<u8> {
     .concat()
 }
 
+fn revoked_key(id: &str) -> Vec<u8> {
+    [SHARE_REVOKED, id.as_bytes()].concat()
+}
+
+/// A revoked share token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Revocation {
+    id: String,
+    at_ms: u64,
+}
+
 /// What a snapshot holds: the whole applied state.
 #[derive(Serialize, Deserialize)]
 struct SnapshotBody {
     rows: Vec<Row>,
     receipts: Vec<Receipt>,
+    /// The share-token secret (absent in snapshots older than share tokens).
+    #[serde(default)]
+    share_secret: Option<ShareSecret>,
+    /// Revoked share tokens.
+    #[serde(default)]
+    revoked: Vec<Revocation>,
 }
 
 /// The state machine; one per node.
@@ -116,6 +136,19 @@ impl ReceiptReader {
     /// How many receipts are stored.
     pub fn count(&self) -> usize {
         self.tree.scan_prefix(RECEIPT).count()
+    }
+
+    /// The cluster's share-token secret, once one was applied.
+    pub fn share_secret(&self) -> Result<Option<ShareSecret>, ReadError> {
+        match self.tree.get(SHARE_SECRET)? {
+            Some(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether the share token `id` was revoked.
+    pub fn share_revoked(&self, id: &str) -> Result<bool, ReadError> {
+        Ok(self.tree.contains_key(revoked_key(id))?)
     }
 
     /// How many receipts are stored and a SHA-256 over all of them in id order, for
@@ -196,13 +229,15 @@ impl StateMachine {
     }
 
     /// Applies one command at `index`, adding its writes to `batch`. `receipts_in_batch`
-    /// tracks receipt ids written earlier in the same batch (not yet visible in sled).
+    /// tracks receipt ids written earlier in the same batch (not yet visible in sled), and
+    /// `secret_in_batch` whether a share secret was.
     fn apply_command(
         &self,
         command: Command,
         index: u64,
         batch: &mut sled::Batch,
         receipts_in_batch: &mut HashMap<String, u64>,
+        secret_in_batch: &mut bool,
     ) -> Result<CommandResult, StorageError> {
         let encode_err =
             |e: serde_json::Error| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e);
@@ -295,6 +330,30 @@ impl StateMachine {
                     index,
                 })
             }
+            Command::SetShareSecret { secret } => {
+                // The first secret wins; a later proposal (a race between two nodes minting
+                // their first token) is a no-op. Two in one batch: the first one wins too.
+                let stored = self
+                    .tree
+                    .contains_key(SHARE_SECRET)
+                    .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Read, &e))?;
+                if !stored && !*secret_in_batch {
+                    batch.insert(
+                        SHARE_SECRET,
+                        serde_json::to_vec(&secret).map_err(encode_err)?,
+                    );
+                    *secret_in_batch = true;
+                }
+                Ok(CommandResult::Applied)
+            }
+            Command::RevokeShare { id, at_ms } => {
+                let revocation = Revocation { id, at_ms };
+                batch.insert(
+                    revoked_key(&revocation.id),
+                    serde_json::to_vec(&revocation).map_err(encode_err)?,
+                );
+                Ok(CommandResult::Applied)
+            }
         }
     }
 
@@ -344,6 +403,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             |e: serde_json::Error| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e);
         let mut batch = sled::Batch::default();
         let mut receipts_in_batch = HashMap::new();
+        let mut secret_in_batch = false;
         let mut results = Vec::new();
         for entry in entries {
             self.last_applied = Some(entry.log_id);
@@ -362,6 +422,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     entry.log_id.index,
                     &mut batch,
                     &mut receipts_in_batch,
+                    &mut secret_in_batch,
                 )?,
             };
             results.push(result);
@@ -382,7 +443,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         // Capture a consistent cut now: building runs concurrently with later applies.
         // Receipts are append-only and carry their index, so the builder filters them by it.
+        // The share state is small and read now; a read error surfaces when building.
+        let share = read_share_state(&self.tree);
         SnapshotBuilder {
+            share,
             db: self.db.clone(),
             tree: self.tree.clone(),
             last_applied: self.last_applied,
@@ -419,7 +483,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
         // Replace the whole applied state in one batch.
         let mut batch = sled::Batch::default();
-        for prefix in [ROW, RECEIPT, RECEIPT_BY_KEY] {
+        batch.remove(SHARE_SECRET);
+        for prefix in [ROW, RECEIPT, RECEIPT_BY_KEY, SHARE_REVOKED] {
             for item in self.tree.scan_prefix(prefix) {
                 let (key, _) = item.map_err(|e| write_err(&e))?;
                 batch.remove(key);
@@ -439,6 +504,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             batch.insert(
                 receipt_by_key(&receipt.key, receipt.index, &receipt.id),
                 &[] as &[u8],
+            );
+        }
+        if let Some(secret) = &body.share_secret {
+            batch.insert(
+                SHARE_SECRET,
+                serde_json::to_vec(secret).map_err(|e| write_err(&e))?,
+            );
+        }
+        for revocation in &body.revoked {
+            batch.insert(
+                revoked_key(&revocation.id),
+                serde_json::to_vec(revocation).map_err(|e| write_err(&e))?,
             );
         }
         batch.insert(
@@ -488,8 +565,24 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 #[error("{0}")]
 struct SnapshotError(String);
 
+type ShareState = Result<(Option<ShareSecret>, Vec<Revocation>), String>;
+
+fn read_share_state(tree: &sled::Tree) -> ShareState {
+    let secret = match tree.get(SHARE_SECRET).map_err(|e| e.to_string())? {
+        Some(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let mut revoked = Vec::new();
+    for item in tree.scan_prefix(SHARE_REVOKED) {
+        let (_, bytes) = item.map_err(|e| e.to_string())?;
+        revoked.push(serde_json::from_slice(&bytes).map_err(|e| e.to_string())?);
+    }
+    Ok((secret, revoked))
+}
+
 /// Builds a snapshot of the state captured when it was made.
 pub struct SnapshotBuilder {
+    share: ShareState,
     db: sled::Db,
     tree: sled::Tree,
     last_applied: Option<LogId>,
@@ -515,9 +608,12 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 receipts.push(receipt);
             }
         }
+        let (share_secret, revoked) = self.share.clone().map_err(|e| fail(&SnapshotError(e)))?;
         let body = SnapshotBody {
             rows: self.rows.iter().map(|r| (**r).clone()).collect(),
             receipts,
+            share_secret,
+            revoked,
         };
         let data = serde_json::to_vec(&body).map_err(|e| fail(&e))?;
         let snapshot_id = match self.last_applied {
@@ -541,5 +637,70 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             meta,
             snapshot: Box::new(Cursor::new(data)),
         })
+    }
+}
+
+#[cfg(test)]
+mod share_tests {
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+    use crate::dispatch::share::ShareSecret;
+
+    fn entry(index: u64, command: Command) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(command),
+        }
+    }
+
+    fn machine(dir: &std::path::Path) -> StateMachine {
+        let db = crate::store::open_db(dir).unwrap();
+        StateMachine::open(&db, SharedCatalogue::default()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_first_share_secret_wins_and_travels_with_revocations_in_snapshots() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sm = machine(&dir.path().join("a"));
+        let (first, second) = (ShareSecret::generate(), ShareSecret::generate());
+        let set = |secret: &ShareSecret| Command::SetShareSecret {
+            secret: secret.clone(),
+        };
+        // Two proposals in one batch and a third later: the first applied stays.
+        sm.apply([entry(1, set(&first)), entry(2, set(&second))])
+            .await
+            .unwrap();
+        sm.apply([
+            entry(3, set(&second)),
+            entry(
+                4,
+                Command::RevokeShare {
+                    id: "sh0123456789".into(),
+                    at_ms: 7,
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+        let reader = sm.receipts();
+        assert_eq!(reader.share_secret().unwrap(), Some(first.clone()));
+        assert!(reader.share_revoked("sh0123456789").unwrap());
+        assert!(!reader.share_revoked("sh9999999999").unwrap());
+
+        let snapshot = sm
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        let mut other = machine(&dir.path().join("b"));
+        other
+            .install_snapshot(&snapshot.meta, snapshot.snapshot)
+            .await
+            .unwrap();
+        let reader = other.receipts();
+        assert_eq!(reader.share_secret().unwrap(), Some(first));
+        assert!(reader.share_revoked("sh0123456789").unwrap());
     }
 }

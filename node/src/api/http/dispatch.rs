@@ -13,13 +13,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use super::error::ApiError;
+use super::error::{run_error_parts, ApiError};
 use super::{base_url, principal, read_barrier, read_json, Http, ReadOptions, INDEX_HEADER};
 use crate::app::App;
 use crate::auth::{Principal, Scope};
 use crate::catalogue::row::{Auth, Row};
 use crate::dispatch::receipt::{valid_receipt_id, Confirmation};
-use crate::dispatch::{self as run, InvokeInput, Invoked, ProofStatus, RunError};
+use crate::dispatch::{self as run, share, InvokeInput, Invoked, ProofStatus};
 
 const DEFAULT_LIMIT: usize = 5;
 /// Most candidates an ask returns.
@@ -34,8 +34,10 @@ pub struct DispatchQuery {
     ask: Option<String>,
     /// A row key: its contract.
     key: Option<String>,
-    /// A row key: run it now (public rows).
+    /// A row key: run it now (public rows, or with `share`).
     invoke: Option<String>,
+    /// With `invoke`: a share token scoped to that key (`key`-auth rows without a credential).
+    share: Option<String>,
     /// A receipt id: check it without a credential.
     confirm: Option<String>,
     /// With `key`: `markdown` for a contract written for models.
@@ -120,7 +122,11 @@ pub async fn get_dispatch(
     let base = base_url(app, &headers);
     if let Some(ask) = &query.ask {
         let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-        return Ok(Json(answer_ask(app, &base, ask, limit)).into_response());
+        let mut answer = answer_ask(app, &base, ask, limit);
+        if let Some(best) = answer.best.as_mut() {
+            share_run_now(app, &headers, &base, best).await;
+        }
+        return Ok(Json(answer).into_response());
     }
     if let Some(key) = &query.key {
         let row = find_row(app, key)?;
@@ -149,7 +155,7 @@ pub async fn get_dispatch(
             },
         };
         let input = InvokeInput { args, body: None };
-        return invoke_row(app, &headers, &base, key, input).await;
+        return invoke_row(app, &headers, &base, key, input, query.share.as_deref()).await;
     }
     let id = query.confirm.as_deref().unwrap_or_default();
     confirm(app, id)
@@ -175,7 +181,7 @@ pub async fn post_invoke(
         args: body.args,
         body: body.body,
     };
-    invoke_row(app, &headers, &base, &body.key, input).await
+    invoke_row(app, &headers, &base, &body.key, input, None).await
 }
 
 pub(crate) fn find_row(app: &App, key: &str) -> Result<Arc<Row>, ApiError> {
@@ -410,8 +416,20 @@ async fn invoke_row(
     base: &str,
     key: &str,
     input: InvokeInput,
+    share: Option<&str>,
 ) -> Result<Response, ApiError> {
-    let caller = principal(app, headers)?;
+    // A share token stands in for an invoke key, for its one row; a bad one is a 401 with
+    // the reason even where no credential is needed.
+    let caller = match share {
+        Some(token) => {
+            let grant = share::verify_for(app, token, key)?;
+            Some(Principal {
+                name: format!("share:{}", grant.id),
+                scope: Scope::Invoke,
+            })
+        }
+        None => principal(app, headers)?,
+    };
     let invocation = invoke_key(app, caller, Scope::Invoke, base, key, input).await?;
     let mut response = (invocation.status, Json(invocation.body)).into_response();
     if let Some(index) = invocation.committed_index {
@@ -420,6 +438,39 @@ async fn invoke_row(
             .insert(INDEX_HEADER, HeaderValue::from(index));
     }
     Ok(response)
+}
+
+/// Gives a `key`-auth best candidate a `run_now` link with a share token when the asker
+/// presented an admin or invoke credential (so could run it anyway). Without a quorum to
+/// create the cluster's first secret, the link is left out.
+async fn share_run_now(app: &App, headers: &HeaderMap, base: &str, best: &mut Best) {
+    let allowed = principal(app, headers)
+        .ok()
+        .flatten()
+        .is_some_and(|p| p.allows(Scope::Invoke));
+    let key_auth = app
+        .catalogue
+        .read()
+        .get(&best.key)
+        .is_some_and(|row| row.auth == Auth::Key);
+    if best.run_now.is_some() || !allowed || !key_auth {
+        return;
+    }
+    let secret = match share::ensure_secret(app).await {
+        Ok(secret) => secret,
+        Err(e) => {
+            tracing::warn!(error = %e, "no share secret; run_now left out");
+            return;
+        }
+    };
+    let expires = share::now_secs() + app.config.share.link_ttl_secs;
+    let token = secret.mint(&share::new_token_id(), &best.key, expires);
+    let key = &best.key;
+    best.run_now = Some(format!("{base}/api/dispatch?invoke={key}&share={token}"));
+    best.r#do = format!(
+        "GET run_now (its share token expires at {}), or POST {{\"key\":\"{key}\"}} to /api/dispatch with Authorization: Bearer <invoke key>",
+        crate::store::state_machine::format_ms(expires * 1000)
+    );
 }
 
 /// A finished invocation as it is answered: over HTTP as status and body, over MCP as a
@@ -494,12 +545,7 @@ fn invocation(key: &str, base: &str, invoked: Invoked) -> Invocation {
             json!({ "ok": true, "key": key, "result": result, "proof": proof }),
         ),
         Some(e) => {
-            let (status, code) = match e {
-                RunError::BadArgs(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_args"),
-                RunError::UnknownBuiltin(_) | RunError::RunnerUnavailable(_) => {
-                    (StatusCode::INTERNAL_SERVER_ERROR, "runner_failed")
-                }
-            };
+            let (status, code) = run_error_parts(&e);
             (
                 status,
                 json!({ "ok": false, "key": key,

@@ -6,7 +6,9 @@ use serde_json::json;
 
 use crate::app::WriteError;
 use crate::catalogue::row::RowRuleError;
-use crate::dispatch::InvokeRefusal;
+use crate::dispatch::import::ImportError;
+use crate::dispatch::share::ShareRefusal;
+use crate::dispatch::{InvokeRefusal, RunError};
 
 /// An error answered as `{"ok":false,"error":{"code","message","hint"}}`.
 #[derive(Debug, thiserror::Error)]
@@ -92,9 +94,46 @@ pub enum ApiError {
     /// A membership change failed.
     #[error(transparent)]
     Membership(#[from] crate::cluster::MembershipError),
+    /// A share token was refused (the message is the reason).
+    #[error(transparent)]
+    Share(#[from] ShareRefusal),
+    /// An MCP import failed.
+    #[error(transparent)]
+    Import(ImportError),
     /// Something failed inside the node; details go to the log only.
     #[error("internal error")]
     Internal(String),
+}
+
+impl From<ImportError> for ApiError {
+    fn from(e: ImportError) -> Self {
+        match e {
+            ImportError::Write(write) => Self::Write(write),
+            other => Self::Import(other),
+        }
+    }
+}
+
+/// Status and code of a failed invocation (or an import's upstream failure): the upstream's
+/// failures are 502 (504 for a timeout), the SSRF guard's refusal 403, the node's own 500.
+pub fn run_error_parts(e: &RunError) -> (StatusCode, &'static str) {
+    use StatusCode as S;
+    match e {
+        RunError::BadArgs(_) => (S::UNPROCESSABLE_ENTITY, "invalid_args"),
+        RunError::UnknownBuiltin(_) | RunError::RunnerUnavailable(_) => {
+            (S::INTERNAL_SERVER_ERROR, "runner_failed")
+        }
+        RunError::Config(_) => (S::INTERNAL_SERVER_ERROR, "runner_misconfigured"),
+        RunError::Refused(_) => (S::FORBIDDEN, "destination_refused"),
+        RunError::Timeout { .. } => (S::GATEWAY_TIMEOUT, "upstream_timeout"),
+        RunError::Unreachable(_) => (S::BAD_GATEWAY, "upstream_unreachable"),
+        RunError::UpstreamStatus { .. } => (S::BAD_GATEWAY, "upstream_error"),
+        RunError::TooLarge { .. } => (S::BAD_GATEWAY, "upstream_too_large"),
+        RunError::TooManyRedirects { .. } => (S::BAD_GATEWAY, "too_many_redirects"),
+        RunError::ToolError(_) => (S::BAD_GATEWAY, "upstream_tool_error"),
+        RunError::Protocol(_) => (S::BAD_GATEWAY, "upstream_protocol_error"),
+        RunError::BadTarget(_) => (S::BAD_GATEWAY, "bad_target"),
+    }
 }
 
 impl ApiError {
@@ -128,6 +167,16 @@ impl ApiError {
             Self::Membership(crate::cluster::MembershipError::Rejected { .. }) => (S::CONFLICT, "membership_rejected", "see GET /api/cluster for the current members"),
             Self::Membership(_) => (S::SERVICE_UNAVAILABLE, "no_quorum", "the cluster has no leader or quorum right now; retry"),
             Self::Behind { .. } => (S::SERVICE_UNAVAILABLE, "behind", "retry, or ask a node that has caught up"),
+            Self::Share(ShareRefusal::Unchecked(_)) => (S::SERVICE_UNAVAILABLE, "share_unchecked", "the node could not read its revocation list; retry"),
+            Self::Share(_) => (S::UNAUTHORIZED, "share_token_refused", "ask for a new link (an ask with an invoke key), or send Authorization: Bearer <invoke key>"),
+            Self::Import(ImportError::Invalid(_)) => (S::UNPROCESSABLE_ENTITY, "invalid_body", "send {\"url\": \"https://host/mcp\", \"prefix\": \"P\", \"category\": \"C\"}"),
+            Self::Import(ImportError::Upstream(e)) => {
+                let (status, code) = run_error_parts(e);
+                (status, code, "check the URL, the allow-list (ROWCALL_HTTP_ALLOW), and that the server speaks MCP over Streamable HTTP")
+            }
+            Self::Import(ImportError::KeyTaken { .. }) => (S::CONFLICT, "key_taken", "import with a prefix so the keys do not collide"),
+            Self::Import(ImportError::Changed { .. }) => (S::CONFLICT, "version_conflict", "run the import again"),
+            Self::Import(ImportError::Write(_)) => (S::SERVICE_UNAVAILABLE, "no_quorum", "the cluster has no quorum right now; retry after the Retry-After delay"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal", "retry; if it persists, the node's log has the details"),
         }
     }

@@ -9,8 +9,10 @@ mod cluster;
 mod directory;
 pub(crate) mod dispatch;
 pub mod error;
+mod import;
 mod openapi;
 mod receipts;
+mod share;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,6 +64,9 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle, stop: watch::Receiver<bo
             get(directory::list).post(directory::upsert),
         )
         .route("/api/directory/counts", get(directory::counts))
+        .route("/api/directory/import-mcp", post(import::import_mcp))
+        .route("/api/share", post(share::mint))
+        .route("/api/share/{id}", delete(share::revoke))
         .route("/api/directory/changes", get(changes::changes))
         .route(
             "/api/directory/{key}",
@@ -141,19 +146,36 @@ async fn json_rejection(response: Response) -> Response {
     let message = String::from_utf8_lossy(&text).trim().to_owned();
     let (code, hint) = match parts.status.as_u16() {
         404 => ("not_found", "GET /api/openapi.json lists the endpoints"),
-        405 => ("method_not_allowed", "GET /api/openapi.json lists each endpoint's methods"),
+        405 => (
+            "method_not_allowed",
+            "GET /api/openapi.json lists each endpoint's methods",
+        ),
         413 => ("body_too_large", "send a smaller body"),
-        415 => ("unsupported_media_type", "send Content-Type: application/json"),
+        415 => (
+            "unsupported_media_type",
+            "send Content-Type: application/json",
+        ),
         422 => ("invalid_body", "see /api/openapi.json for the body's shape"),
-        _ => ("bad_request", "check the query parameters and path against /api/openapi.json"),
+        _ => (
+            "bad_request",
+            "check the query parameters and path against /api/openapi.json",
+        ),
     };
     let message = if message.is_empty() {
-        parts.status.canonical_reason().unwrap_or("bad request").to_owned()
+        parts
+            .status
+            .canonical_reason()
+            .unwrap_or("bad request")
+            .to_owned()
     } else {
         message
     };
-    let body = serde_json::json!({"ok": false, "error": {"code": code, "message": message, "hint": hint}});
-    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let body =
+        serde_json::json!({"ok": false, "error": {"code": code, "message": message, "hint": hint}});
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, axum::body::Body::from(body.to_string()))
 }

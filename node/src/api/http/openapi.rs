@@ -3,7 +3,7 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use super::{cluster, directory, dispatch, receipts};
+use super::{cluster, directory, dispatch, import, receipts, share};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -19,6 +19,9 @@ use super::{cluster, directory, dispatch, receipts};
         directory::upsert,
         directory::delete_row,
         directory::counts,
+        import::import_mcp,
+        share::mint,
+        share::revoke,
         receipts::by_id,
         receipts::by_key,
         receipts::public_page,
@@ -40,6 +43,9 @@ use super::{cluster, directory, dispatch, receipts};
         crate::dispatch::receipt::Confirmation,
         dispatch::AskAnswer,
         dispatch::InvokeBody,
+        share::MintBody,
+        crate::dispatch::import::ImportRequest,
+        crate::dispatch::import::ImportReport,
         cluster::AddMember,
     ))
 )]
