@@ -1,0 +1,666 @@
+//! Real `rowcall-node` processes on loopback: start, SIGKILL, SIGSTOP/SIGCONT, SIGTERM,
+//! restart, wipe and rejoin; and the link proxies between them. Every child is killed when
+//! the [`Cluster`] is dropped (also on error, panic or Ctrl-C).
+//!
+//! Ports are chosen up front (bind port 0, note it, release it) because a node keeps its
+//! addresses across restarts and every other node must know them to route through proxies.
+
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::error::ChaosError;
+use crate::proxy::{Link, LinkState};
+
+/// The admin key every node of a run is started with.
+pub const ADMIN_KEY: &str = "chaos-admin";
+/// Rows every session may invoke.
+pub const SHARED_ROWS: usize = 4;
+/// How long a node may take to become ready.
+const READY_WITHIN: Duration = Duration::from_secs(30);
+
+/// The name of a shared row.
+pub fn shared_row(i: usize) -> String {
+    format!("CHAOS_SHARED_{i}")
+}
+
+/// How to start a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// The node binary.
+    pub bin: PathBuf,
+    /// Nodes.
+    pub nodes: usize,
+    /// Data folders and logs go under here.
+    pub root: PathBuf,
+    /// Put a proxy on every directed link (always, for clusters of more than one node).
+    pub proxies: bool,
+    /// `ROWCALL_SNAPSHOT_EVERY`.
+    pub snapshot_every: u64,
+    /// Seed for the proxies' jitter and loss.
+    pub seed: u64,
+}
+
+/// One node: its addresses, folders and process.
+#[derive(Debug)]
+pub struct Node {
+    /// Its id (1-based).
+    pub id: u64,
+    /// HTTP address.
+    pub http: SocketAddr,
+    /// gRPC address.
+    pub grpc: SocketAddr,
+    /// Data folder.
+    pub data: PathBuf,
+    /// Log file (stdout and stderr of every incarnation, appended).
+    pub log: PathBuf,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl Node {
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.http)
+    }
+
+    /// Whether the process is running (possibly paused).
+    pub fn is_up(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Whether it is stopped with SIGSTOP.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+}
+
+/// A running cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    bin: PathBuf,
+    snapshot_every: u64,
+    /// The nodes, index = id - 1.
+    pub nodes: Vec<Node>,
+    /// The proxies, one per directed link.
+    pub links: Vec<Link>,
+    /// Per node: bumped when its data folder is wiped.
+    pub incarnations: Arc<Vec<AtomicU32>>,
+    http: reqwest::Client,
+    started: Instant,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                // SIGKILL also ends a SIGSTOPped process.
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// Free loopback ports, distinct from each other.
+fn free_ports(n: usize) -> Result<Vec<u16>, ChaosError> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ChaosError::io("pick free ports", e))?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ChaosError::io("pick free ports", e))
+}
+
+/// A short-timeout client for control requests (status, readiness, membership).
+pub fn control_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(Duration::from_millis(500))
+        .timeout(Duration::from_secs(3))
+        .build()
+        .expect("a plain HTTP client builds")
+}
+
+/// Sends `signal` (e.g. `STOP`) to `pid` with the system's `kill`: no unsafe code needed.
+fn signal(pid: u32, signal: &str, id: u64) -> Result<(), ChaosError> {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .map_err(|source| ChaosError::Process {
+            action: "signal",
+            id,
+            source,
+        })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(ChaosError::Process {
+            action: "signal",
+            id,
+            source: std::io::Error::other(format!("kill -{signal} {pid}: {status}")),
+        })
+    }
+}
+
+impl Cluster {
+    /// Starts `options.nodes` nodes: node 1 initialises the cluster, the others join it,
+    /// then the shared rows are written. Returns once every node is ready.
+    pub async fn start(options: &ClusterOptions) -> Result<Cluster, ChaosError> {
+        if !options.bin.is_file() {
+            return Err(ChaosError::NodeBinaryMissing {
+                path: options.bin.clone(),
+            });
+        }
+        let n = options.nodes;
+        let ports = free_ports(2 * n)?;
+        let mut nodes = Vec::with_capacity(n);
+        for i in 0..n {
+            let id = i as u64 + 1;
+            let dir = options.root.join(format!("n{id}"));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| ChaosError::io(format!("create {}", dir.display()), e))?;
+            nodes.push(Node {
+                id,
+                http: SocketAddr::from(([127, 0, 0, 1], ports[2 * i])),
+                grpc: SocketAddr::from(([127, 0, 0, 1], ports[2 * i + 1])),
+                data: dir.join("data"),
+                log: dir.join("node.log"),
+                child: None,
+                paused: false,
+            });
+        }
+        let mut links = Vec::new();
+        if options.proxies && n > 1 {
+            for from in &nodes {
+                for to in &nodes {
+                    if from.id != to.id {
+                        links.push(Link::bind(from.id, to.id, to.grpc, options.seed).await?);
+                    }
+                }
+            }
+        }
+        let mut cluster = Cluster {
+            bin: options.bin.clone(),
+            snapshot_every: options.snapshot_every,
+            incarnations: Arc::new((0..n).map(|_| AtomicU32::new(0)).collect()),
+            nodes,
+            links,
+            http: control_client(),
+            started: Instant::now(),
+        };
+        cluster.spawn(1, None)?;
+        cluster.wait_ready(1).await?;
+        let join = cluster.nodes[0].grpc;
+        for id in 2..=n as u64 {
+            cluster.join(id, join).await?;
+        }
+        let members = cluster.members(1).await.map_or(0, |m| m.len());
+        if members != n {
+            return Err(ChaosError::Membership {
+                found: members,
+                expected: n,
+            });
+        }
+        cluster.write_shared_rows().await?;
+        Ok(cluster)
+    }
+
+    /// The node with this id.
+    pub fn node(&self, id: u64) -> &Node {
+        &self.nodes[(id - 1) as usize]
+    }
+
+    fn node_mut(&mut self, id: u64) -> &mut Node {
+        &mut self.nodes[(id - 1) as usize]
+    }
+
+    /// Every node's base URL, by index.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Node::url).collect()
+    }
+
+    /// Node ids.
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| n.id).collect()
+    }
+
+    fn log_line(&self, id: u64, line: &str) {
+        let path = &self.node(id).log;
+        if let Ok(mut file) = OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(
+                file,
+                "=== chaos {:.3}s: {line}",
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+
+    /// Starts node `id`'s process (fresh with `join`, or on its existing data folder).
+    fn spawn(&mut self, id: u64, join: Option<SocketAddr>) -> Result<(), ChaosError> {
+        self.log_line(id, &format!("start (join {join:?})"));
+        let routes: Vec<String> = self
+            .links
+            .iter()
+            .filter(|l| l.from == id)
+            .map(|l| format!("{}={}", self.node(l.to).grpc, l.addr))
+            .collect();
+        let node = self.node(id);
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)
+            .map_err(|e| ChaosError::io(format!("open {}", node.log.display()), e))?;
+        let err = log
+            .try_clone()
+            .map_err(|e| ChaosError::io("clone log handle", e))?;
+        let mut command = Command::new(&self.bin);
+        command
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--http")
+            .arg(node.http.to_string())
+            .arg("--grpc")
+            .arg(node.grpc.to_string())
+            .arg("--data")
+            .arg(&node.data)
+            .arg("--no-demo");
+        if let Some(join) = join {
+            command.arg("--join").arg(join.to_string());
+        }
+        for route in routes {
+            command.arg("--peer-route").arg(route);
+        }
+        command
+            .env("ROWCALL_ADMIN_KEY", ADMIN_KEY)
+            .env("ROWCALL_SNAPSHOT_EVERY", self.snapshot_every.to_string())
+            .env(
+                "ROWCALL_LOG",
+                std::env::var("ROWCALL_LOG")
+                    .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into()),
+            )
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err));
+        let child = command.spawn().map_err(|source| ChaosError::Process {
+            action: "start",
+            id,
+            source,
+        })?;
+        let node = self.node_mut(id);
+        node.child = Some(child);
+        node.paused = false;
+        Ok(())
+    }
+
+    /// Polls `/readyz` until node `id` answers 200 (a leader is known and reachable and it
+    /// has applied what it knows committed). Fails if the process exits.
+    pub async fn wait_ready(&mut self, id: u64) -> Result<(), ChaosError> {
+        let url = format!("{}/readyz", self.node(id).url());
+        let deadline = Instant::now() + READY_WITHIN;
+        while Instant::now() < deadline {
+            if let Some(child) = self.node_mut(id).child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.node_mut(id).child = None;
+                    return Err(ChaosError::Exited {
+                        id,
+                        status: status.to_string(),
+                        log: self.node(id).log.clone(),
+                    });
+                }
+            }
+            if let Ok(r) = self.http.get(&url).send().await {
+                if r.status() == 200 {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(ChaosError::NotReady {
+            id,
+            waited_s: READY_WITHIN.as_secs(),
+            log: self.node(id).log.clone(),
+        })
+    }
+
+    /// SIGKILL: no shutdown, no flush.
+    pub fn kill(&mut self, id: u64) {
+        self.log_line(id, "SIGKILL");
+        let node = self.node_mut(id);
+        if let Some(mut child) = node.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        node.paused = false;
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit; SIGKILL if it does not come.
+    pub async fn terminate(&mut self, id: u64) -> Result<(), ChaosError> {
+        self.log_line(id, "SIGTERM");
+        let Some(pid) = self.node(id).child.as_ref().map(Child::id) else {
+            return Ok(());
+        };
+        if self.node(id).paused {
+            self.resume(id)?;
+        }
+        signal(pid, "TERM", id)?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let exited = self
+                .node_mut(id)
+                .child
+                .as_mut()
+                .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))));
+            if exited {
+                self.node_mut(id).child = None;
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.kill(id);
+        Ok(())
+    }
+
+    /// SIGSTOP: the process freezes, its sockets stay open.
+    pub fn pause(&mut self, id: u64) -> Result<(), ChaosError> {
+        self.log_line(id, "SIGSTOP");
+        if let Some(pid) = self.node(id).child.as_ref().map(Child::id) {
+            signal(pid, "STOP", id)?;
+            self.node_mut(id).paused = true;
+        }
+        Ok(())
+    }
+
+    /// SIGCONT.
+    pub fn resume(&mut self, id: u64) -> Result<(), ChaosError> {
+        self.log_line(id, "SIGCONT");
+        if let Some(pid) = self.node(id).child.as_ref().map(Child::id) {
+            signal(pid, "CONT", id)?;
+        }
+        self.node_mut(id).paused = false;
+        Ok(())
+    }
+
+    /// Starts a stopped node on its data folder and waits until it is ready.
+    pub async fn restart(&mut self, id: u64) -> Result<(), ChaosError> {
+        if self.node(id).child.is_none() {
+            self.spawn(id, None)?;
+        }
+        self.wait_ready(id).await
+    }
+
+    /// Node `id` loses its disk: killed, removed from the membership, its data folder
+    /// wiped, then started fresh with `--join` and waited for.
+    pub async fn wipe_and_rejoin(&mut self, id: u64) -> Result<(), ChaosError> {
+        self.kill(id);
+        let other = self
+            .nodes
+            .iter()
+            .find(|n| n.id != id && n.is_up() && !n.paused)
+            .map(|n| (n.url(), n.grpc));
+        let Some((other_url, join)) = other else {
+            return Ok(());
+        };
+        // Remove it (retry while the cluster elects or reconfigures).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let removed = self
+                .http
+                .delete(format!("{other_url}/api/cluster/members/{id}"))
+                .header("x-terminal-key", ADMIN_KEY)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success() || r.status() == 409);
+            let still = self
+                .member_ids(&other_url)
+                .await
+                .is_none_or(|ids| ids.contains(&id));
+            if removed && !still {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let data = self.node(id).data.clone();
+        self.log_line(id, "wipe data folder");
+        if data.exists() {
+            std::fs::remove_dir_all(&data)
+                .map_err(|e| ChaosError::io(format!("wipe {}", data.display()), e))?;
+        }
+        self.incarnations[(id - 1) as usize].fetch_add(1, Ordering::SeqCst);
+        self.join(id, join).await
+    }
+
+    /// Starts node `id` fresh with `--join`, and waits until it is ready and a voter in
+    /// the membership every other member sees. A join refused because another membership
+    /// change is still under way makes the node exit; it is retried on a clean folder.
+    async fn join(&mut self, id: u64, via: SocketAddr) -> Result<(), ChaosError> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            self.spawn(id, Some(via))?;
+            match self.wait_ready(id).await {
+                Ok(()) => break,
+                Err(ChaosError::Exited { .. }) if attempts < 5 => {
+                    let data = self.node(id).data.clone();
+                    let _ = std::fs::remove_dir_all(&data);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // The next membership change may start only when this one is committed everywhere.
+        let deadline = Instant::now() + READY_WITHIN;
+        while Instant::now() < deadline {
+            let mut settled = true;
+            for node in self.nodes.iter().filter(|n| n.is_up() && !n.paused) {
+                let voters = self.voter_ids(&node.url()).await;
+                settled &= voters.is_some_and(|v| v.contains(&id));
+            }
+            if settled {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(ChaosError::NotReady {
+            id,
+            waited_s: READY_WITHIN.as_secs(),
+            log: self.node(id).log.clone(),
+        })
+    }
+
+    /// Voter ids as the node at `url` sees them.
+    async fn voter_ids(&self, url: &str) -> Option<Vec<u64>> {
+        let status: Value = self
+            .http
+            .get(format!("{url}/api/cluster"))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        Some(
+            status["members"]
+                .as_array()?
+                .iter()
+                .filter(|m| m["voter"].as_bool() == Some(true))
+                .filter_map(|m| m["id"].as_u64())
+                .collect(),
+        )
+    }
+
+    /// Member ids as node at `url` sees them.
+    async fn member_ids(&self, url: &str) -> Option<Vec<u64>> {
+        let status: Value = self
+            .http
+            .get(format!("{url}/api/cluster"))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        Some(
+            status["members"]
+                .as_array()?
+                .iter()
+                .filter_map(|m| m["id"].as_u64())
+                .collect(),
+        )
+    }
+
+    /// Members as node `id` sees them.
+    pub async fn members(&self, id: u64) -> Option<Vec<u64>> {
+        self.member_ids(&self.node(id).url()).await
+    }
+
+    /// The leader most running, unpaused nodes name (asked in parallel, short timeouts).
+    pub async fn leader(&self) -> Option<u64> {
+        let asks = self
+            .nodes
+            .iter()
+            .filter(|n| n.is_up() && !n.paused)
+            .map(|n| {
+                let http = self.http.clone();
+                let url = format!("{}/api/cluster", n.url());
+                async move {
+                    let r = http
+                        .get(url)
+                        .timeout(Duration::from_millis(800))
+                        .send()
+                        .await
+                        .ok()?;
+                    let v: Value = r.json().await.ok()?;
+                    if v["stale"].as_bool() == Some(true) {
+                        return None;
+                    }
+                    v["leader"].as_u64()
+                }
+            });
+        let mut votes: std::collections::BTreeMap<u64, usize> = Default::default();
+        for handle in asks.map(tokio::spawn).collect::<Vec<_>>() {
+            if let Ok(Some(leader)) = handle.await {
+                *votes.entry(leader).or_default() += 1;
+            }
+        }
+        votes.into_iter().max_by_key(|(_, n)| *n).map(|(id, _)| id)
+    }
+
+    /// Waits (bounded) for a leader to be known.
+    pub async fn await_leader(&self, within: Duration) -> Option<u64> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(leader) = self.leader().await {
+                return Some(leader);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Sets every link for which `state` answers.
+    pub fn set_links(&self, mut state: impl FnMut(u64, u64) -> Option<LinkState>) {
+        for link in &self.links {
+            if let Some(s) = state(link.from, link.to) {
+                link.set(s);
+            }
+        }
+    }
+
+    /// Every link passes again.
+    pub fn heal_links(&self) {
+        self.set_links(|_, _| Some(LinkState::pass()));
+    }
+
+    /// Heals everything: links pass, paused nodes continue, stopped nodes start.
+    pub async fn heal_all(&mut self) -> Vec<String> {
+        self.heal_links();
+        let mut problems = Vec::new();
+        for id in self.ids() {
+            if self.node(id).paused {
+                if let Err(e) = self.resume(id) {
+                    problems.push(e.to_string());
+                }
+            }
+            if !self.node(id).is_up() {
+                if let Err(e) = self.restart(id).await {
+                    problems.push(e.to_string());
+                }
+            }
+        }
+        problems
+    }
+
+    /// Writes the rows every session invokes, retrying until the cluster takes them.
+    async fn write_shared_rows(&self) -> Result<(), ChaosError> {
+        let url = self.nodes[0].url();
+        for i in 0..SHARED_ROWS {
+            let key = shared_row(i);
+            let row = json!({"key": key, "type": "static", "auth": "public", "category": "chaos",
+                "content": format!("# WHAT: chaos shared row {i}\n\n{{\"shared\":{i}}}\n")});
+            let mut detail = String::new();
+            let mut done = false;
+            for _ in 0..50 {
+                match self
+                    .http
+                    .post(format!("{url}/api/directory"))
+                    .header("x-terminal-key", ADMIN_KEY)
+                    .json(&row)
+                    .send()
+                    .await
+                {
+                    Ok(r) if r.status().is_success() => {
+                        done = true;
+                        break;
+                    }
+                    Ok(r) => detail = format!("HTTP {}", r.status()),
+                    Err(e) => detail = e.to_string(),
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            if !done {
+                return Err(ChaosError::Setup { what: key, detail });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The node binary next to this executable (`target/<profile>/rowcall-node`), or `given`.
+pub fn node_binary(given: Option<&Path>) -> Result<PathBuf, ChaosError> {
+    let path = match given {
+        Some(path) => path.to_path_buf(),
+        None => {
+            let exe =
+                std::env::current_exe().map_err(|e| ChaosError::io("find own executable", e))?;
+            let dir = exe.parent().unwrap_or(Path::new("."));
+            let name = format!("rowcall-node{}", std::env::consts::EXE_SUFFIX);
+            // Tests run from target/<profile>/deps: look one folder up too.
+            let here = dir.join(&name);
+            if here.is_file() {
+                here
+            } else {
+                dir.parent().map_or(here.clone(), |p| p.join(&name))
+            }
+        }
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(ChaosError::NodeBinaryMissing { path })
+    }
+}

@@ -1,0 +1,101 @@
+//! Errors of the harness itself (not of the cluster under test, which are recorded as data).
+
+use std::path::PathBuf;
+
+/// Why a chaos run could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum ChaosError {
+    /// The `rowcall-node` binary is not where we looked.
+    #[error("rowcall-node not found at {path}; build it first with `cargo build -p rowcall-node` (the same profile as rowcall-chaos), or pass --node-bin PATH")]
+    NodeBinaryMissing {
+        /// Where we looked.
+        path: PathBuf,
+    },
+    /// A node process could not be started or signalled.
+    #[error("could not {action} node {id}: {source}")]
+    Process {
+        /// What we tried.
+        action: &'static str,
+        /// The node.
+        id: u64,
+        /// The operating system's answer.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A node did not become ready in time.
+    #[error("node {id} was not ready within {waited_s} s; its log is {log}")]
+    NotReady {
+        /// The node.
+        id: u64,
+        /// How long we waited.
+        waited_s: u64,
+        /// Its log file.
+        log: PathBuf,
+    },
+    /// A node exited by itself.
+    #[error("node {id} exited unexpectedly ({status}); its log is {log}")]
+    Exited {
+        /// The node.
+        id: u64,
+        /// Its exit status.
+        status: String,
+        /// Its log file.
+        log: PathBuf,
+    },
+    /// The cluster did not report the expected members after starting.
+    #[error("the cluster has {found} members after start, expected {expected}")]
+    Membership {
+        /// Members reported.
+        found: usize,
+        /// Members started.
+        expected: usize,
+    },
+    /// Setup writes (the shared rows) never succeeded.
+    #[error("setup write {what} failed: {detail}")]
+    Setup {
+        /// What was written.
+        what: String,
+        /// The last answer or transport error.
+        detail: String,
+    },
+    /// Local I/O: ports, folders, report files.
+    #[error("{what}: {source}")]
+    Io {
+        /// What we were doing.
+        what: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Unknown scenario name.
+    #[error("unknown scenario {name:?}; known: {known}")]
+    UnknownScenario {
+        /// What was asked for.
+        name: String,
+        /// The names we know.
+        known: String,
+    },
+    /// A scenario needs more nodes than were asked for.
+    #[error("scenario {scenario} needs at least {needed} nodes, got {nodes}")]
+    TooFewNodes {
+        /// The scenario.
+        scenario: String,
+        /// Its minimum.
+        needed: usize,
+        /// Nodes asked for.
+        nodes: usize,
+    },
+    /// Encoding the report.
+    #[error("encoding JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl ChaosError {
+    /// An I/O error with what we were doing.
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        Self::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}

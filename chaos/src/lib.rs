@@ -1,0 +1,38 @@
+//! rowcall-chaos: measures the availability a rowcall cluster buys, and checks that it
+//! keeps DESIGN §3.1–3.2 through crashes, pauses and partitions (DESIGN §8).
+//!
+//! ```text
+//!                 sessions (workload.rs)              faults (faults.rs)
+//!          ask/contract/read/confirm/invoke/       kill -9, SIGSTOP, SIGTERM,
+//!          insert/update/delete, min-index         wipe + rejoin, link states
+//!                    │ HTTP                                 │
+//!      ┌─────────────┼───────────────┐          ┌───────────┴──────────┐
+//!      ▼             ▼               ▼          ▼                      ▼
+//!   node 1 ◄──proxy 1→2──► node 2 ◄──proxy 2→3──► node 3     (cluster.rs, proxy.rs:
+//!      ▲ └────────────proxy 1→3, 3→1, …─────────┘ ▲            one TCP proxy per
+//!      └─────────── gRPC (Raft, forwarding) ──────┘            directed link)
+//!
+//!   events (history.rs) ──► settle.rs: heal, drain outboxes, same index,
+//!                             rows + confirmations + digests of every node
+//!                        ──► check.rs: lost writes / receipts, RYW, index order, divergence
+//!                        ──► report.rs + svg.rs: report.json, chart.svg, summary.txt
+//! ```
+//!
+//! The same workload then runs against one node killed and restarted on the cluster run's
+//! fault windows (the baseline), so the report gives the gain as a ratio from one run.
+
+pub mod check;
+pub mod cluster;
+pub mod error;
+pub mod faults;
+pub mod history;
+pub mod proxy;
+pub mod report;
+pub mod rng;
+pub mod run;
+pub mod settle;
+pub mod svg;
+pub mod workload;
+
+pub use error::ChaosError;
+pub use run::{run, RunOptions};

@@ -1,0 +1,613 @@
+//! Turns events, fault windows and the verdict into the report: per operation and per
+//! second attempts, successes, errors by kind and latency percentiles; per fault the time
+//! until each class recovered; availability per class; and the one-screen summary.
+//!
+//! Recovery of a class after a fault: from the injection to the start of the first
+//! one-second stretch in which every attempt of that class succeeded, counted from the
+//! first failure after the injection (0 when nothing failed before the next fault).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::check::Verdict;
+use crate::faults::FaultWindow;
+use crate::history::{Class, Event, FinalState, Op};
+
+/// A stretch this long with at least [`GREEN_RATE`] successes counts as recovered.
+const GREEN_US: u64 = 1_000_000;
+/// Success rate of a recovered stretch.
+const GREEN_RATE: f64 = 0.99;
+
+/// Latency percentiles, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Slowest.
+    pub max_ms: f64,
+}
+
+impl Latency {
+    fn of(mut us: Vec<u64>) -> Latency {
+        if us.is_empty() {
+            return Latency::default();
+        }
+        us.sort_unstable();
+        let at = |p: f64| us[((us.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0;
+        Latency {
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            max_ms: at(1.0),
+        }
+    }
+}
+
+/// Operations and attempts, errors by kind and latency of a set of requests.
+///
+/// An operation is what a client asked for; it makes one attempt per node it tries (a
+/// client library fails over to the next node on a transport error or a 5xx, up to three
+/// nodes). Availability is per operation. Sessions are open-loop: a tick that passed while
+/// a session still waited for an answer counts as a failed operation (`blocked`), with no
+/// attempt, so a stall weighs as much as the requests it held up.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    /// Operations started.
+    pub operations: u64,
+    /// Operations that got a protocol answer on some attempt.
+    pub operations_ok: u64,
+    /// Requests sent (operations plus retries).
+    pub attempts: u64,
+    /// Requests answered as the protocol defines.
+    pub successes: u64,
+    /// Failed attempts by kind (`timeout`, `connect`, `http_503:no_quorum`, …).
+    pub errors: BTreeMap<String, u64>,
+    /// Operations not made because the session was still waiting (counted as failed).
+    pub blocked: u64,
+    /// Answers marked `x-rowcall-stale: true`.
+    pub stale: u64,
+    /// Latency of operations, retries included (failed ones up to their failure).
+    pub latency: Latency,
+}
+
+impl Stats {
+    fn of<'a>(events: impl IntoIterator<Item = &'a Event>) -> Stats {
+        let mut stats = Stats::default();
+        let mut latencies = Vec::new();
+        for e in events {
+            if !e.blocked() {
+                stats.attempts += 1;
+            }
+            if e.starts_operation() {
+                stats.operations += 1;
+                if e.operation_ok() {
+                    stats.operations_ok += 1;
+                }
+                if !e.blocked() {
+                    latencies.push(e.operation_latency_us());
+                }
+            }
+            if e.stale {
+                stats.stale += 1;
+            }
+            match &e.outcome {
+                crate::history::Outcome::Ok(_) => stats.successes += 1,
+                crate::history::Outcome::Failed { .. } if e.blocked() => {
+                    stats.blocked += 1;
+                }
+                crate::history::Outcome::Failed { error, .. } => {
+                    *stats.errors.entry(error.clone()).or_default() += 1;
+                }
+            }
+        }
+        stats.latency = Latency::of(latencies);
+        stats
+    }
+
+    /// Successful operations over operations (1 when there were none).
+    pub fn rate(&self) -> f64 {
+        if self.operations == 0 {
+            1.0
+        } else {
+            self.operations_ok as f64 / self.operations as f64
+        }
+    }
+
+    /// Successful attempts over attempts, without failover (1 when there were none).
+    pub fn attempt_rate(&self) -> f64 {
+        if self.attempts == 0 {
+            1.0
+        } else {
+            self.successes as f64 / self.attempts as f64
+        }
+    }
+}
+
+/// One second of the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Second {
+    /// Seconds since the start.
+    pub t: u64,
+    /// Per class.
+    pub classes: BTreeMap<&'static str, Stats>,
+    /// Per operation.
+    pub ops: BTreeMap<&'static str, Stats>,
+}
+
+/// Availability per class, as fractions.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Availability {
+    /// Ask, contract, directory read, confirm.
+    pub read: f64,
+    /// Insert, update, delete.
+    pub write: f64,
+    /// Invocations.
+    pub invoke: f64,
+}
+
+impl Availability {
+    fn get(&self, class: Class) -> f64 {
+        match class {
+            Class::Read => self.read,
+            Class::Write => self.write,
+            Class::Invoke => self.invoke,
+        }
+    }
+}
+
+/// How one class fared after one fault.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recovery {
+    /// Milliseconds from injection until it recovered; `None` if it never did before the
+    /// next fault (or the end).
+    pub recovered_ms: Option<f64>,
+    /// Failed operations between this fault and the next.
+    pub failures: u64,
+    /// Operations between this fault and the next.
+    pub operations: u64,
+}
+
+/// A fault and the recovery of each class.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultReport {
+    /// The fault.
+    #[serde(flatten)]
+    pub window: FaultWindow,
+    /// Per class.
+    pub recovery: BTreeMap<&'static str, Recovery>,
+}
+
+/// One run: the cluster, or the single-node baseline.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// Nodes.
+    pub nodes: usize,
+    /// Seconds of workload.
+    pub duration_s: f64,
+    /// Per class: operations that succeeded (with failover to other nodes).
+    pub availability: Availability,
+    /// Per class: single requests that succeeded (no failover).
+    pub attempt_availability: Availability,
+    /// Rows with an acknowledged write not on every node at the end.
+    pub lost_writes: usize,
+    /// Receipts given to clients not confirmed by every node at the end.
+    pub lost_receipts: usize,
+    /// Reads that did not show the session's own writes, plus reads answered below the
+    /// `x-rowcall-min-index` they sent.
+    pub ryw_violations: usize,
+    /// Answers whose index went backwards for a session on one node (reported, not gated).
+    pub index_regressions: usize,
+    /// The nodes' digests differ or never met.
+    pub diverged: bool,
+    /// Every check held.
+    pub passed: bool,
+    /// Per class totals.
+    pub classes: BTreeMap<&'static str, Stats>,
+    /// Per operation totals.
+    pub operations: BTreeMap<&'static str, Stats>,
+    /// Per fault.
+    pub faults: Vec<FaultReport>,
+    /// The checker's full verdict.
+    pub checks: Verdict,
+    /// The nodes at the end: settled or not, outbox left, digests.
+    #[serde(rename = "final")]
+    pub end: FinalSummary,
+    /// Per second.
+    pub per_second: Vec<Second>,
+}
+
+/// The end state in brief.
+#[derive(Debug, Clone, Serialize)]
+pub struct FinalSummary {
+    /// Outboxes drained and digests agreed within the bound.
+    pub settled: bool,
+    /// Receipts left in outboxes.
+    pub outbox_left: u64,
+    /// Per node: its digest.
+    pub digests: BTreeMap<u64, Option<crate::history::Digest>>,
+}
+
+fn class_stats(events: &[Event]) -> BTreeMap<&'static str, Stats> {
+    Class::ALL
+        .iter()
+        .map(|c| {
+            (
+                c.name(),
+                Stats::of(events.iter().filter(|e| e.op.class() == *c)),
+            )
+        })
+        .collect()
+}
+
+fn op_stats(events: &[Event]) -> BTreeMap<&'static str, Stats> {
+    Op::NAMES
+        .iter()
+        .map(|name| {
+            (
+                *name,
+                Stats::of(events.iter().filter(|e| e.op.name() == *name)),
+            )
+        })
+        .collect()
+}
+
+/// Recovery of `class` in the window `[from_us, to_us)`.
+pub fn recovery(events: &[Event], class: Class, from_us: u64, to_us: u64) -> Recovery {
+    let mut window: Vec<&Event> = events
+        .iter()
+        .filter(|e| {
+            e.starts_operation()
+                && e.op.class() == class
+                && e.start_us >= from_us
+                && e.start_us < to_us
+        })
+        .collect();
+    window.sort_by_key(|e| e.start_us);
+    let failures = window.iter().filter(|e| !e.operation_ok()).count() as u64;
+    let attempts = window.len() as u64;
+    let Some(first_failure) = window.iter().position(|e| !e.operation_ok()) else {
+        return Recovery {
+            recovered_ms: Some(0.0),
+            failures,
+            operations: attempts,
+        };
+    };
+    let recovered = (first_failure..window.len())
+        .filter(|&i| window[i].operation_ok())
+        .find(|&i| {
+            let start = window[i].start_us;
+            let stretch_end = start + GREEN_US;
+            let stretch: Vec<&&Event> = window[i..]
+                .iter()
+                .take_while(|e| e.start_us < stretch_end)
+                .collect();
+            let ok = stretch.iter().filter(|e| e.operation_ok()).count();
+            let rest_ok = window[i..].iter().all(|e| e.operation_ok());
+            // The stretch must fit before the next fault, unless nothing fails after it.
+            (stretch_end <= to_us || rest_ok) && ok as f64 >= GREEN_RATE * stretch.len() as f64
+        })
+        .map(|i| window[i].start_us.saturating_sub(from_us) as f64 / 1000.0);
+    Recovery {
+        recovered_ms: recovered,
+        failures,
+        operations: attempts,
+    }
+}
+
+/// Builds the report of one run.
+pub fn run_report(
+    nodes: usize,
+    duration_s: f64,
+    events: &[Event],
+    windows: &[FaultWindow],
+    verdict: Verdict,
+    end: &FinalState,
+) -> RunReport {
+    let classes = class_stats(events);
+    let availability = Availability {
+        read: classes["read"].rate(),
+        write: classes["write"].rate(),
+        invoke: classes["invoke"].rate(),
+    };
+    let end_us = (duration_s * 1e6) as u64 + 10_000_000;
+    let faults = windows
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let from = (w.injected_s * 1e6) as u64;
+            let to = windows
+                .get(i + 1)
+                .map_or(end_us, |n| (n.injected_s * 1e6) as u64);
+            FaultReport {
+                window: w.clone(),
+                recovery: Class::ALL
+                    .iter()
+                    .map(|c| (c.name(), recovery(events, *c, from, to)))
+                    .collect(),
+            }
+        })
+        .collect();
+    let seconds = events
+        .iter()
+        .map(|e| e.start_us / 1_000_000)
+        .max()
+        .map_or(0, |s| s + 1);
+    let mut buckets: Vec<Vec<Event>> = vec![Vec::new(); seconds as usize];
+    for e in events {
+        buckets[(e.start_us / 1_000_000) as usize].push(e.clone());
+    }
+    let per_second = buckets
+        .iter()
+        .enumerate()
+        .map(|(t, b)| Second {
+            t: t as u64,
+            classes: class_stats(b),
+            ops: op_stats(b),
+        })
+        .collect();
+    let attempt_availability = Availability {
+        read: classes["read"].attempt_rate(),
+        write: classes["write"].attempt_rate(),
+        invoke: classes["invoke"].attempt_rate(),
+    };
+    RunReport {
+        nodes,
+        duration_s,
+        availability,
+        attempt_availability,
+        lost_writes: verdict.lost_writes,
+        lost_receipts: verdict.lost_receipts,
+        ryw_violations: verdict.ryw_violations + verdict.barrier_violations,
+        index_regressions: verdict.index_regressions,
+        diverged: verdict.diverged,
+        passed: verdict.passed(),
+        classes,
+        operations: op_stats(events),
+        faults,
+        checks: verdict,
+        end: FinalSummary {
+            settled: end.settled,
+            outbox_left: end.outbox_left,
+            digests: end.nodes.iter().map(|n| (n.id, n.digest.clone())).collect(),
+        },
+        per_second,
+    }
+}
+
+/// The ratio the cluster buys, per class.
+#[derive(Debug, Clone, Serialize)]
+pub struct Gain {
+    /// Cluster availability over baseline availability.
+    pub availability_ratio: BTreeMap<&'static str, f64>,
+    /// Baseline failure fraction over the cluster's (how many times fewer requests
+    /// failed); the cluster's fraction is floored at one failed request.
+    pub failure_ratio: BTreeMap<&'static str, f64>,
+}
+
+/// The whole report: the cluster run at the top level, the baseline beside it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Seed of the workload and the proxies.
+    pub seed: u64,
+    /// Client sessions.
+    pub sessions: u32,
+    /// Target operations per second (all sessions).
+    pub rate: f64,
+    /// The cluster run.
+    #[serde(flatten)]
+    pub cluster: RunReport,
+    /// The same workload and schedule against one node killed and restarted.
+    pub baseline: Option<RunReport>,
+    /// Cluster against baseline.
+    pub gain: Option<Gain>,
+}
+
+impl Report {
+    /// Assembles the report and the gain.
+    pub fn new(
+        scenario: String,
+        seed: u64,
+        sessions: u32,
+        rate: f64,
+        cluster: RunReport,
+        baseline: Option<RunReport>,
+    ) -> Report {
+        let gain = baseline.as_ref().map(|b| {
+            let mut availability_ratio = BTreeMap::new();
+            let mut failure_ratio = BTreeMap::new();
+            for c in Class::ALL {
+                let (ca, ba) = (cluster.availability.get(c), b.availability.get(c));
+                availability_ratio.insert(c.name(), if ba > 0.0 { ca / ba } else { 0.0 });
+                let attempts = cluster.classes[c.name()].operations.max(1) as f64;
+                let cluster_failed = (1.0 - ca).max(1.0 / attempts);
+                failure_ratio.insert(c.name(), (1.0 - ba) / cluster_failed);
+            }
+            Gain {
+                availability_ratio,
+                failure_ratio,
+            }
+        });
+        Report {
+            scenario,
+            seed,
+            sessions,
+            rate,
+            cluster,
+            baseline,
+            gain,
+        }
+    }
+
+    /// Every check of the cluster run held.
+    pub fn passed(&self) -> bool {
+        self.cluster.passed
+    }
+
+    /// The one-screen text summary.
+    pub fn summary(&self) -> String {
+        let c = &self.cluster;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "rowcall-chaos  scenario {}  nodes {}  {:.0} s  {} sessions at {:.0} ops/s  seed {}",
+            self.scenario, c.nodes, c.duration_s, self.sessions, self.rate, self.seed
+        );
+        let _ = writeln!(
+            s,
+            "{:<8} {:>26} {:>26}",
+            "",
+            format!("cluster ({} nodes)", c.nodes),
+            "one node (baseline)"
+        );
+        let _ = writeln!(
+            s,
+            "availability per operation (clients fail over to another node):"
+        );
+        for class in Class::ALL {
+            let name = class.name();
+            let cell = |r: &RunReport| {
+                let st = &r.classes[name];
+                format!(
+                    "{:>8.3}% p99 {:>7.1} ms",
+                    st.rate() * 100.0,
+                    st.latency.p99_ms
+                )
+            };
+            let base = self.baseline.as_ref().map_or("-".into(), cell);
+            let _ = writeln!(s, "{:<8} {:>26} {:>26}", name, cell(c), base);
+        }
+        let _ = writeln!(
+            s,
+            "{:<8} {:>26}",
+            "",
+            format!(
+                "per request: {:.2}/{:.2}/{:.2}%",
+                c.attempt_availability.read * 100.0,
+                c.attempt_availability.write * 100.0,
+                c.attempt_availability.invoke * 100.0
+            )
+        );
+        if let Some(gain) = &self.gain {
+            let _ = writeln!(
+                s,
+                "gain     failed requests: read {:.1}x fewer, write {:.1}x, invoke {:.1}x",
+                gain.failure_ratio["read"],
+                gain.failure_ratio["write"],
+                gain.failure_ratio["invoke"]
+            );
+        }
+        let _ = writeln!(
+            s,
+            "faults (recovery from injection: write / read / invoke):"
+        );
+        for f in &c.faults {
+            let r = |k: &str| {
+                f.recovery[k]
+                    .recovered_ms
+                    .map_or("never".into(), |ms| format!("{:.2}s", ms / 1000.0))
+            };
+            let _ = writeln!(
+                s,
+                "  {:>6.1}s {:<16} nodes {:<8} healed +{:<5.1}s  {} / {} / {}{}",
+                f.window.injected_s,
+                f.window.name,
+                format!("{:?}", f.window.targets),
+                f.window.healed_s - f.window.injected_s,
+                r("write"),
+                r("read"),
+                r("invoke"),
+                if f.window.problems.is_empty() {
+                    String::new()
+                } else {
+                    format!("  ({})", f.window.problems.join("; "))
+                }
+            );
+        }
+        let v = &c.checks;
+        let _ = writeln!(
+            s,
+            "checks: {} acknowledged writes ({} ambiguous), {} receipts ({} pending); settled {}",
+            v.acknowledged_writes,
+            v.ambiguous_writes,
+            v.receipts_given,
+            v.pending_receipts_given,
+            c.end.settled
+        );
+        let _ = writeln!(
+            s,
+            "  lost writes {}  lost receipts {}  RYW violations {}  index regressions {}  diverged {}  (invoke saw older row: {})",
+            c.lost_writes, c.lost_receipts, c.ryw_violations, c.index_regressions, c.diverged, v.invoke_stale
+        );
+        for (kind, examples) in &v.examples {
+            for e in examples.iter().take(3) {
+                let _ = writeln!(s, "    {kind}: {e}");
+            }
+        }
+        let _ = writeln!(
+            s,
+            "{}{}",
+            if self.passed() { "PASS" } else { "FAIL" },
+            if c.index_regressions > 0 {
+                "  (index regressions are reported, not gated: see checks.examples)"
+            } else {
+                ""
+            }
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Outcome, Seen};
+
+    fn write(start_ms: u64, ok: bool) -> Event {
+        Event {
+            session: 0,
+            node: 1,
+            incarnation: 0,
+            op: Op::Delete { key: "K".into() },
+            start_us: start_ms * 1000,
+            latency_us: 1000,
+            attempt: 0,
+            operation: None,
+            min_index: 0,
+            index: None,
+            stale: false,
+            outcome: if ok {
+                Outcome::Ok(Seen::Written)
+            } else {
+                Outcome::Failed {
+                    error: "timeout".into(),
+                    ambiguous: true,
+                }
+            },
+        }
+    }
+
+    #[test]
+    fn recovery_is_the_first_green_second_after_the_first_failure() {
+        // Fault at 1000 ms; successes until 1200, failures 1200..2000, green from 2100.
+        let mut events: Vec<Event> = (0..10).map(|i| write(1000 + i * 20, true)).collect();
+        events.extend((0..8).map(|i| write(1200 + i * 100, false)));
+        events.extend((0..30).map(|i| write(2100 + i * 50, true)));
+        let r = recovery(&events, Class::Write, 1_000_000, 10_000_000);
+        assert_eq!(r.recovered_ms, Some(1100.0));
+        assert_eq!(r.failures, 8);
+        // Nothing failed: recovered at once.
+        let r = recovery(&events, Class::Write, 2_100_000, 10_000_000);
+        assert_eq!(r.recovered_ms, Some(0.0));
+        // Failing until the end: never.
+        let events: Vec<Event> = (0..10).map(|i| write(1000 + i * 100, false)).collect();
+        assert_eq!(
+            recovery(&events, Class::Write, 1_000_000, 3_000_000).recovered_ms,
+            None
+        );
+    }
+}

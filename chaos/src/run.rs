@@ -1,0 +1,319 @@
+//! One chaos run: the cluster under the scenario, then the single-node baseline on the same
+//! schedule, then the checks, the report, the chart and the summary. `all` runs every
+//! single-fault scenario in turn.
+
+use std::io::{IsTerminal, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::check::check;
+use crate::cluster::{node_binary, Cluster, ClusterOptions};
+use crate::error::ChaosError;
+use crate::faults::{self, FaultWindow, Scenario, Schedule};
+use crate::history::{Event, FinalState};
+use crate::report::{run_report, Report};
+use crate::settle;
+use crate::workload::{self, Progress, Target, WorkloadOptions};
+
+/// Everything a run needs.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// A scenario name, a comma-separated combination, or `all`.
+    pub scenario: String,
+    /// Cluster size.
+    pub nodes: usize,
+    /// Seconds of workload (each of the cluster run and the baseline).
+    pub duration: Duration,
+    /// Where everything goes.
+    pub out: PathBuf,
+    /// The node binary, if not next to this executable.
+    pub node_bin: Option<PathBuf>,
+    /// Seed of the workload and the proxies.
+    pub seed: u64,
+    /// Client sessions.
+    pub sessions: u32,
+    /// Operations per second, all sessions together.
+    pub rate: f64,
+    /// One fault per this many seconds.
+    pub period: Duration,
+    /// Also run the single-node baseline.
+    pub baseline: bool,
+    /// `ROWCALL_SNAPSHOT_EVERY` for the nodes (small, so snapshots happen during a run).
+    pub snapshot_every: u64,
+}
+
+/// What drives a run's faults.
+enum Faults<'a> {
+    /// A scenario's schedule, on a cluster.
+    Schedule(&'a [faults::FaultKind], Schedule),
+    /// The cluster run's windows, replayed as kill/restart of the single node.
+    Replay(&'a [FaultWindow]),
+}
+
+/// Runs what `options` asks; returns whether every check held.
+pub async fn run(options: &RunOptions) -> Result<bool, ChaosError> {
+    let bin = node_binary(options.node_bin.as_deref())?;
+    std::fs::create_dir_all(&options.out)
+        .map_err(|e| ChaosError::io(format!("create {}", options.out.display()), e))?;
+    if options.scenario != "all" {
+        let scenario = Scenario::parse(&options.scenario)?;
+        let report = run_one(options, &bin, &scenario, &options.out).await?;
+        return Ok(report.passed());
+    }
+    let mut rows = Vec::new();
+    let mut passed = true;
+    for scenario in Scenario::all() {
+        if scenario.min_nodes() > options.nodes {
+            eprintln!(
+                "skipping {}: needs {} nodes",
+                scenario.name,
+                scenario.min_nodes()
+            );
+            continue;
+        }
+        let out = options.out.join(&scenario.name);
+        let report = run_one(options, &bin, &scenario, &out).await?;
+        passed &= report.passed();
+        rows.push(json!({
+            "scenario": scenario.name,
+            "nodes": report.cluster.nodes,
+            "duration_s": report.cluster.duration_s,
+            "availability": report.cluster.availability,
+            "baseline_availability": report.baseline.as_ref().map(|b| b.availability),
+            "recovery_ms": report.cluster.faults.iter().map(|f| json!({
+                "fault": f.window.name,
+                "write": f.recovery["write"].recovered_ms,
+                "read": f.recovery["read"].recovered_ms,
+                "invoke": f.recovery["invoke"].recovered_ms,
+            })).collect::<Vec<_>>(),
+            "lost_writes": report.cluster.lost_writes,
+            "lost_receipts": report.cluster.lost_receipts,
+            "ryw_violations": report.cluster.ryw_violations,
+            "index_regressions": report.cluster.index_regressions,
+            "diverged": report.cluster.diverged,
+            "passed": report.passed(),
+        }));
+    }
+    let path = options.out.join("all.json");
+    write(
+        &path,
+        serde_json::to_vec_pretty(&json!({ "scenarios": rows }))?,
+    )?;
+    eprintln!("all scenarios: {}", path.display());
+    Ok(passed)
+}
+
+fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), ChaosError> {
+    std::fs::write(path, bytes).map_err(|e| ChaosError::io(format!("write {}", path.display()), e))
+}
+
+fn write_history(path: &Path, events: &[Event]) -> Result<(), ChaosError> {
+    let mut out = Vec::new();
+    for e in events {
+        serde_json::to_writer(&mut out, e)?;
+        out.push(b'\n');
+    }
+    write(path, out)
+}
+
+/// The schedule for a run of `duration`: a warm-up, then one fault per `period`, with a
+/// cool-down at the end so the last recovery can be seen.
+pub fn schedule(duration: Duration, period: Duration) -> Schedule {
+    Schedule {
+        warmup: Duration::from_secs(5).min(duration / 6),
+        period,
+        cooldown: Duration::from_secs(8).min(duration / 4),
+        duration,
+    }
+}
+
+async fn run_one(
+    options: &RunOptions,
+    bin: &Path,
+    scenario: &Scenario,
+    out: &Path,
+) -> Result<Report, ChaosError> {
+    if scenario.min_nodes() > options.nodes {
+        return Err(ChaosError::TooFewNodes {
+            scenario: scenario.name.clone(),
+            needed: scenario.min_nodes(),
+            nodes: options.nodes,
+        });
+    }
+    std::fs::create_dir_all(out)
+        .map_err(|e| ChaosError::io(format!("create {}", out.display()), e))?;
+    let workload = WorkloadOptions {
+        sessions: options.sessions,
+        rate: options.rate,
+        duration: options.duration,
+        seed: options.seed,
+    };
+    let cluster_options = ClusterOptions {
+        bin: bin.to_path_buf(),
+        nodes: options.nodes,
+        root: out.join("cluster"),
+        proxies: true,
+        snapshot_every: options.snapshot_every,
+        seed: options.seed,
+    };
+    eprintln!(
+        "== {}: {} nodes, {} s, {} sessions at {} ops/s (logs under {})",
+        scenario.name,
+        options.nodes,
+        options.duration.as_secs(),
+        options.sessions,
+        options.rate,
+        cluster_options.root.display()
+    );
+    let plan = Faults::Schedule(&scenario.faults, schedule(options.duration, options.period));
+    let (events, windows, end) = drive(&cluster_options, &workload, plan, "cluster").await?;
+    write_history(&out.join("history.jsonl"), &events)?;
+    let verdict = check(&events, &end);
+    let duration_s = options.duration.as_secs_f64();
+    let cluster = run_report(options.nodes, duration_s, &events, &windows, verdict, &end);
+
+    let baseline = if options.baseline {
+        let single = ClusterOptions {
+            nodes: 1,
+            root: out.join("baseline"),
+            proxies: false,
+            ..cluster_options.clone()
+        };
+        eprintln!(
+            "== {} baseline: one node, killed and restarted on the same schedule",
+            scenario.name
+        );
+        let (events, replayed, end) =
+            drive(&single, &workload, Faults::Replay(&windows), "baseline").await?;
+        write_history(&out.join("baseline-history.jsonl"), &events)?;
+        let verdict = check(&events, &end);
+        Some(run_report(1, duration_s, &events, &replayed, verdict, &end))
+    } else {
+        None
+    };
+    let report = Report::new(
+        scenario.name.clone(),
+        options.seed,
+        options.sessions,
+        options.rate,
+        cluster,
+        baseline,
+    );
+    write(
+        &out.join("report.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
+    let title = format!(
+        "rowcall-chaos {}: {} nodes, {} s",
+        scenario.name,
+        options.nodes,
+        options.duration.as_secs()
+    );
+    write(
+        &out.join("chart.svg"),
+        crate::svg::chart(&title, &report.cluster, report.baseline.as_ref()),
+    )?;
+    let summary = report.summary();
+    write(&out.join("summary.txt"), &summary)?;
+    println!("{summary}");
+    println!(
+        "report: {}  chart: {}",
+        out.join("report.json").display(),
+        out.join("chart.svg").display()
+    );
+    Ok(report)
+}
+
+/// Starts a cluster, runs the workload and the faults together with a progress line,
+/// settles, collects the end state, and stops every node.
+async fn drive(
+    cluster_options: &ClusterOptions,
+    workload: &WorkloadOptions,
+    plan: Faults<'_>,
+    label: &str,
+) -> Result<(Vec<Event>, Vec<FaultWindow>, FinalState), ChaosError> {
+    let mut cluster = Cluster::start(cluster_options).await?;
+    let progress = Arc::new(Progress::default());
+    let epoch = Instant::now();
+    let target = Target {
+        urls: cluster.urls(),
+        ids: cluster.ids(),
+        incarnations: cluster.incarnations.clone(),
+        epoch,
+        progress: progress.clone(),
+    };
+    let ids_urls: Vec<(u64, String)> = cluster.ids().into_iter().zip(cluster.urls()).collect();
+    let (events, windows) = {
+        let faults = async {
+            match plan {
+                Faults::Schedule(kinds, schedule) => {
+                    faults::run(&mut cluster, kinds, schedule, epoch).await
+                }
+                Faults::Replay(windows) => {
+                    faults::replay_on_single(&mut cluster, windows, epoch).await
+                }
+            }
+        };
+        let work = async { tokio::join!(workload::run(workload, target), faults) };
+        tokio::pin!(work);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let terminal = std::io::stderr().is_terminal();
+        loop {
+            tokio::select! {
+                done = &mut work => break done,
+                _ = tick.tick() => progress_line(label, epoch, workload.duration, &progress, terminal),
+            }
+        }
+    };
+    if std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+    // The schedule healed everything; make sure before judging.
+    for problem in cluster.heal_all().await {
+        eprintln!("heal: {problem}");
+    }
+    eprintln!("{label}: settling and collecting the end state");
+    let end = settle::collect(&ids_urls, &events).await;
+    drop(cluster);
+    Ok((events, windows, end))
+}
+
+fn progress_line(
+    label: &str,
+    epoch: Instant,
+    duration: Duration,
+    progress: &Progress,
+    terminal: bool,
+) {
+    let t = epoch.elapsed().as_secs();
+    if !terminal && t % 5 != 0 {
+        return;
+    }
+    let [read, write, invoke] = progress.snapshot();
+    let pct = |(a, ok): (u64, u64)| {
+        if a == 0 {
+            100.0
+        } else {
+            ok as f64 * 100.0 / a as f64
+        }
+    };
+    let line = format!(
+        "[{label} {t:>3}/{}s] ops {:>6}  read {:>6.2}%  write {:>6.2}%  invoke {:>6.2}%",
+        duration.as_secs(),
+        read.0 + write.0 + invoke.0,
+        pct(read),
+        pct(write),
+        pct(invoke)
+    );
+    let mut err = std::io::stderr();
+    if terminal {
+        let _ = write!(err, "\r{line}");
+    } else {
+        let _ = writeln!(err, "{line}");
+    }
+    let _ = err.flush();
+}

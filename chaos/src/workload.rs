@@ -1,0 +1,697 @@
+//! The workload: many client sessions, each a sequential client at a steady rate that
+//! asks, reads contracts and rows, invokes, confirms its receipts, and inserts, updates
+//! and deletes its own rows, recording every request as an [`Event`].
+//!
+//! A session talks to one node at a time. It moves to another node now and then, and
+//! always after a failure (as a client library with a list of nodes would). It carries the
+//! highest `x-rowcall-index` it has seen as `x-rowcall-min-index` to any node that has not
+//! yet answered it with an index at least that high (read-your-writes across nodes); to a
+//! node that has, it sends none, relying on §3.1's same-node promise.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::{Method, Response, StatusCode};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::cluster::{shared_row, ADMIN_KEY, SHARED_ROWS};
+use crate::history::{
+    token_of_what, what_of_content, Class, Event, Op, Operation, Outcome, Seen, BLOCKED,
+};
+use crate::rng::Rng;
+
+/// Reads give up after this: a node waits at most 2 s for `min_index`, then answers 503.
+const READ_TIMEOUT: Duration = Duration::from_secs(3);
+/// Directory writes give up after this and try the next node. Shorter than the node's own
+/// 5 s write timeout on purpose: a client does not wait for a node that forwards to a
+/// leader that is gone (the write stays ambiguous, and the checker treats it so).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Invocations give up after this: longer than the node's 2 s receipt timeout, after
+/// which the receipt goes to the outbox and the invocation is answered `pending`.
+const INVOKE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Nodes an operation tries before it counts as failed (a client library's failover).
+const ATTEMPTS: usize = 3;
+/// Chance that a session moves to another node before an operation.
+const MOVE_CHANCE: f64 = 0.08;
+
+/// Operation weights (ask, contract, read, confirm, invoke, insert, update, delete).
+const WEIGHTS: [u64; 8] = [16, 10, 14, 14, 16, 12, 11, 7];
+
+/// The workload's shape.
+#[derive(Debug, Clone)]
+pub struct WorkloadOptions {
+    /// Concurrent client sessions.
+    pub sessions: u32,
+    /// Operations per second over all sessions.
+    pub rate: f64,
+    /// How long to run.
+    pub duration: Duration,
+    /// Seed of the sessions' choices.
+    pub seed: u64,
+}
+
+/// Live counters for the progress line: per class, attempts and successes.
+#[derive(Debug, Default)]
+pub struct Progress {
+    attempts: [AtomicU64; 3],
+    ok: [AtomicU64; 3],
+}
+
+impl Progress {
+    fn record(&self, class: Class, ok: bool) {
+        let i = class as usize;
+        self.attempts[i].fetch_add(1, Ordering::Relaxed);
+        if ok {
+            self.ok[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Per class: (attempts, successes) so far.
+    pub fn snapshot(&self) -> [(u64, u64); 3] {
+        std::array::from_fn(|i| {
+            (
+                self.attempts[i].load(Ordering::Relaxed),
+                self.ok[i].load(Ordering::Relaxed),
+            )
+        })
+    }
+}
+
+/// What sessions share: where the nodes are, and the run's clock.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Node base URLs, by index.
+    pub urls: Vec<String>,
+    /// Node ids, by index.
+    pub ids: Vec<u64>,
+    /// Node incarnations, by index (bumped on wipe).
+    pub incarnations: Arc<Vec<AtomicU32>>,
+    /// Time zero of the run.
+    pub epoch: Instant,
+    /// Live counters.
+    pub progress: Arc<Progress>,
+}
+
+/// One of a session's rows.
+#[derive(Debug)]
+struct OwnRow {
+    key: String,
+    word: String,
+    /// The last acknowledged write left it present.
+    live: bool,
+    /// A write failed ambiguously: no more writes to it (its value is uncertain).
+    frozen: bool,
+}
+
+#[derive(Debug)]
+struct Session {
+    id: u32,
+    rng: Rng,
+    node: usize,
+    /// Per node: the highest index it answered this session with, and in which incarnation.
+    seen: Vec<(u64, u32)>,
+    /// Per node: when a request to it last failed.
+    failed: Vec<Option<Instant>>,
+    high: u64,
+    rows: Vec<OwnRow>,
+    receipts: Vec<String>,
+    writes: u32,
+    target: Target,
+    http: reqwest::Client,
+    events: Vec<Event>,
+}
+
+/// What one HTTP exchange produced.
+struct Answer {
+    status: StatusCode,
+    index: Option<u64>,
+    stale: bool,
+    body: Value,
+}
+
+/// Runs the workload until `options.duration` has passed; returns every event, by start.
+pub async fn run(options: &WorkloadOptions, target: Target) -> Vec<Event> {
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(Duration::from_millis(500))
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("a plain HTTP client builds");
+    let mut seeds = Rng::new(options.seed);
+    let period = Duration::from_secs_f64(f64::from(options.sessions) / options.rate.max(0.1));
+    let mut tasks = Vec::new();
+    for id in 0..options.sessions {
+        let mut rng = seeds.fork(u64::from(id));
+        let node = rng.below(target.urls.len() as u64) as usize;
+        let session = Session {
+            id,
+            node,
+            seen: vec![(0, 0); target.urls.len()],
+            failed: vec![None; target.urls.len()],
+            high: 0,
+            rows: Vec::new(),
+            receipts: Vec::new(),
+            writes: 0,
+            target: target.clone(),
+            http: http.clone(),
+            events: Vec::new(),
+            rng,
+        };
+        let offset = period.mul_f64(f64::from(id) / f64::from(options.sessions.max(1)));
+        tasks.push(tokio::spawn(session.run(options.duration, period, offset)));
+    }
+    let mut events = Vec::new();
+    for task in tasks {
+        if let Ok(mut e) = task.await {
+            events.append(&mut e);
+        }
+    }
+    events.sort_by_key(|e| e.start_us);
+    events
+}
+
+impl Session {
+    async fn run(mut self, duration: Duration, period: Duration, offset: Duration) -> Vec<Event> {
+        let end = self.target.epoch + duration;
+        let mut due = self.target.epoch + offset;
+        // Bounded in count as well as time.
+        let most = (duration.as_secs_f64() / period.as_secs_f64() * 2.0) as usize + 10;
+        for _ in 0..most {
+            tokio::time::sleep_until(due).await;
+            if Instant::now() >= end {
+                break;
+            }
+            if self.rng.chance(MOVE_CHANCE) {
+                self.move_node();
+            }
+            let before = self.events.len();
+            self.step().await;
+            due += period;
+            // The session is open-loop: a tick that passed entirely while it waited for an
+            // answer is an operation its client could not make, counted as a failure of the
+            // kind it waited for, so a stall weighs as much as the requests it held up (no
+            // coordinated omission).
+            let now = Instant::now();
+            let blocking = self.events.get(before).map(|e| e.op.clone());
+            while let Some(op) = blocking
+                .as_ref()
+                .filter(|_| due + period <= now && due < end)
+            {
+                self.missed(due, op);
+                due += period;
+            }
+        }
+        self.events
+    }
+
+    /// Records the operation the session could not make at `due` because it was still
+    /// waiting for the answer to `blocking`: a failure of that operation's kind.
+    fn missed(&mut self, due: Instant, blocking: &Op) {
+        self.target.progress.record(blocking.class(), false);
+        self.events.push(Event {
+            session: self.id,
+            node: self.target.ids[self.node],
+            incarnation: 0,
+            op: blocking.clone(),
+            start_us: (due - self.target.epoch).as_micros() as u64,
+            latency_us: 0,
+            attempt: 0,
+            operation: Some(Operation {
+                ok: false,
+                latency_us: 0,
+            }),
+            min_index: 0,
+            index: None,
+            stale: false,
+            outcome: Outcome::Failed {
+                error: BLOCKED.to_owned(),
+                ambiguous: false,
+            },
+        });
+    }
+
+    /// Moves to the other node whose last failure is oldest (never failed: first).
+    fn fail_over(&mut self) {
+        let here = self.node;
+        if let Some(next) = (0..self.target.urls.len())
+            .filter(|&i| i != here)
+            .min_by_key(|&i| (self.failed[i], self.rng.below(1000)))
+        {
+            self.node = next;
+        }
+    }
+
+    fn move_node(&mut self) {
+        let n = self.target.urls.len();
+        if n > 1 {
+            self.node = (self.node + 1 + self.rng.below(n as u64 - 1) as usize) % n;
+        }
+    }
+
+    fn pick_op(&mut self) -> usize {
+        let total: u64 = WEIGHTS.iter().sum();
+        let mut roll = self.rng.below(total);
+        for (i, w) in WEIGHTS.iter().enumerate() {
+            if roll < *w {
+                return i;
+            }
+            roll -= w;
+        }
+        0
+    }
+
+    /// A row to write: live and not frozen.
+    fn writable(&mut self) -> Option<usize> {
+        let candidates: Vec<usize> = (0..self.rows.len())
+            .filter(|&i| self.rows[i].live && !self.rows[i].frozen)
+            .collect();
+        self.pick_recent(&candidates)
+    }
+
+    /// Prefers recent entries (read-your-writes is most at risk right after a write).
+    fn pick_recent(&mut self, candidates: &[usize]) -> Option<usize> {
+        if candidates.is_empty() {
+            return None;
+        }
+        let n = candidates.len() as u64;
+        let back = if self.rng.chance(0.6) {
+            self.rng.below(n.min(3))
+        } else {
+            self.rng.below(n)
+        };
+        Some(candidates[(n - 1 - back) as usize])
+    }
+
+    fn any_row(&mut self) -> Option<usize> {
+        let all: Vec<usize> = (0..self.rows.len()).collect();
+        self.pick_recent(&all)
+    }
+
+    fn token(&mut self) -> String {
+        self.writes += 1;
+        format!("s{}w{}", self.id, self.writes)
+    }
+
+    fn content(word: &str, token: &str) -> String {
+        format!("# WHAT: chaos probe {word} {token}\n\n{{\"token\":\"{token}\"}}\n")
+    }
+
+    async fn step(&mut self) {
+        match self.pick_op() {
+            0 => self.ask().await,
+            1 => self.read(true).await,
+            2 => self.read(false).await,
+            3 => self.confirm().await,
+            4 => self.invoke().await,
+            5 => self.insert().await,
+            6 => self.update().await,
+            _ => self.delete().await,
+        }
+    }
+
+    async fn ask(&mut self) {
+        let (word, key) = match self.any_row() {
+            Some(i) => (self.rows[i].word.clone(), Some(self.rows[i].key.clone())),
+            None => ("chaos shared row".to_owned(), None),
+        };
+        let path = format!("/api/dispatch?ask={}&limit=50", word.replace(' ', "+"));
+        let op = Op::Ask { word, key };
+        self.exchange(op, Method::GET, path, None, |a| {
+            (a.status == StatusCode::OK).then(|| Seen::Ask {
+                keys: a.body["candidates"]
+                    .as_array()
+                    .map(|c| {
+                        c.iter()
+                            .filter_map(|c| c["key"].as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            })
+        })
+        .await;
+    }
+
+    async fn read(&mut self, contract: bool) {
+        let key = match self.any_row() {
+            Some(i) => self.rows[i].key.clone(),
+            None => shared_row(self.rng.below(SHARED_ROWS as u64) as usize),
+        };
+        let (op, path) = if contract {
+            (
+                Op::Contract { key: key.clone() },
+                format!("/api/dispatch?key={key}"),
+            )
+        } else {
+            (
+                Op::Read { key: key.clone() },
+                format!("/api/directory/{key}"),
+            )
+        };
+        self.exchange(op, Method::GET, path, None, move |a| match a.status {
+            StatusCode::OK => {
+                let what = if contract {
+                    a.body["what"].as_str().map(str::to_owned)
+                } else {
+                    a.body["content"]
+                        .as_str()
+                        .and_then(what_of_content)
+                        .map(str::to_owned)
+                };
+                Some(Seen::Row {
+                    token: what.as_deref().and_then(token_of_what),
+                })
+            }
+            StatusCode::NOT_FOUND => Some(Seen::Row { token: None }),
+            _ => None,
+        })
+        .await;
+    }
+
+    async fn confirm(&mut self) {
+        let n = self.receipts.len() as u64;
+        if n == 0 {
+            return self.invoke().await;
+        }
+        let back = if self.rng.chance(0.6) {
+            self.rng.below(n.min(3))
+        } else {
+            self.rng.below(n)
+        };
+        let id = self.receipts[(n - 1 - back) as usize].clone();
+        let path = format!("/api/dispatch?confirm={id}");
+        self.exchange(Op::Confirm { id }, Method::GET, path, None, |a| {
+            matches!(a.status, StatusCode::OK | StatusCode::NOT_FOUND).then(|| Seen::Confirm {
+                confirmed: a.body["confirmed"].as_bool() == Some(true),
+                pending: a.body["status"].as_str() == Some("pending"),
+            })
+        })
+        .await;
+    }
+
+    async fn invoke(&mut self) {
+        let live: Vec<usize> = (0..self.rows.len())
+            .filter(|&i| self.rows[i].live)
+            .collect();
+        let own = !live.is_empty() && self.rng.chance(0.5);
+        let key = match own.then(|| self.pick_recent(&live)).flatten() {
+            Some(i) => self.rows[i].key.clone(),
+            None => shared_row(self.rng.below(SHARED_ROWS as u64) as usize),
+        };
+        let body = json!({ "key": key, "args": {} });
+        let op = Op::Invoke { key, own };
+        let seen = self
+            .exchange(op, Method::POST, "/api/dispatch".into(), Some(body), |a| {
+                let id = a.body["proof"]["invocation_id"].as_str()?;
+                (a.status == StatusCode::OK).then(|| Seen::Receipt {
+                    id: id.to_owned(),
+                    pending: a.body["proof"]["status"].as_str() == Some("pending"),
+                    token: a.body["result"]["token"].as_str().map(str::to_owned),
+                })
+            })
+            .await;
+        if let Some(Seen::Receipt { id, .. }) = seen {
+            self.receipts.push(id);
+        }
+    }
+
+    async fn insert(&mut self) {
+        let key = format!("CH{:02}_{:05}", self.id, self.rows.len() + 1);
+        let word = letters(&mut self.rng, 9);
+        let token = self.token();
+        let body = json!({"key": key, "type": "static", "auth": "public", "category": "chaos",
+                          "content": Self::content(&word, &token)});
+        self.rows.push(OwnRow {
+            key: key.clone(),
+            word,
+            live: false,
+            frozen: false,
+        });
+        let i = self.rows.len() - 1;
+        let op = Op::Insert { key, token };
+        self.write(
+            i,
+            op,
+            Method::POST,
+            "/api/directory".into(),
+            Some(body),
+            true,
+        )
+        .await;
+    }
+
+    async fn update(&mut self) {
+        let Some(i) = self.writable() else {
+            return self.insert().await;
+        };
+        let (key, word) = (self.rows[i].key.clone(), self.rows[i].word.clone());
+        let token = self.token();
+        let body = json!({"key": key, "type": "static", "auth": "public", "category": "chaos",
+                          "content": Self::content(&word, &token)});
+        let op = Op::Update { key, token };
+        self.write(
+            i,
+            op,
+            Method::POST,
+            "/api/directory".into(),
+            Some(body),
+            true,
+        )
+        .await;
+    }
+
+    async fn delete(&mut self) {
+        let Some(i) = self.writable() else {
+            return self.insert().await;
+        };
+        let key = self.rows[i].key.clone();
+        let path = format!("/api/directory/{key}");
+        self.write(i, Op::Delete { key }, Method::DELETE, path, None, false)
+            .await;
+    }
+
+    /// A write of own row `i`: on success it is `live` as the write left it; after an
+    /// ambiguous failure it is frozen (never written again, so its value stays decidable).
+    async fn write(
+        &mut self,
+        i: usize,
+        op: Op,
+        method: Method,
+        path: String,
+        body: Option<Value>,
+        leaves_live: bool,
+    ) {
+        let first = self.events.len();
+        let seen = self
+            .exchange(op, method, path, body, |a| {
+                a.status.is_success().then_some(Seen::Written)
+            })
+            .await;
+        if seen.is_some() {
+            self.rows[i].live = leaves_live;
+        } else if self.events[first..].iter().any(|e| {
+            matches!(
+                e.outcome,
+                Outcome::Failed {
+                    ambiguous: true,
+                    ..
+                }
+            )
+        }) {
+            self.rows[i].frozen = true;
+        }
+    }
+
+    /// One operation as a client library does it: on a transport failure or a 5xx it tries
+    /// the next node, up to [`ATTEMPTS`] nodes in all. Every attempt is an event; the first
+    /// one also records how the whole operation ended.
+    async fn exchange(
+        &mut self,
+        op: Op,
+        method: Method,
+        path: String,
+        body: Option<Value>,
+        judge: impl Fn(&Answer) -> Option<Seen>,
+    ) -> Option<Seen> {
+        let first = self.events.len();
+        let started = Instant::now();
+        let attempts = ATTEMPTS.min(self.target.urls.len());
+        let mut seen = None;
+        for attempt in 0..attempts {
+            seen = self
+                .attempt(
+                    op.clone(),
+                    method.clone(),
+                    &path,
+                    body.clone(),
+                    &judge,
+                    attempt as u8,
+                )
+                .await;
+            let retry = match self.events.last().map(|e| &e.outcome) {
+                Some(Outcome::Failed { error, .. }) => {
+                    !error.starts_with("http_") || error.starts_with("http_5")
+                }
+                _ => false,
+            };
+            if seen.is_some() || !retry {
+                break;
+            }
+        }
+        if let Some(e) = self.events.get_mut(first) {
+            e.operation = Some(Operation {
+                ok: seen.is_some(),
+                latency_us: started.elapsed().as_micros() as u64,
+            });
+        }
+        seen
+    }
+
+    /// Sends one request, records its event, and returns what it showed. `judge` turns an
+    /// answer into what it showed, or `None` when it is an error answer.
+    async fn attempt(
+        &mut self,
+        op: Op,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        judge: &impl Fn(&Answer) -> Option<Seen>,
+        attempt: u8,
+    ) -> Option<Seen> {
+        let node = self.node;
+        let incarnation = self.target.incarnations[node].load(Ordering::SeqCst);
+        if self.seen[node].1 != incarnation {
+            // A wiped node starts over: it has shown this session nothing yet.
+            self.seen[node] = (0, incarnation);
+        }
+        let min_index = if self.seen[node].0 < self.high {
+            self.high
+        } else {
+            0
+        };
+        let class = op.class();
+        let is_write = class != Class::Read;
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.target.urls[node]))
+            .timeout(match class {
+                Class::Read => READ_TIMEOUT,
+                Class::Write => WRITE_TIMEOUT,
+                Class::Invoke => INVOKE_TIMEOUT,
+            });
+        if class == Class::Write {
+            request = request.header("x-terminal-key", ADMIN_KEY);
+        }
+        if min_index > 0 {
+            request = request.header("x-rowcall-min-index", min_index);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let started = Instant::now();
+        let start_us = (started - self.target.epoch).as_micros() as u64;
+        let answer = match request.send().await {
+            Ok(response) => Ok(answer(response).await),
+            Err(e) => Err(transport_kind(&e)),
+        };
+        let latency_us = started.elapsed().as_micros() as u64;
+        let (outcome, index, stale, seen) = match answer {
+            Err(kind) => (
+                Outcome::Failed {
+                    error: kind.to_owned(),
+                    ambiguous: is_write,
+                },
+                None,
+                false,
+                None,
+            ),
+            Ok(a) => match judge(&a) {
+                Some(seen) => (Outcome::Ok(seen.clone()), a.index, a.stale, Some(seen)),
+                None => {
+                    let code = a.body["error"]["code"].as_str().unwrap_or("none");
+                    (
+                        Outcome::Failed {
+                            error: format!("http_{}:{code}", a.status.as_u16()),
+                            ambiguous: is_write && a.status.is_server_error(),
+                        },
+                        a.index,
+                        a.stale,
+                        None,
+                    )
+                }
+            },
+        };
+        let ok = seen.is_some();
+        if ok {
+            if let Some(index) = index {
+                self.high = self.high.max(index);
+                self.seen[node].0 = self.seen[node].0.max(index);
+            }
+        } else {
+            // A client with a list of nodes tries another one next, the one that failed
+            // longest ago.
+            self.failed[node] = Some(Instant::now());
+            self.fail_over();
+        }
+        self.target.progress.record(class, ok);
+        self.events.push(Event {
+            session: self.id,
+            node: self.target.ids[node],
+            incarnation,
+            op,
+            start_us,
+            latency_us,
+            attempt,
+            operation: None,
+            min_index,
+            index,
+            stale,
+            outcome,
+        });
+        seen
+    }
+}
+
+async fn answer(response: Response) -> Answer {
+    let status = response.status();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let index = header("x-rowcall-index").and_then(|v| v.parse().ok());
+    let stale = header("x-rowcall-stale").as_deref() == Some("true");
+    let body = response
+        .bytes()
+        .await
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null);
+    Answer {
+        status,
+        index,
+        stale,
+        body,
+    }
+}
+
+fn transport_kind(e: &reqwest::Error) -> &'static str {
+    if e.is_timeout() {
+        "timeout"
+    } else if e.is_connect() {
+        "connect"
+    } else {
+        "transport"
+    }
+}
+
+/// `n` random lowercase letters: a word no other row has, so an ask for it must find the
+/// row it was written into.
+fn letters(rng: &mut Rng, n: usize) -> String {
+    (0..n)
+        .map(|_| char::from(b'a' + rng.below(26) as u8))
+        .collect()
+}
