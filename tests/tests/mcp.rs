@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::Cluster;
-use common::ADMIN;
+use common::{Fetch, ADMIN};
 use rmcp::model::{CallToolRequestParams, ClientConfig, PaginatedRequestParams, Tool};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -92,12 +92,8 @@ async fn put_row(http: &reqwest::Client, url: &str, row: Value) {
 
 async fn counts(http: &reqwest::Client, url: &str) -> Value {
     http.get(format!("{url}/api/directory/counts"))
-        .send()
+        .fetch()
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 /// Waits (bounded) for one `list_changed`.
@@ -159,15 +155,7 @@ async fn both_modes_list_every_page_and_calls_run_through_dispatch() {
     let text = result.content[0].as_text().unwrap().text.clone();
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), body);
     let confirm = body["proof"]["confirm"].as_str().unwrap();
-    let confirmed: Value = node
-        .http
-        .get(confirm)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let confirmed = node.http.get(confirm).fetch().await;
     assert_eq!(confirmed["confirmed"], true);
     assert_eq!(confirmed["key"], "TIME_NOW");
 
