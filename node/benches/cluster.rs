@@ -16,7 +16,13 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::{spawn, wait_ready, Process, ADMIN};
 
-const ANY: [&str; 5] = ["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--no-demo"];
+const ANY: [&str; 5] = [
+    "--http",
+    "127.0.0.1:0",
+    "--grpc",
+    "127.0.0.1:0",
+    "--no-demo",
+];
 
 async fn cluster(root: &std::path::Path, size: usize) -> Vec<Process> {
     let http = reqwest::Client::new();
@@ -26,7 +32,11 @@ async fn cluster(root: &std::path::Path, size: usize) -> Vec<Process> {
     let mut nodes = vec![first];
     for id in 2..=size {
         let id = id.to_string();
-        let node = spawn(&[&ANY[..], &["--id", &id, "--join", &join]].concat(), &root.join(format!("n{id}")), None);
+        let node = spawn(
+            &[&ANY[..], &["--id", &id, "--join", &join]].concat(),
+            &root.join(format!("n{id}")),
+            None,
+        );
         wait_ready(&http, &node.url).await;
         nodes.push(node);
     }
@@ -38,7 +48,12 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 /// `clients` concurrent writers, `per_client` sequential inserts each, spread over `urls`.
-async fn load(urls: &[String], clients: usize, per_client: usize, tag: &str) -> (Vec<Duration>, Duration) {
+async fn load(
+    urls: &[String],
+    clients: usize,
+    per_client: usize,
+    tag: &str,
+) -> (Vec<Duration>, Duration) {
     let urls = Arc::new(urls.to_vec());
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -73,7 +88,14 @@ fn ms(d: Duration) -> String {
 }
 
 async fn leader(http: &reqwest::Client, url: &str) -> Option<u64> {
-    let status: Value = http.get(format!("{url}/api/cluster")).send().await.ok()?.json().await.ok()?;
+    let status: Value = http
+        .get(format!("{url}/api/cluster"))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
     status["leader"].as_u64()
 }
 
@@ -81,12 +103,16 @@ async fn leader(http: &reqwest::Client, url: &str) -> Option<u64> {
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
     println!("insert latency and throughput (sequential inserts per client, loopback, fsync):");
-    println!("{:<8} {:>8} {:>10} {:>10} {:>12}", "nodes", "clients", "p50", "p99", "inserts/s");
+    println!(
+        "{:<8} {:>8} {:>10} {:>10} {:>12}",
+        "nodes", "clients", "p50", "p99", "inserts/s"
+    );
     for size in [1usize, 3] {
         let nodes = cluster(&dir.path().join(format!("c{size}")), size).await;
         let urls: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
         for (clients, per_client) in [(1usize, 500usize), (64, 40)] {
-            let (latencies, elapsed) = load(&urls, clients, per_client, &format!("B{size}_{clients}")).await;
+            let (latencies, elapsed) =
+                load(&urls, clients, per_client, &format!("B{size}_{clients}")).await;
             println!(
                 "{:<8} {:>8} {:>10} {:>10} {:>12.0}",
                 size,
@@ -102,11 +128,22 @@ async fn main() {
     println!("time from SIGKILL of the leader to the first successful write on a survivor:");
     let root = dir.path().join("failover");
     let mut nodes = cluster(&root, 3).await;
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
     for round in 0..3 {
         let leader_id = leader(&http, &nodes[0].url).await.expect("leader") as usize;
-        let survivors: Vec<String> = nodes.iter().enumerate().filter(|(i, _)| i + 1 != leader_id).map(|(_, n)| n.url.clone()).collect();
-        let (http_addr, grpc_addr) = (nodes[leader_id - 1].http.clone(), nodes[leader_id - 1].grpc.clone());
+        let survivors: Vec<String> = nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i + 1 != leader_id)
+            .map(|(_, n)| n.url.clone())
+            .collect();
+        let (http_addr, grpc_addr) = (
+            nodes[leader_id - 1].http.clone(),
+            nodes[leader_id - 1].grpc.clone(),
+        );
         nodes[leader_id - 1].kill();
         let killed = Instant::now();
         let mut attempt = 0usize;
@@ -114,14 +151,34 @@ async fn main() {
             let url = &survivors[attempt % survivors.len()];
             attempt += 1;
             let row = json!({"key": format!("FAILOVER_{round}_{attempt}"), "type": "static"});
-            let ok = http.post(format!("{url}/api/directory")).header("x-terminal-key", ADMIN).json(&row).send().await.is_ok_and(|r| r.status() == 201);
+            let ok = http
+                .post(format!("{url}/api/directory"))
+                .header("x-terminal-key", ADMIN)
+                .json(&row)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 201);
             if ok {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        println!("  round {round}: killed node {leader_id}, first write after {} ({attempt} attempts)", ms(killed.elapsed()));
-        let restarted = spawn(&["--id", &leader_id.to_string(), "--http", &http_addr, "--grpc", &grpc_addr], &root.join(format!("n{leader_id}")), None);
+        println!(
+            "  round {round}: killed node {leader_id}, first write after {} ({attempt} attempts)",
+            ms(killed.elapsed())
+        );
+        let restarted = spawn(
+            &[
+                "--id",
+                &leader_id.to_string(),
+                "--http",
+                &http_addr,
+                "--grpc",
+                &grpc_addr,
+            ],
+            &root.join(format!("n{leader_id}")),
+            None,
+        );
         wait_ready(&http, &restarted.url).await;
         nodes[leader_id - 1] = restarted;
     }

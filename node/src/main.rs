@@ -83,7 +83,10 @@ impl Flags {
             let (peer, via) = route
                 .split_once('=')
                 .ok_or_else(|| anyhow::anyhow!("--peer-route {route:?} is not PEER=ADDR"))?;
-            config.node.peer_routes.insert(peer.to_owned(), via.to_owned());
+            config
+                .node
+                .peer_routes
+                .insert(peer.to_owned(), via.to_owned());
         }
         if self.no_demo {
             config.node.demo = false;
