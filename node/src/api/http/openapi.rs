@@ -3,7 +3,7 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use super::{cluster, directory, dispatch, import, receipts, share};
+use super::{changes, cluster, directory, dispatch, import, receipts, share};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -19,6 +19,7 @@ use super::{cluster, directory, dispatch, import, receipts, share};
         directory::upsert,
         directory::delete_row,
         directory::counts,
+        changes::changes,
         import::import_mcp,
         share::mint,
         share::revoke,
