@@ -259,16 +259,25 @@ pub fn recovery(events: &[Event], class: Class, from_us: u64, to_us: u64) -> Rec
     let mut window: Vec<&Event> = events
         .iter()
         .filter(|e| {
+            // A stretch that starts before the next fault may run on past it.
             e.starts_operation()
                 && e.op.class() == class
                 && e.start_us >= from_us
-                && e.start_us < to_us
+                && e.start_us < to_us + GREEN_US
         })
         .collect();
     window.sort_by_key(|e| e.start_us);
-    let failures = window.iter().filter(|e| !e.operation_ok()).count() as u64;
-    let attempts = window.len() as u64;
-    let Some(first_failure) = window.iter().position(|e| !e.operation_ok()) else {
+    let inside = |e: &&&Event| e.start_us < to_us;
+    let failures = window
+        .iter()
+        .filter(inside)
+        .filter(|e| !e.operation_ok())
+        .count() as u64;
+    let attempts = window.iter().filter(inside).count() as u64;
+    let Some(first_failure) = window
+        .iter()
+        .position(|e| e.start_us < to_us && !e.operation_ok())
+    else {
         return Recovery {
             recovered_ms: Some(0.0),
             failures,
@@ -278,16 +287,13 @@ pub fn recovery(events: &[Event], class: Class, from_us: u64, to_us: u64) -> Rec
     let recovered = (first_failure..window.len())
         .filter(|&i| window[i].operation_ok())
         .find(|&i| {
-            let start = window[i].start_us;
-            let stretch_end = start + GREEN_US;
+            let stretch_end = window[i].start_us + GREEN_US;
             let stretch: Vec<&&Event> = window[i..]
                 .iter()
                 .take_while(|e| e.start_us < stretch_end)
                 .collect();
             let ok = stretch.iter().filter(|e| e.operation_ok()).count();
-            let rest_ok = window[i..].iter().all(|e| e.operation_ok());
-            // The stretch must fit before the next fault, unless nothing fails after it.
-            (stretch_end <= to_us || rest_ok) && ok as f64 >= GREEN_RATE * stretch.len() as f64
+            ok as f64 >= GREEN_RATE * stretch.len() as f64
         })
         .map(|i| window[i].start_us.saturating_sub(from_us) as f64 / 1000.0);
     Recovery {
@@ -565,7 +571,7 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Outcome, Seen};
+    use crate::history::{Operation, Outcome, Seen};
 
     fn write(start_ms: u64, ok: bool) -> Event {
         Event {
@@ -592,6 +598,34 @@ mod tests {
     }
 
     #[test]
+    fn availability_counts_operations_with_failover_and_blocked_ticks() {
+        // An operation that failed on one node and succeeded on the next is available; a
+        // tick missed while blocked is an unavailable operation with no request.
+        let mut failed = write(0, false);
+        failed.operation = Some(Operation {
+            ok: true,
+            latency_us: 2500,
+        });
+        let mut retried = write(2, true);
+        retried.attempt = 1;
+        let mut blocked = write(1, false);
+        blocked.operation = Some(Operation {
+            ok: false,
+            latency_us: 0,
+        });
+        blocked.outcome = Outcome::Failed {
+            error: crate::history::BLOCKED.into(),
+            ambiguous: false,
+        };
+        let stats = Stats::of(&[failed, retried, blocked, write(3, true)]);
+        assert_eq!((stats.operations, stats.operations_ok), (3, 2));
+        assert_eq!((stats.attempts, stats.successes, stats.blocked), (3, 2, 1));
+        assert_eq!(stats.errors.get("timeout"), Some(&1));
+        assert!((stats.rate() - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(stats.latency.max_ms, 2.5);
+    }
+
+    #[test]
     fn recovery_is_the_first_green_second_after_the_first_failure() {
         // Fault at 1000 ms; successes until 1200, failures 1200..2000, green from 2100.
         let mut events: Vec<Event> = (0..10).map(|i| write(1000 + i * 20, true)).collect();
@@ -603,6 +637,13 @@ mod tests {
         // Nothing failed: recovered at once.
         let r = recovery(&events, Class::Write, 2_100_000, 10_000_000);
         assert_eq!(r.recovered_ms, Some(0.0));
+        // A lone failure just before the next fault recovers with the next success.
+        let mut events: Vec<Event> = (0..20).map(|i| write(1000 + i * 100, true)).collect();
+        events.push(write(2990, false));
+        events.extend((0..20).map(|i| write(3010 + i * 100, true)));
+        let r = recovery(&events, Class::Write, 1_000_000, 3_000_000);
+        assert_eq!(r.recovered_ms, Some(2010.0));
+        assert_eq!(r.failures, 1);
         // Failing until the end: never.
         let events: Vec<Event> = (0..10).map(|i| write(1000 + i * 100, false)).collect();
         assert_eq!(
