@@ -57,6 +57,10 @@ pub struct Verdict {
     pub receipts_given: usize,
     /// Of those, given as pending (outbox).
     pub pending_receipts_given: usize,
+    /// Rows (at the end) and reads showing a write that failed ambiguously and took effect
+    /// after a later acknowledged write of the same session (allowed by linearizability:
+    /// the timed-out request was still in flight). Reported, not gated.
+    pub late_writes: usize,
     /// Invocations of a session's own row that ran an older version or found no row (not a
     /// promise of §3.1, which covers reads; reported so it can be seen).
     pub invoke_stale: usize,
@@ -85,6 +89,19 @@ impl Verdict {
     }
 }
 
+/// How an observed value of a row stands.
+#[derive(Debug, PartialEq)]
+enum Judged {
+    /// Allowed now.
+    Allowed,
+    /// Left by a write that failed ambiguously and took effect after a later acknowledged
+    /// write (its row version says so): a timed-out request still in flight, which
+    /// linearizability allows. Reported, not a loss.
+    Late,
+    /// Neither.
+    Wrong,
+}
+
 /// What a session knows about one of its rows.
 #[derive(Debug, Default)]
 struct Truth {
@@ -94,6 +111,10 @@ struct Truth {
     acked: bool,
     /// The session that writes it (read-your-writes is that session's promise).
     owner: u32,
+    /// The index of the last acknowledged write.
+    acked_index: u64,
+    /// Every value an ambiguous write of it carried (it may still land, even late).
+    pending: Vec<Option<String>>,
 }
 
 impl Truth {
@@ -102,6 +123,27 @@ impl Truth {
             allowed: vec![None],
             acked: false,
             owner,
+            acked_index: 0,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Judges `value` (with the row's `version`, when it exists).
+    fn judge(&self, value: &Option<String>, version: Option<u64>) -> Judged {
+        if self.allows(value) {
+            return Judged::Allowed;
+        }
+        let late = self.pending.contains(value)
+            && match (value, version) {
+                (Some(_), Some(version)) => version > self.acked_index,
+                // A late delete leaves no version to compare.
+                (None, _) => true,
+                (Some(_), None) => false,
+            };
+        if late {
+            Judged::Late
+        } else {
+            Judged::Wrong
         }
     }
 
@@ -209,14 +251,16 @@ fn session(
                     verdict.acknowledged_writes += 1;
                     truth.allowed = vec![value];
                     truth.acked = true;
+                    truth.acked_index = e.index.unwrap_or(0);
                 }
                 Outcome::Failed {
                     ambiguous: true, ..
                 } => {
                     verdict.ambiguous_writes += 1;
                     if !truth.allowed.contains(&value) {
-                        truth.allowed.push(value);
+                        truth.allowed.push(value.clone());
                     }
+                    truth.pending.push(value);
                 }
                 Outcome::Failed { .. } => {}
             }
@@ -226,9 +270,24 @@ fn session(
             continue;
         };
         match (&e.op, seen) {
-            (Op::Read { key } | Op::Contract { key }, Seen::Row { token }) => {
-                if let Some(truth) = own(rows, key, e.session) {
-                    if !truth.allows(token) {
+            (Op::Read { key } | Op::Contract { key }, Seen::Row { token, version }) => {
+                let Some(truth) = own(rows, key, e.session) else {
+                    continue;
+                };
+                let judged = truth.judge(token, *version);
+                if judged == Judged::Late {
+                    verdict.late_writes += 1;
+                    verdict.note(
+                        "late_write",
+                        format!(
+                            "{}: {key} showed {} (version {version:?})",
+                            describe(e),
+                            show(token)
+                        ),
+                    );
+                }
+                {
+                    if judged == Judged::Wrong {
                         verdict.ryw_violations += 1;
                         verdict.note(
                             "ryw",
@@ -348,14 +407,35 @@ fn give(
 
 fn final_rows(rows: &BTreeMap<String, Truth>, end: &FinalState, verdict: &mut Verdict) {
     for (key, truth) in rows {
+        let mut late = false;
         let wrong: Vec<String> = end
             .nodes
             .iter()
             .filter_map(|node| {
-                let value = node.rows.get(key).cloned();
-                (!truth.allows(&value)).then(|| format!("node {} has {}", node.id, show(&value)))
+                let stored = node.rows.get(key);
+                let value = stored.map(|s| s.token.clone());
+                match truth.judge(&value, stored.map(|s| s.version)) {
+                    Judged::Allowed => None,
+                    Judged::Late => {
+                        late = true;
+                        None
+                    }
+                    Judged::Wrong => Some(format!(
+                        "node {} has {} (version {:?})",
+                        node.id,
+                        show(&value),
+                        stored.map(|s| s.version)
+                    )),
+                }
             })
             .collect();
+        if late {
+            verdict.late_writes += 1;
+            verdict.note(
+                "late_write",
+                format!("{key}: an ambiguous write landed after the last acknowledged one"),
+            );
+        }
         if wrong.is_empty() {
             continue;
         }
@@ -455,7 +535,7 @@ fn divergence(end: &FinalState, verdict: &mut Verdict) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Digest, FinalNode};
+    use crate::history::{Digest, FinalNode, Stored};
 
     /// A small history builder: each call appends an event of session `s` on `node`.
     #[derive(Default)]
@@ -500,6 +580,7 @@ mod tests {
         ) -> &mut Event {
             let seen = Seen::Row {
                 token: token.map(Into::into),
+                version: Some(index),
             };
             self.push(
                 s,
@@ -523,6 +604,13 @@ mod tests {
         }
     }
 
+    fn stored(token: &str, version: u64) -> Stored {
+        Stored {
+            token: token.into(),
+            version,
+        }
+    }
+
     fn digest(index: u64, rows: &str) -> Option<Digest> {
         Some(Digest {
             index,
@@ -542,7 +630,7 @@ mod tests {
                     reachable: true,
                     rows: rows
                         .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .map(|(k, v)| (k.to_string(), stored(v, 100)))
                         .collect(),
                     confirmed: receipts.iter().map(|r| r.to_string()).collect(),
                     digest: digest(20, "same"),
@@ -607,7 +695,9 @@ mod tests {
             &["inv_aaaaaaaaaa"],
         );
         // Node 3 still has the value before the acknowledged update.
-        end.nodes[2].rows.insert("CH02_00001".into(), "s2w1".into());
+        end.nodes[2]
+            .rows
+            .insert("CH02_00001".into(), stored("s2w1", 7));
         let verdict = check(&h.events, &end);
         assert_eq!(verdict.lost_writes, 1, "{verdict:#?}");
         assert!(!verdict.passed());
@@ -670,6 +760,43 @@ mod tests {
             &[("CH01_00001", "s1w2"), ("CH02_00001", "s2w2")],
             &["inv_aaaaaaaaaa"],
         );
+        assert_eq!(check(&h.events, &end).lost_writes, 1);
+    }
+
+    #[test]
+    fn an_ambiguous_write_landing_after_a_later_acknowledged_one_is_late_not_lost() {
+        // s1w2 times out, is retried and acknowledged at 10, then the row is deleted at 11.
+        let mut h = clean();
+        let update = Op::Update {
+            key: "CH01_00001".into(),
+            token: "s1w2".into(),
+        };
+        let timeout = Outcome::Failed {
+            error: "timeout".into(),
+            ambiguous: true,
+        };
+        h.push(1, 1, update.clone(), 9, timeout).index = None;
+        h.push(1, 2, update, 10, Outcome::Ok(Seen::Written)).attempt = 1;
+        let delete = Op::Delete {
+            key: "CH01_00001".into(),
+        };
+        h.push(1, 2, delete, 11, Outcome::Ok(Seen::Written));
+        // The first attempt was still in flight and landed at 12: the row is back.
+        let mut end = converged(&[("CH02_00001", "s2w2")], &["inv_aaaaaaaaaa"]);
+        for node in &mut end.nodes {
+            node.rows.insert("CH01_00001".into(), stored("s1w2", 12));
+        }
+        let verdict = check(&h.events, &end);
+        assert_eq!(
+            (verdict.late_writes, verdict.lost_writes),
+            (1, 0),
+            "{verdict:#?}"
+        );
+        assert!(verdict.passed());
+        // The same value at version 10 means the acknowledged delete never applied: lost.
+        for node in &mut end.nodes {
+            node.rows.insert("CH01_00001".into(), stored("s1w2", 10));
+        }
         assert_eq!(check(&h.events, &end).lost_writes, 1);
     }
 

@@ -306,25 +306,21 @@ impl Cluster {
     }
 
     /// Polls `/readyz` until node `id` answers 200 (a leader is known and reachable and it
-    /// has applied what it knows committed). Fails if the process exits.
+    /// has applied what it knows committed), and checks that the answer came from node `id`
+    /// (not from another process that took the port). Fails if the process exits.
     pub async fn wait_ready(&mut self, id: u64) -> Result<(), ChaosError> {
-        let url = format!("{}/readyz", self.node(id).url());
+        let url = self.node(id).url();
         let deadline = Instant::now() + READY_WITHIN;
         while Instant::now() < deadline {
-            if let Some(child) = self.node_mut(id).child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.node_mut(id).child = None;
-                    return Err(ChaosError::Exited {
-                        id,
-                        status: status.to_string(),
-                        log: self.node(id).log.clone(),
-                    });
-                }
-            }
-            if let Ok(r) = self.http.get(&url).send().await {
-                if r.status() == 200 {
-                    return Ok(());
-                }
+            self.check_alive(id)?;
+            let ready = self
+                .http
+                .get(format!("{url}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200);
+            if ready && self.node_id_at(&url).await == Some(id) {
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -333,6 +329,34 @@ impl Cluster {
             waited_s: READY_WITHIN.as_secs(),
             log: self.node(id).log.clone(),
         })
+    }
+
+    /// Fails if node `id`'s process has exited (and forgets it).
+    fn check_alive(&mut self, id: u64) -> Result<(), ChaosError> {
+        if let Some(child) = self.node_mut(id).child.as_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.node_mut(id).child = None;
+                return Err(ChaosError::Exited {
+                    id,
+                    status: status.to_string(),
+                    log: self.node(id).log.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn node_id_at(&self, url: &str) -> Option<u64> {
+        let status: Value = self
+            .http
+            .get(format!("{url}/api/cluster"))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        status["node_id"].as_u64()
     }
 
     /// SIGKILL: no shutdown, no flush.
@@ -449,9 +473,8 @@ impl Cluster {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            self.spawn(id, Some(via))?;
-            match self.wait_ready(id).await {
-                Ok(()) => break,
+            match self.join_once(id, via).await {
+                Ok(()) => return Ok(()),
                 Err(ChaosError::Exited { .. }) if attempts < 5 => {
                     let data = self.node(id).data.clone();
                     let _ = std::fs::remove_dir_all(&data);
@@ -460,16 +483,26 @@ impl Cluster {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    async fn join_once(&mut self, id: u64, via: SocketAddr) -> Result<(), ChaosError> {
+        if self.node(id).child.is_none() {
+            self.spawn(id, Some(via))?;
+        }
+        self.wait_ready(id).await?;
         // The next membership change may start only when this one is committed everywhere.
         let deadline = Instant::now() + READY_WITHIN;
         while Instant::now() < deadline {
+            self.check_alive(id)?;
             let mut settled = true;
             for node in self.nodes.iter().filter(|n| n.is_up() && !n.paused) {
                 let voters = self.voter_ids(&node.url()).await;
                 settled &= voters.is_some_and(|v| v.contains(&id));
             }
             if settled {
-                return Ok(());
+                // A node whose join was refused after all exits shortly after.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                return self.check_alive(id);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -142,6 +142,9 @@ pub enum Seen {
     Row {
         /// The token found.
         token: Option<String>,
+        /// The row's `version` (the log index of the write that left it).
+        #[serde(default)]
+        version: Option<u64>,
     },
     /// The keys an ask returned.
     Ask {
@@ -279,12 +282,21 @@ pub struct FinalNode {
     pub id: u64,
     /// Whether it answered at the end.
     pub reachable: bool,
-    /// Every row the workload could have written: key → token.
-    pub rows: BTreeMap<String, String>,
+    /// Every row on the node: key → token and version.
+    pub rows: BTreeMap<String, Stored>,
     /// The receipts given to clients that this node confirms.
     pub confirmed: BTreeSet<String>,
     /// Its digest, if it answered.
     pub digest: Option<Digest>,
+}
+
+/// A row as a node holds it at the end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stored {
+    /// The token in its WHAT line (or the WHAT line, for rows that are not the workload's).
+    pub token: String,
+    /// Its version: the log index of the write that left it.
+    pub version: u64,
 }
 
 /// Every node at the end of the run.

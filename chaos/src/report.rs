@@ -546,8 +546,8 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  lost writes {}  lost receipts {}  RYW violations {}  index regressions {}  diverged {}  (invoke saw older row: {})",
-            c.lost_writes, c.lost_receipts, c.ryw_violations, c.index_regressions, c.diverged, v.invoke_stale
+            "  lost writes {}  lost receipts {}  RYW violations {}  diverged {}  | reported: index regressions {}, late ambiguous writes {}, invoke ran an older row {}",
+            c.lost_writes, c.lost_receipts, c.ryw_violations, c.diverged, c.index_regressions, v.late_writes, v.invoke_stale
         );
         for (kind, examples) in &v.examples {
             for e in examples.iter().take(3) {

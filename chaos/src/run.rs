@@ -76,7 +76,18 @@ pub async fn run(options: &RunOptions) -> Result<bool, ChaosError> {
             continue;
         }
         let out = options.out.join(&scenario.name);
-        let report = run_one(options, &bin, &scenario, &out).await?;
+        // One scenario that cannot run (a node that never started) does not stop the rest.
+        let report = match run_one(options, &bin, &scenario, &out).await {
+            Ok(report) => report,
+            Err(e) => {
+                eprintln!("{}: could not run: {e}", scenario.name);
+                passed = false;
+                rows.push(
+                    json!({ "scenario": scenario.name, "error": e.to_string(), "passed": false }),
+                );
+                continue;
+            }
+        };
         passed &= report.passed();
         rows.push(json!({
             "scenario": scenario.name,

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::cluster::{control_client, ADMIN_KEY};
 use crate::history::{
-    token_of_what, what_of_content, Digest, Event, FinalNode, FinalState, Outcome, Seen,
+    token_of_what, what_of_content, Digest, Event, FinalNode, FinalState, Outcome, Seen, Stored,
 };
 
 /// Longest wait for outboxes to drain and indexes to meet.
@@ -75,7 +75,7 @@ async fn rows(
     http: &reqwest::Client,
     url: &str,
     min_index: u64,
-) -> Option<BTreeMap<String, String>> {
+) -> Option<BTreeMap<String, Stored>> {
     let mut out = BTreeMap::new();
     let mut cursor: Option<String> = None;
     // Bounded: at most 10,000 pages of 1,000.
@@ -91,8 +91,9 @@ async fn rows(
                 .as_str()
                 .and_then(what_of_content)
                 .unwrap_or("");
-            let value = token_of_what(what).unwrap_or_else(|| what.to_owned());
-            out.insert(key, value);
+            let token = token_of_what(what).unwrap_or_else(|| what.to_owned());
+            let version = row["version"].as_u64().unwrap_or(0);
+            out.insert(key, Stored { token, version });
         }
         match v["next_cursor"].as_str() {
             Some(c) if !c.is_empty() => cursor = Some(c.to_owned()),

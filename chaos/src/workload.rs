@@ -361,9 +361,13 @@ impl Session {
                 };
                 Some(Seen::Row {
                     token: what.as_deref().and_then(token_of_what),
+                    version: a.body["version"].as_u64(),
                 })
             }
-            StatusCode::NOT_FOUND => Some(Seen::Row { token: None }),
+            StatusCode::NOT_FOUND => Some(Seen::Row {
+                token: None,
+                version: None,
+            }),
             _ => None,
         })
         .await;
