@@ -143,9 +143,16 @@ impl App {
                 self.await_leader(remaining).await;
                 continue;
             };
+            // A healthy leader answers in milliseconds. One that has not answered within its
+            // lease is being replaced: fail now so the client retries (on this node or
+            // another) once a successor leads, instead of holding the request for the
+            // whole write timeout. Not retried here, since the attempt may yet commit.
+            let attempt = remaining.min(Duration::from_millis(
+                self.config.raft.election_timeout_max_ms,
+            ));
             match self
                 .network
-                .forward(forward_to, &node, &command, remaining)
+                .forward(forward_to, &node, &command, attempt)
                 .await
             {
                 Ok(Forwarded { result, index }) => {
@@ -166,11 +173,11 @@ impl App {
         command: Command,
         timeout: Duration,
     ) -> Result<Forwarded, Proposal> {
-        let outcome = tokio::time::timeout(timeout, self.raft.client_write(command)).await;
+        let outcome = self
+            .while_connected(timeout, self.raft.client_write(command))
+            .await;
         match outcome {
-            Err(_) => Err(Proposal::Failed(WriteError::Unavailable {
-                reason: format!("not committed within {} ms", timeout.as_millis()),
-            })),
+            Err(reason) => Err(Proposal::Failed(WriteError::Unavailable { reason })),
             Ok(Ok(response)) => Ok(Forwarded {
                 result: response.data,
                 index: response.log_id.index,
@@ -183,6 +190,33 @@ impl App {
             }
             Ok(Err(RaftError::Fatal(fatal))) => {
                 Err(Proposal::Failed(WriteError::Fatal(fatal.to_string())))
+            }
+        }
+    }
+
+    /// Awaits `work` for at most `timeout`, giving up early once this node is cut off from
+    /// the leader or its quorum: a leader that lost its followers never commits, and its
+    /// clients are better served by a fast 503 than by the whole timeout.
+    async fn while_connected<T>(
+        &self,
+        timeout: Duration,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, String> {
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(work, deadline);
+        let mut check = tokio::time::interval(Duration::from_millis(50));
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                done = &mut work => return Ok(done),
+                _ = &mut deadline => {
+                    return Err(format!("not committed within {} ms", timeout.as_millis()))
+                }
+                _ = check.tick() => {
+                    if self.is_stale() {
+                        return Err("this node lost contact with the leader or its quorum".into());
+                    }
+                }
             }
         }
     }

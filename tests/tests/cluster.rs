@@ -109,6 +109,16 @@ async fn a_session_moving_between_nodes_keeps_reading_its_writes() {
     .await;
     assert_eq!(response.status(), 201);
     let token = index_of(&response);
+    // Invoking the row just written, on a node that has not applied it yet, waits for it.
+    let invoked = cluster
+        .http
+        .post(format!("{}/api/dispatch", cluster.url(reader)))
+        .header("x-rowcall-min-index", token.to_string())
+        .json(&json!({"key": "MOVING_SESSION"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(invoked.status(), 200, "the invocation waited for the writer's index");
     let got = cluster
         .http
         .get(format!(

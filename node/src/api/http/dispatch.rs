@@ -176,6 +176,8 @@ pub async fn post_invoke(
 ) -> Result<Response, ApiError> {
     let app = &http.app;
     let body: InvokeBody = read_json(&headers, body, app.config.limits.max_body_bytes).await?;
+    // A session that just wrote the row runs the version it wrote, on any node.
+    read_barrier(app, &headers, &ReadOptions::default()).await?;
     let base = base_url(app, &headers);
     let input = InvokeInput {
         args: body.args,
