@@ -118,7 +118,11 @@ async fn a_session_moving_between_nodes_keeps_reading_its_writes() {
         .send()
         .await
         .unwrap();
-    assert_eq!(invoked.status(), 200, "the invocation waited for the writer's index");
+    assert_eq!(
+        invoked.status(),
+        200,
+        "the invocation waited for the writer's index"
+    );
     let got = cluster
         .http
         .get(format!(
