@@ -61,9 +61,6 @@ pub enum RunError {
     /// The row names a builtin this node does not have.
     #[error("unknown builtin {0:?}")]
     UnknownBuiltin(String),
-    /// This node has no runner for the row's type.
-    #[error("this node cannot run {0} rows yet")]
-    RunnerUnavailable(RowType),
     /// The SSRF guard refused the destination (or a redirect's); nothing was sent there.
     #[error("destination refused: {0}")]
     Refused(#[from] ssrf::Refusal),
@@ -156,9 +153,6 @@ pub enum InvokeRefusal {
         /// Each violation: `(JSON pointer, message)`.
         violations: Vec<(String, String)>,
     },
-    /// The row's runner is not available on this node.
-    #[error("{0}")]
-    Unavailable(RunError),
     /// The row ran, but its receipt could be neither committed nor kept in the outbox.
     #[error("the invocation ran but its receipt could not be stored: {0}")]
     NotRecorded(String),

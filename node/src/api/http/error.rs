@@ -120,9 +120,7 @@ pub fn run_error_parts(e: &RunError) -> (StatusCode, &'static str) {
     use StatusCode as S;
     match e {
         RunError::BadArgs(_) => (S::UNPROCESSABLE_ENTITY, "invalid_args"),
-        RunError::UnknownBuiltin(_) | RunError::RunnerUnavailable(_) => {
-            (S::INTERNAL_SERVER_ERROR, "runner_failed")
-        }
+        RunError::UnknownBuiltin(_) => (S::INTERNAL_SERVER_ERROR, "runner_failed"),
         RunError::Config(_) => (S::INTERNAL_SERVER_ERROR, "runner_misconfigured"),
         RunError::Refused(_) => (S::FORBIDDEN, "destination_refused"),
         RunError::Timeout { .. } => (S::GATEWAY_TIMEOUT, "upstream_timeout"),
@@ -157,7 +155,6 @@ impl ApiError {
             Self::Rule(_) | Self::BulkRule { .. } => (S::UNPROCESSABLE_ENTITY, "invalid_row", "fix the field named in the message; GET /api/directory shows the field schema"),
             Self::Invoke(InvokeRefusal::Disabled(_)) => (S::FORBIDDEN, "row_disabled", "an operator must enable the row before it can run"),
             Self::Invoke(InvokeRefusal::InvalidArgs { .. }) => (S::UNPROCESSABLE_ENTITY, "invalid_args", "GET /api/dispatch?key=<KEY> shows the schema and an example"),
-            Self::Invoke(InvokeRefusal::Unavailable(_)) => (S::NOT_IMPLEMENTED, "runner_unavailable", "this node version has no runner for the row's type"),
             Self::Invoke(InvokeRefusal::NotRecorded(_)) => (S::SERVICE_UNAVAILABLE, "receipt_not_stored", "the node's storage failed; retry on another node"),
             Self::Write(WriteError::Unavailable { .. }) => (S::SERVICE_UNAVAILABLE, "no_quorum", "the cluster has no quorum right now; retry after the Retry-After delay"),
             Self::Write(WriteError::NotLeader { .. }) => (S::SERVICE_UNAVAILABLE, "no_leader", "the cluster is electing a leader; retry shortly"),
