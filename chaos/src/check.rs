@@ -313,15 +313,25 @@ fn session(
                 };
                 let found = keys.contains(key);
                 if truth.must_exist().is_some_and(|must| must != found) {
-                    verdict.ryw_violations += 1;
-                    verdict.note(
-                        "ryw",
-                        format!(
-                            "{}: ask {word:?} {} {key}",
-                            describe(e),
-                            if found { "still found" } else { "did not find" }
-                        ),
+                    // An ask carries no version: a row a late ambiguous write could explain
+                    // (back after its delete, or gone after its insert) is reported as late.
+                    let late = if found {
+                        truth.pending.iter().any(Option::is_some)
+                    } else {
+                        truth.pending.contains(&None)
+                    };
+                    let what = format!(
+                        "{}: ask {word:?} {} {key}",
+                        describe(e),
+                        if found { "still found" } else { "did not find" }
                     );
+                    if late {
+                        verdict.late_writes += 1;
+                        verdict.note("late_write", what);
+                    } else {
+                        verdict.ryw_violations += 1;
+                        verdict.note("ryw", what);
+                    }
                 }
             }
             (Op::Invoke { key, own: true }, Seen::Receipt { id, pending, token }) => {

@@ -183,6 +183,7 @@ async fn run_one(
     let plan = Faults::Schedule(&scenario.faults, schedule(options.duration, options.period));
     let (events, windows, end) = drive(&cluster_options, &workload, plan, "cluster").await?;
     write_history(&out.join("history.jsonl"), &events)?;
+    write(&out.join("final.json"), serde_json::to_vec(&end)?)?;
     let verdict = check(&events, &end);
     let duration_s = options.duration.as_secs_f64();
     let cluster = run_report(options.nodes, duration_s, &events, &windows, verdict, &end);
@@ -201,6 +202,7 @@ async fn run_one(
         let (events, replayed, end) =
             drive(&single, &workload, Faults::Replay(&windows), "baseline").await?;
         write_history(&out.join("baseline-history.jsonl"), &events)?;
+        write(&out.join("baseline-final.json"), serde_json::to_vec(&end)?)?;
         let verdict = check(&events, &end);
         Some(run_report(1, duration_s, &events, &replayed, verdict, &end))
     } else {
