@@ -47,6 +47,10 @@ struct Flags {
     /// Entries between snapshots on the nodes (ROWCALL_SNAPSHOT_EVERY).
     #[arg(long, default_value_t = 1000)]
     snapshot_every: u64,
+    /// An operation counts as available when answered within this many milliseconds
+    /// (failover retries included).
+    #[arg(long, default_value_t = 1000)]
+    slo_ms: u64,
 }
 
 #[tokio::main]
@@ -64,6 +68,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         period: Duration::from_secs(flags.period.max(1)),
         baseline: !flags.no_baseline,
         snapshot_every: flags.snapshot_every,
+        slo: Duration::from_millis(flags.slo_ms.max(1)),
     };
     // Ctrl-C drops the run, and with it every node process (the cluster's Drop kills them).
     let passed = tokio::select! {

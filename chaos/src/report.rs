@@ -50,14 +50,16 @@ impl Latency {
 ///
 /// An operation is what a client asked for; it makes one attempt per node it tries (a
 /// client library fails over to the next node on a transport error or a 5xx, up to three
-/// nodes). Availability is per operation. Sessions are open-loop: a tick that passed while
-/// a session still waited for an answer counts as a failed operation (`blocked`), with no
-/// attempt, so a stall weighs as much as the requests it held up.
+/// nodes). Availability is per operation: answered within the SLO (`--slo-ms`, 1 s),
+/// retries included. Sessions are open-loop: a tick that passed while a session still
+/// waited for an answer is an operation made late (`blocked`, no attempt of its own),
+/// available only if that wait succeeded within the SLO of the tick, so a stall weighs as
+/// much as the requests it held up.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Stats {
     /// Operations started.
     pub operations: u64,
-    /// Operations that got a protocol answer on some attempt.
+    /// Operations answered within the SLO (on some attempt).
     pub operations_ok: u64,
     /// Requests sent (operations plus retries).
     pub attempts: u64,
@@ -65,7 +67,7 @@ pub struct Stats {
     pub successes: u64,
     /// Failed attempts by kind (`timeout`, `connect`, `http_503:no_quorum`, …).
     pub errors: BTreeMap<String, u64>,
-    /// Operations not made because the session was still waiting (counted as failed).
+    /// Operations made late because the session was still waiting for an earlier answer.
     pub blocked: u64,
     /// Answers marked `x-rowcall-stale: true`.
     pub stale: u64,
@@ -404,6 +406,8 @@ pub struct Report {
     pub sessions: u32,
     /// Target operations per second (all sessions).
     pub rate: f64,
+    /// An operation answered later than this counts as unavailable.
+    pub slo_ms: u64,
     /// The cluster run.
     #[serde(flatten)]
     pub cluster: RunReport,
@@ -420,6 +424,7 @@ impl Report {
         seed: u64,
         sessions: u32,
         rate: f64,
+        slo_ms: u64,
         cluster: RunReport,
         baseline: Option<RunReport>,
     ) -> Report {
@@ -443,6 +448,7 @@ impl Report {
             seed,
             sessions,
             rate,
+            slo_ms,
             cluster,
             baseline,
             gain,
@@ -460,8 +466,8 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "rowcall-chaos  scenario {}  nodes {}  {:.0} s  {} sessions at {:.0} ops/s  seed {}",
-            self.scenario, c.nodes, c.duration_s, self.sessions, self.rate, self.seed
+            "rowcall-chaos  scenario {}  nodes {}  {:.0} s  {} sessions at {:.0} ops/s  SLO {} ms  seed {}",
+            self.scenario, c.nodes, c.duration_s, self.sessions, self.rate, self.slo_ms, self.seed
         );
         let _ = writeln!(
             s,

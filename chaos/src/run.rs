@@ -44,6 +44,8 @@ pub struct RunOptions {
     pub baseline: bool,
     /// `ROWCALL_SNAPSHOT_EVERY` for the nodes (small, so snapshots happen during a run).
     pub snapshot_every: u64,
+    /// An operation counts as available when answered within this.
+    pub slo: Duration,
 }
 
 /// What drives a run's faults.
@@ -162,6 +164,7 @@ async fn run_one(
         rate: options.rate,
         duration: options.duration,
         seed: options.seed,
+        slo: options.slo,
     };
     let cluster_options = ClusterOptions {
         bin: bin.to_path_buf(),
@@ -213,6 +216,7 @@ async fn run_one(
         options.seed,
         options.sessions,
         options.rate,
+        options.slo.as_millis() as u64,
         cluster,
         baseline,
     );

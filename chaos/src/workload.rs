@@ -50,6 +50,8 @@ pub struct WorkloadOptions {
     pub duration: Duration,
     /// Seed of the sessions' choices.
     pub seed: u64,
+    /// An operation counts as available when answered within this (retries included).
+    pub slo: Duration,
 }
 
 /// Live counters for the progress line: per class, attempts and successes.
@@ -114,6 +116,8 @@ struct Session {
     seen: Vec<(u64, u32)>,
     /// Per node: when a request to it last failed.
     failed: Vec<Option<Instant>>,
+    /// Answered within this counts as available.
+    slo: Duration,
     high: u64,
     rows: Vec<OwnRow>,
     receipts: Vec<String>,
@@ -150,6 +154,7 @@ pub async fn run(options: &WorkloadOptions, target: Target) -> Vec<Event> {
             node,
             seen: vec![(0, 0); target.urls.len()],
             failed: vec![None; target.urls.len()],
+            slo: options.slo,
             high: 0,
             rows: Vec::new(),
             receipts: Vec::new(),
@@ -190,16 +195,21 @@ impl Session {
             self.step().await;
             due += period;
             // The session is open-loop: a tick that passed entirely while it waited for an
-            // answer is an operation its client could not make, counted as a failure of the
-            // kind it waited for, so a stall weighs as much as the requests it held up (no
+            // answer is an operation of the kind it waited for that its client could only
+            // make late. It counts as available only if the wait succeeded and ended within
+            // the SLO of the tick, so a stall weighs as much as the requests it held up (no
             // coordinated omission).
             let now = Instant::now();
-            let blocking = self.events.get(before).map(|e| e.op.clone());
-            while let Some(op) = blocking
+            let blocking = self
+                .events
+                .get(before)
+                .map(|e| (e.op.clone(), e.operation_ok()));
+            while let Some((op, ok)) = blocking
                 .as_ref()
                 .filter(|_| due + period <= now && due < end)
             {
-                self.missed(due, op);
+                let in_time = *ok && now.saturating_duration_since(due) <= self.slo;
+                self.missed(due, op, in_time, now.saturating_duration_since(due));
                 due += period;
             }
         }
@@ -207,9 +217,9 @@ impl Session {
     }
 
     /// Records the operation the session could not make at `due` because it was still
-    /// waiting for the answer to `blocking`: a failure of that operation's kind.
-    fn missed(&mut self, due: Instant, blocking: &Op) {
-        self.target.progress.record(blocking.class(), false);
+    /// waiting for the answer to `blocking`; `ok` when that wait ended well within the SLO.
+    fn missed(&mut self, due: Instant, blocking: &Op, ok: bool, waited: Duration) {
+        self.target.progress.record(blocking.class(), ok);
         self.events.push(Event {
             session: self.id,
             node: self.target.ids[self.node],
@@ -219,8 +229,8 @@ impl Session {
             latency_us: 0,
             attempt: 0,
             operation: Some(Operation {
-                ok: false,
-                latency_us: 0,
+                ok,
+                latency_us: waited.as_micros() as u64,
             }),
             min_index: 0,
             index: None,
@@ -545,7 +555,8 @@ impl Session {
         }
         if let Some(e) = self.events.get_mut(first) {
             e.operation = Some(Operation {
-                ok: seen.is_some(),
+                // Available: answered, within the SLO (retries included).
+                ok: seen.is_some() && started.elapsed() <= self.slo,
                 latency_us: started.elapsed().as_micros() as u64,
             });
         }
