@@ -478,7 +478,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "availability per operation (clients fail over to another node):"
+            "availability: operations answered within the SLO, clients failing over to other nodes:"
         );
         for class in Class::ALL {
             let name = class.name();
