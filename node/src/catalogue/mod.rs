@@ -331,26 +331,13 @@ impl SharedCatalogue {
 
 #[cfg(test)]
 mod tests {
-    use super::row::{Auth, Risk, RowType};
+    use super::row::RowType;
     use super::*;
 
     fn row(key: &str, content: &str) -> Row {
         Row {
-            key: key.into(),
-            kind: RowType::Static,
-            target: String::new(),
             category: "Operations".into(),
-            content: content.into(),
-            args_schema: None,
-            auth: Auth::Public,
-            risk: Risk::Read,
-            enabled: true,
-            planner_visible: true,
-            pins: Vec::new(),
-            demote: false,
-            version: 1,
-            created_at: String::new(),
-            updated_at: String::new(),
+            ..Row::fixture(key, RowType::Static, content)
         }
     }
 

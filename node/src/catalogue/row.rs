@@ -456,6 +456,31 @@ fn parse_doc_line(line: &str) -> Option<(&'static str, &str)> {
     Some((field, value.trim()))
 }
 
+#[cfg(test)]
+impl Row {
+    /// A public, enabled, visible row of `kind` for tests; adjust the rest with struct update
+    /// syntax.
+    pub(crate) fn fixture(key: &str, kind: RowType, content: &str) -> Row {
+        Row {
+            key: key.into(),
+            kind,
+            target: String::new(),
+            category: String::new(),
+            content: content.into(),
+            args_schema: None,
+            auth: Auth::Public,
+            risk: Risk::Read,
+            enabled: true,
+            planner_visible: true,
+            pins: Vec::new(),
+            demote: false,
+            version: 1,
+            created_at: String::new(),
+            updated_at: String::new(),
+        }
+    }
+}
+
 impl fmt::Display for RowType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -439,25 +439,12 @@ fn decode(bytes: &[u8], content_type: Option<&str>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalogue::row::{Auth, Risk, RowType};
+    use crate::catalogue::row::RowType;
 
     fn row(target: &str, content: &str) -> Row {
         Row {
-            key: "T".into(),
-            kind: RowType::Http,
             target: target.into(),
-            category: String::new(),
-            content: content.into(),
-            args_schema: None,
-            auth: Auth::Public,
-            risk: Risk::Read,
-            enabled: true,
-            planner_visible: true,
-            pins: vec![],
-            demote: false,
-            version: 1,
-            created_at: String::new(),
-            updated_at: String::new(),
+            ..Row::fixture("T", RowType::Http, content)
         }
     }
 

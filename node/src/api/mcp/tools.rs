@@ -152,25 +152,12 @@ pub fn parse_cursor(cursor: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalogue::row::Auth;
 
     fn row(content: &str, risk: Risk, schema: Option<Value>) -> Row {
         Row {
-            key: "SOME_ROW".into(),
-            kind: RowType::Static,
-            target: String::new(),
-            category: String::new(),
-            content: content.into(),
             args_schema: schema,
-            auth: Auth::Public,
             risk,
-            enabled: true,
-            planner_visible: true,
-            pins: Vec::new(),
-            demote: false,
-            version: 1,
-            created_at: String::new(),
-            updated_at: String::new(),
+            ..Row::fixture("SOME_ROW", RowType::Static, content)
         }
     }
 
