@@ -621,7 +621,7 @@ impl Session {
                 false,
                 None,
             ),
-            Ok(a) => match judge(&a).or_else(|| settled_by_earlier_attempt(&op, &a, attempt)) {
+            Ok(a) => match judge(&a) {
                 Some(seen) => (Outcome::Ok(seen.clone()), a.index, a.stale, Some(seen)),
                 None => {
                     let code = a.body["error"]["code"].as_str().unwrap_or("none");
@@ -666,13 +666,6 @@ impl Session {
         });
         seen
     }
-}
-
-/// A retried delete that finds no row: an earlier attempt (which failed ambiguously)
-/// deleted it, and nobody else writes the session's rows, so the delete took effect.
-fn settled_by_earlier_attempt(op: &Op, answer: &Answer, attempt: u8) -> Option<Seen> {
-    (matches!(op, Op::Delete { .. }) && attempt > 0 && answer.status == StatusCode::NOT_FOUND)
-        .then_some(Seen::Written)
 }
 
 async fn answer(response: Response) -> Answer {
