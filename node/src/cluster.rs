@@ -123,6 +123,12 @@ fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) ->
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => MembershipError::NotLeader {
             leader: f.leader_id,
         },
+        // Another change (e.g. a concurrent join) is still being committed: try again.
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(
+            openraft::error::ChangeMembershipError::InProgress(e),
+        )) => MembershipError::Unavailable {
+            reason: e.to_string(),
+        },
         RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
             MembershipError::Rejected {
                 reason: e.to_string(),

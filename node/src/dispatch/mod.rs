@@ -275,6 +275,10 @@ pub async fn invoke(
             ProofStatus::Committed
         }
         Err(WriteError::NotApplied { index }) => {
+            // Committed, but not applied here yet: give this node the read wait to catch up,
+            // so the answer's index is one this node can serve.
+            let wait = Duration::from_millis(app.config.limits.min_index_wait_ms);
+            app.wait_applied(index, wait).await;
             receipt.index = index;
             ProofStatus::Committed
         }

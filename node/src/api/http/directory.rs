@@ -259,6 +259,8 @@ pub async fn delete_row(
 ) -> Result<Response, ApiError> {
     let app = &http.app;
     require(app, &headers, Scope::Admin, "write the directory")?;
+    // The existence check reads this node's copy: let it catch up with the caller first.
+    read_barrier(app, &headers, &ReadOptions::default()).await?;
     if app.catalogue.read().get(&key).is_none() {
         return Err(ApiError::NotFound(format!("no row with key {key:?}")));
     }
