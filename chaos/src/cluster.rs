@@ -515,27 +515,16 @@ impl Cluster {
 
     /// Voter ids as the node at `url` sees them.
     async fn voter_ids(&self, url: &str) -> Option<Vec<u64>> {
-        let status: Value = self
-            .http
-            .get(format!("{url}/api/cluster"))
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        Some(
-            status["members"]
-                .as_array()?
-                .iter()
-                .filter(|m| m["voter"].as_bool() == Some(true))
-                .filter_map(|m| m["id"].as_u64())
-                .collect(),
-        )
+        self.member_list(url, true).await
     }
 
     /// Member ids as node at `url` sees them.
     async fn member_ids(&self, url: &str) -> Option<Vec<u64>> {
+        self.member_list(url, false).await
+    }
+
+    /// Ids of the members (only voters, with `voters_only`) the node at `url` knows.
+    async fn member_list(&self, url: &str, voters_only: bool) -> Option<Vec<u64>> {
         let status: Value = self
             .http
             .get(format!("{url}/api/cluster"))
@@ -549,6 +538,7 @@ impl Cluster {
             status["members"]
                 .as_array()?
                 .iter()
+                .filter(|m| !voters_only || m["voter"].as_bool() == Some(true))
                 .filter_map(|m| m["id"].as_u64())
                 .collect(),
         )

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{spawn, wait_ready, Process, ADMIN};
+use support::{get_json, spawn, wait_ready, Process, ADMIN};
 
 #[derive(Default)]
 struct Acked {
@@ -109,14 +109,7 @@ async fn a_killed_node_restarts_and_converges_with_the_others() {
         wait_ready(&http, &node.url).await;
         nodes.push(node);
     }
-    let status: Value = http
-        .get(format!("{}/api/cluster", nodes[0].url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status: Value = get_json(&http, &format!("{}/api/cluster", nodes[0].url)).await;
     assert_eq!(status["members"].as_array().unwrap().len(), 3, "{status}");
 
     let urls = Arc::new(Mutex::new(
@@ -221,14 +214,8 @@ async fn a_killed_node_restarts_and_converges_with_the_others() {
             assert_eq!(status, 200, "{key} on {}", node.url);
         }
         for id in &acked.receipts {
-            let confirmed: Value = http
-                .get(format!("{}/api/dispatch?confirm={id}", node.url))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let confirmed: Value =
+                get_json(&http, &format!("{}/api/dispatch?confirm={id}", node.url)).await;
             assert_eq!(confirmed["confirmed"], true, "{id} on {}", node.url);
         }
     }

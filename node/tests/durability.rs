@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{spawn, wait_ready, Process, ADMIN};
+use support::{get_json, spawn, wait_ready, Process, ADMIN};
 
 /// Starts the binary with its snapshot policy in a config file (so that path is real too).
 fn start(root: &std::path::Path, snapshot_every: u64) -> Process {
@@ -99,24 +99,10 @@ async fn write_load(http: &reqwest::Client, url: &str) -> Vec<(String, String)> 
 }
 
 async fn verify(http: &reqwest::Client, url: &str, receipts: &[(String, String)]) {
-    let counts: Value = http
-        .get(format!("{url}/api/directory/counts"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let counts: Value = get_json(http, &format!("{url}/api/directory/counts")).await;
     assert_eq!(counts["rows_total"], 500, "{counts}");
     for i in 0..500 {
-        let got: Value = http
-            .get(format!("{url}/api/directory/DURABLE_{i:04}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let got: Value = get_json(http, &format!("{url}/api/directory/DURABLE_{i:04}")).await;
         assert_eq!(got["content"], row(i)["content"], "row {i}");
     }
     for (id, key) in receipts {
@@ -132,14 +118,11 @@ async fn verify(http: &reqwest::Client, url: &str, receipts: &[(String, String)]
         assert_eq!(confirmed["confirmed"], true, "receipt {id}");
         assert_eq!(&confirmed["key"], key);
     }
-    let asked: Value = http
-        .get(format!("{url}/api/dispatch?ask=durable+row+number+417"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let asked: Value = get_json(
+        http,
+        &format!("{url}/api/dispatch?ask=durable+row+number+417"),
+    )
+    .await;
     assert_eq!(
         asked["best"]["key"], "DURABLE_0417",
         "the resolver index is rebuilt: {asked}"
@@ -156,14 +139,7 @@ async fn kill_and_restart(snapshot_every: u64, check_snapshot: bool) {
     if check_snapshot {
         let mut purged = 0;
         for _ in 0..200 {
-            let cluster: Value = http
-                .get(format!("{}/api/cluster", node.url))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let cluster: Value = get_json(&http, &format!("{}/api/cluster", node.url)).await;
             purged = cluster["purged_index"].as_u64().unwrap_or(0);
             if purged > 0 {
                 break;

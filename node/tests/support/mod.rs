@@ -75,6 +75,12 @@ pub fn spawn(args: &[&str], data: &Path, config: Option<&Path>) -> Process {
     }
 }
 
+/// GETs `url` and decodes its JSON answer, panicking with context on failure.
+pub async fn get_json(http: &reqwest::Client, url: &str) -> serde_json::Value {
+    let response = http.get(url).send().await.expect("request sent");
+    response.json().await.expect("a JSON answer")
+}
+
 /// Polls `/readyz` until it answers 200.
 pub async fn wait_ready(http: &reqwest::Client, url: &str) {
     for _ in 0..400 {
