@@ -38,7 +38,21 @@ impl Process {
 
 /// Starts the binary with `args` and returns once it printed where it serves.
 pub fn spawn(args: &[&str], data: &Path, config: Option<&Path>) -> Process {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_rowcall-node"));
+    spawn_under(&[], args, data, config)
+}
+
+/// [`spawn`] under a wrapper program (`wrapper[0]` with its arguments, then the binary), e.g.
+/// a tracer; the wrapper must pass the binary's stdout through.
+pub fn spawn_under(wrapper: &[&str], args: &[&str], data: &Path, config: Option<&Path>) -> Process {
+    let binary = env!("CARGO_BIN_EXE_rowcall-node");
+    let mut command = match wrapper.split_first() {
+        Some((program, wrapper_args)) => {
+            let mut command = Command::new(program);
+            command.args(wrapper_args).arg(binary);
+            command
+        }
+        None => Command::new(binary),
+    };
     command.args(args).arg("--data").arg(data);
     if let Some(config) = config {
         command.arg("--config").arg(config);
