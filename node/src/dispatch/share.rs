@@ -147,6 +147,10 @@ pub enum ShareRefusal {
     /// The revocation list could not be read; refused to be safe.
     #[error("the share token could not be checked")]
     Unchecked(String),
+    /// This node is cut off from the leader, so its revocation list may be behind; refused
+    /// to be safe.
+    #[error("the share token cannot be checked here: this node is cut off from the leader and may not know every revocation")]
+    Stale,
 }
 
 /// A fresh token id: `sh` and 10 base36 characters.
@@ -202,6 +206,11 @@ pub enum SecretError {
 
 /// Verifies `token` against the cluster's state for an invocation of `key` now.
 pub fn verify_for(app: &App, token: &str, key: &str) -> Result<ShareGrant, ShareRefusal> {
+    // Revocations replicate through Raft: a node cut off from the leader cannot know it
+    // has them all, so it honours none of the tokens (credentials still work).
+    if app.is_stale() {
+        return Err(ShareRefusal::Stale);
+    }
     let secret = app
         .receipts
         .share_secret()

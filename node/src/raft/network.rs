@@ -25,7 +25,7 @@ use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
 use super::faults::{Faults, Verdict};
-use super::{Command, NodeId, NodeInfo, TypeConfig};
+use super::{NodeId, NodeInfo, Request, TypeConfig};
 use crate::app::WriteError;
 use crate::cluster::{Forwarded, JoinRequest, Liveness, MembershipError};
 
@@ -198,21 +198,28 @@ impl Network {
         serde_json::from_slice(&reply.into_inner().payload).map_err(|e| protocol(e.to_string()))
     }
 
-    /// Forwards a write to the leader; the leader answers once it has applied it.
+    /// Forwards a write to the leader; the leader answers once it has applied it. Without
+    /// an answer the outcome is unknown: the request may have reached the leader.
     pub async fn forward(
         &self,
         leader: NodeId,
         node: &NodeInfo,
-        command: &Command,
+        request: &Request,
         timeout: Duration,
     ) -> Result<Forwarded, WriteError> {
         let reply: Result<Result<Forwarded, WriteError>, TransportError> = self
-            .call(leader, &node.grpc_addr, Method::Forward, command, timeout)
+            .call(leader, &node.grpc_addr, Method::Forward, request, timeout)
             .await;
         match reply {
             Ok(result) => result,
-            Err(e) => Err(WriteError::Unavailable {
-                reason: e.to_string(),
+            Err(e) => Err(match &request.request_id {
+                Some(request_id) => WriteError::OutcomeUnknown {
+                    request_id: request_id.clone(),
+                    reason: format!("no answer from the leader: {e}"),
+                },
+                None => WriteError::Unavailable {
+                    reason: e.to_string(),
+                },
             }),
         }
     }

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -14,13 +14,12 @@ use serde_json::{json, Value};
 use utoipa::IntoParams;
 
 use super::error::ApiError;
-use super::{read_barrier, read_json, require, Http, ReadOptions, INDEX_HEADER};
-use crate::app::Written;
+use super::{read_barrier, read_json, request_id, require, written_headers, Http, ReadOptions};
 use crate::auth::Scope;
 use crate::catalogue::row::{Row, RowInput, RowRuleError};
 use crate::catalogue::Counts;
 use crate::dispatch::builtins::BUILTINS;
-use crate::raft::{Command, CommandResult};
+use crate::raft::{Command, CommandResult, Request};
 use crate::store::state_machine::now_ms;
 
 const PAGE_DEFAULT: usize = 100;
@@ -68,13 +67,6 @@ fn field_schema() -> &'static Value {
             "updated_at": "set by the server",
         })
     })
-}
-
-fn with_index(mut response: Response, index: u64) -> Response {
-    response
-        .headers_mut()
-        .insert(INDEX_HEADER, HeaderValue::from(index));
-    response
 }
 
 /// One page of rows.
@@ -181,23 +173,29 @@ pub async fn upsert(
             }));
         }
     }
-    let Written { result, index } = app
-        .write(Command::PutRows {
-            at_ms: now_ms(),
-            rows,
-        })
-        .await?;
-    let outcomes = match result {
-        CommandResult::Put { rows } => rows,
-        other => return Err(conflict_or_internal(other)),
+    let command = Command::PutRows {
+        at_ms: now_ms(),
+        rows,
     };
+    let written = app
+        .submit(
+            Request::with_id(request_id(&headers)?, command),
+            app.write_timeout(),
+        )
+        .await?;
+    let outcomes = match &written.result {
+        CommandResult::Put { rows } => rows.clone(),
+        other => return Err(conflict_or_internal(other.clone())),
+    };
+    let index = written.index;
     let response = if bulk {
         let created = outcomes.iter().filter(|o| o.created).count();
         (
             StatusCode::OK,
             Json(json!({
                 "ok": true, "count": outcomes.len(), "created": created,
-                "updated": outcomes.len() - created, "version": index,
+                "updated": outcomes.len() - created,
+                "version": outcomes.first().map_or(index, |o| o.version),
                 "updated_at": outcomes.first().map(|o| o.updated_at.clone()),
             })),
         )
@@ -215,7 +213,7 @@ pub async fn upsert(
         )
             .into_response()
     };
-    Ok(with_index(response, index))
+    Ok(written_headers(response, &written))
 }
 
 fn parse_row(value: Value, position: Option<usize>) -> Result<RowInput, ApiError> {
@@ -234,6 +232,10 @@ fn rule(source: RowRuleError, position: Option<usize>) -> ApiError {
 
 fn conflict_or_internal(result: CommandResult) -> ApiError {
     match result {
+        CommandResult::RequestIdReused { request_id, index } => ApiError::RequestIdReused {
+            request_id: request_id.to_string(),
+            index,
+        },
         CommandResult::Conflict {
             key,
             expected,
@@ -264,20 +266,24 @@ pub async fn delete_row(
     if app.catalogue.read().get(&key).is_none() {
         return Err(ApiError::NotFound(format!("no row with key {key:?}")));
     }
-    let Written { result, index } = app
-        .write(Command::DeleteRow {
-            key: key.clone(),
-            if_version: query.if_version,
-        })
+    let command = Command::DeleteRow {
+        key: key.clone(),
+        if_version: query.if_version,
+    };
+    let written = app
+        .submit(
+            Request::with_id(request_id(&headers)?, command),
+            app.write_timeout(),
+        )
         .await?;
-    match result {
+    match &written.result {
         CommandResult::Deleted { deleted: 0 } => {
             Err(ApiError::NotFound(format!("no row with key {key:?}")))
         }
-        CommandResult::Deleted { deleted } => Ok(with_index(
+        CommandResult::Deleted { deleted } => Ok(written_headers(
             Json(json!({ "ok": true, "deleted": deleted })).into_response(),
-            index,
+            &written,
         )),
-        other => Err(conflict_or_internal(other)),
+        other => Err(conflict_or_internal(other.clone())),
     }
 }

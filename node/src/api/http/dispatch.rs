@@ -574,12 +574,12 @@ fn confirm(app: &App, id: &str) -> Result<Response, ApiError> {
     if !valid_receipt_id(id) {
         return Ok(unknown());
     }
-    if let Some(receipt) = app.receipts.get(id).map_err(ApiError::internal)? {
-        return Ok(Json(Confirmation::from(&receipt)).into_response());
-    }
-    // Ran here while the cluster had no quorum: durable in this node's outbox.
-    match app.outbox.get(id).map_err(ApiError::internal)? {
-        Some(receipt) => {
+    match run::find_receipt(app, id).map_err(ApiError::internal)? {
+        Some((receipt, ProofStatus::Committed)) => {
+            Ok(Json(Confirmation::from(&receipt)).into_response())
+        }
+        // Ran here while the cluster had no quorum: durable in this node's outbox.
+        Some((receipt, ProofStatus::Pending)) => {
             let mut confirmation =
                 serde_json::to_value(Confirmation::from(&receipt)).map_err(ApiError::internal)?;
             confirmation["status"] = json!("pending");

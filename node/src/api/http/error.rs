@@ -77,9 +77,17 @@ pub enum ApiError {
     /// The invocation was refused before anything ran.
     #[error(transparent)]
     Invoke(#[from] InvokeRefusal),
-    /// The cluster cannot take the write now.
+    /// The cluster cannot take the write now, or its outcome is unknown.
     #[error(transparent)]
     Write(#[from] WriteError),
+    /// An `Idempotency-Key` already named a different request.
+    #[error("Idempotency-Key {request_id} was used for a different request (at index {index})")]
+    RequestIdReused {
+        /// The key.
+        request_id: String,
+        /// The index of the request that used it first.
+        index: u64,
+    },
     /// This node has not applied the index the client asked for.
     #[error("this node has applied index {applied}, not yet {wanted}")]
     Behind {
@@ -158,13 +166,15 @@ impl ApiError {
             Self::Invoke(InvokeRefusal::NotRecorded(_)) => (S::SERVICE_UNAVAILABLE, "receipt_not_stored", "the node's storage failed; retry on another node"),
             Self::Write(WriteError::Unavailable { .. }) => (S::SERVICE_UNAVAILABLE, "no_quorum", "the cluster has no quorum right now; retry after the Retry-After delay"),
             Self::Write(WriteError::NotLeader { .. }) => (S::SERVICE_UNAVAILABLE, "no_leader", "the cluster is electing a leader; retry shortly"),
-            Self::Write(WriteError::NotApplied { .. }) => (S::SERVICE_UNAVAILABLE, "not_applied_here", "the write committed; read it from another node, or retry this read with min_index"),
+            Self::Write(WriteError::OutcomeUnknown { .. }) => (S::GATEWAY_TIMEOUT, "outcome_unknown", "the write may or may not have taken effect: retry it with the header Idempotency-Key set to request_id, and a repeat is answered with the first attempt's outcome"),
+            Self::RequestIdReused { .. } => (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused", "use a fresh Idempotency-Key for each distinct write, the same one only for retries of it"),
             Self::Write(WriteError::Fatal(_)) => (S::SERVICE_UNAVAILABLE, "shutting_down", "this node is stopping; use another node"),
             Self::NoReadIndex(_) => (S::SERVICE_UNAVAILABLE, "no_read_index", "the leader or a quorum is unreachable; retry, or read without consistency=linearizable"),
             Self::Membership(crate::cluster::MembershipError::Rejected { .. }) => (S::CONFLICT, "membership_rejected", "see GET /api/cluster for the current members"),
             Self::Membership(_) => (S::SERVICE_UNAVAILABLE, "no_quorum", "the cluster has no leader or quorum right now; retry"),
             Self::Behind { .. } => (S::SERVICE_UNAVAILABLE, "behind", "retry, or ask a node that has caught up"),
             Self::Share(ShareRefusal::Unchecked(_)) => (S::SERVICE_UNAVAILABLE, "share_unchecked", "the node could not read its revocation list; retry"),
+            Self::Share(ShareRefusal::Stale) => (S::SERVICE_UNAVAILABLE, "share_unchecked", "this node is cut off from the leader, so it may not know of a revocation; retry on another node"),
             Self::Share(_) => (S::UNAUTHORIZED, "share_token_refused", "ask for a new link (an ask with an invoke key), or send Authorization: Bearer <invoke key>"),
             Self::Import(ImportError::Invalid(_)) => (S::UNPROCESSABLE_ENTITY, "invalid_body", "send {\"url\": \"https://host/mcp\", \"prefix\": \"P\", \"category\": \"C\"}"),
             Self::Import(ImportError::Upstream(e)) => {
@@ -196,6 +206,9 @@ impl ApiError {
             other => other.to_string(),
         };
         let mut error = json!({ "code": code, "message": message, "hint": hint });
+        if let Self::Write(WriteError::OutcomeUnknown { request_id, .. }) = self {
+            error["request_id"] = json!(request_id);
+        }
         if let Self::Invoke(InvokeRefusal::InvalidArgs { violations, .. }) = self {
             error["violations"] = violations
                 .iter()
@@ -208,9 +221,10 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let unknown = matches!(self, Self::Write(WriteError::OutcomeUnknown { .. }));
         let (status, body) = self.wire();
         let mut response = (status, axum::Json(body)).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE || unknown {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -29,8 +29,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use self::error::ApiError;
-use crate::app::App;
+use crate::app::{App, Written};
 use crate::auth::{Principal, Scope};
+use crate::raft::{BadRequestId, RequestId};
 
 /// Header carrying the applied (or written) index.
 pub const INDEX_HEADER: &str = "x-rowcall-index";
@@ -38,6 +39,35 @@ pub const INDEX_HEADER: &str = "x-rowcall-index";
 pub const STALE_HEADER: &str = "x-rowcall-stale";
 /// Header asking a read to wait until this node applied an index.
 pub const MIN_INDEX_HEADER: &str = "x-rowcall-min-index";
+/// Header naming a write request, so a retry is answered with the first outcome.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Header on a write answered with the outcome of an earlier attempt of the same request.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// The request id of a write: the client's `Idempotency-Key`, or a fresh one.
+pub(crate) fn request_id(headers: &HeaderMap) -> Result<RequestId, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(RequestId::generate());
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|key| RequestId::parse(key).ok())
+        .ok_or_else(|| ApiError::BadRequest {
+            message: BadRequestId.to_string(),
+            hint: "send a fresh UUID as Idempotency-Key, and the same one on every retry of one write",
+        })
+}
+
+/// Stamps a write's answer: its index, and whether it replays an earlier attempt.
+pub(crate) fn written_headers(mut response: Response, written: &Written) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(INDEX_HEADER, HeaderValue::from(written.index));
+    if written.replayed.is_some() {
+        headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    response
+}
 
 /// State of the HTTP layer.
 #[derive(Clone)]

@@ -3,7 +3,7 @@
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -11,10 +11,10 @@ use serde_json::json;
 use utoipa::ToSchema;
 
 use super::error::ApiError;
-use super::{base_url, read_json, require, Http, INDEX_HEADER};
+use super::{base_url, read_json, request_id, require, written_headers, Http};
 use crate::auth::Scope;
 use crate::dispatch::share::{self, SecretError};
-use crate::raft::Command;
+use crate::raft::{Command, Request};
 use crate::store::state_machine::{format_ms, now_ms};
 
 /// The body of `POST /api/share`.
@@ -103,15 +103,16 @@ pub async fn revoke(
             hint: "the id is the `id` of POST /api/share (sh + 10 characters), or send the whole token",
         });
     }
+    let command = Command::RevokeShare {
+        id: id.clone(),
+        at_ms: now_ms(),
+    };
     let written = app
-        .write(Command::RevokeShare {
-            id: id.clone(),
-            at_ms: now_ms(),
-        })
+        .submit(
+            Request::with_id(request_id(&headers)?, command),
+            app.write_timeout(),
+        )
         .await?;
-    let mut response = Json(json!({ "ok": true, "revoked": id })).into_response();
-    response
-        .headers_mut()
-        .insert(INDEX_HEADER, HeaderValue::from(written.index));
-    Ok(response)
+    let response = Json(json!({ "ok": true, "revoked": id })).into_response();
+    Ok(written_headers(response, &written))
 }
