@@ -11,16 +11,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openraft::error::{ClientWriteError, RaftError};
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::auth::Credentials;
 use crate::catalogue::SharedCatalogue;
-use crate::cluster::{Forwarded, Liveness};
 use crate::config::Config;
 use crate::dispatch::outbox::Outbox;
+use crate::raft::calls::{Forwarded, WriteError};
+use crate::raft::liveness::Liveness;
 use crate::raft::network::Network;
-use crate::raft::{Command, CommandResult, NodeId, Raft, Request, RequestId};
+use crate::raft::{Command, CommandResult, NodeId, Raft, Request};
 use crate::store::state_machine::ReceiptReader;
 use crate::store::Durable;
 
@@ -63,35 +63,6 @@ pub struct Written {
     pub applied_here: bool,
     /// The index of the first attempt, when this was a repeat of a remembered request id.
     pub replayed: Option<u64>,
-}
-
-/// Why a write did not take effect, or may not have.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-pub enum WriteError {
-    /// Not committed: no quorum or no leader, and nothing was proposed. Try again later.
-    #[error("the cluster cannot take writes now: {reason}")]
-    Unavailable {
-        /// Why.
-        reason: String,
-    },
-    /// Proposed, but no answer came in time: it may commit yet, or may never. Retrying with
-    /// the same request id is safe (a repeat is answered with the first outcome).
-    #[error("the outcome of request {request_id} is unknown: {reason}")]
-    OutcomeUnknown {
-        /// The request id to retry with.
-        request_id: RequestId,
-        /// What was waited for.
-        reason: String,
-    },
-    /// The node asked to apply a forwarded write does not lead.
-    #[error("this node does not lead (leader: {leader:?})")]
-    NotLeader {
-        /// The leader, if known.
-        leader: Option<NodeId>,
-    },
-    /// Raft stopped: the node is shutting down or storage failed.
-    #[error("raft stopped: {0}")]
-    Fatal(String),
 }
 
 impl App {

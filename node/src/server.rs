@@ -17,14 +17,15 @@ use crate::api::http;
 use crate::app::App;
 use crate::auth::{generate_key, Credentials};
 use crate::catalogue::{demo, SharedCatalogue};
-use crate::cluster::{JoinRequest, Liveness};
 use crate::config::Config;
 use crate::dispatch::outbox::Outbox;
+use crate::model::time::now_ms;
+use crate::raft::calls::JoinRequest;
 use crate::raft::faults::Faults;
+use crate::raft::liveness::Liveness;
 use crate::raft::network::{Network, MAX_MESSAGE_BYTES, UNKNOWN_NODE};
 use crate::raft::service::RaftGrpc;
 use crate::raft::{Command, NodeInfo, Raft};
-use crate::store::state_machine::now_ms;
 use crate::store::{Durable, LogStore, StateMachine};
 
 /// A running node: its bound addresses and the means to stop it.
@@ -291,7 +292,7 @@ async fn join(app: &App, target: &str, request: &JoinRequest) -> anyhow::Result<
                 tracing::info!(target, learner = request.learner, "joined the cluster");
                 return Ok(());
             }
-            Err(crate::cluster::MembershipError::Rejected { reason }) => {
+            Err(crate::raft::calls::MembershipError::Rejected { reason }) => {
                 anyhow::bail!("joining through {target} was refused: {reason}")
             }
             Err(e) if tokio::time::Instant::now() < deadline => {

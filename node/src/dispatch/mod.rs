@@ -6,7 +6,6 @@ pub mod http;
 pub mod import;
 pub mod mcp;
 pub mod outbox;
-pub mod receipt;
 pub mod share;
 pub mod ssrf;
 
@@ -15,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
-use self::receipt::{cap_text, new_receipt_id, sha256_hex, Receipt};
 use crate::app::App;
 use crate::catalogue::row::{Row, RowType};
+use crate::model::receipt::{cap_text, new_receipt_id, sha256_hex, Receipt};
+use crate::model::time::{format_ms, now_ms};
 use crate::raft::{Command, CommandResult};
-use crate::store::state_machine::{format_ms, now_ms};
 
 /// What the caller sent to run a row.
 #[derive(Debug, Clone, Default)]

@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use super::receipt::{new_receipt_id, Receipt};
 use crate::app::App;
+use crate::model::receipt::{new_receipt_id, Receipt};
 use crate::raft::{Command, CommandResult};
 use crate::store::{Durable, SyncError};
 
@@ -131,7 +131,7 @@ enum Undelivered {
     #[error("receipt {id}: {source}")]
     Write {
         id: String,
-        source: crate::app::WriteError,
+        source: crate::raft::calls::WriteError,
     },
     #[error("receipt {id}: committed at index {index}, not applied here yet")]
     NotApplied { id: String, index: u64 },

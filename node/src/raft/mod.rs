@@ -4,7 +4,9 @@
 //! not a pure function of the log (ids, timestamps, the receipt's hashes) is decided by the
 //! node that proposes the command, so applying it is deterministic on every node.
 
+pub mod calls;
 pub mod faults;
+pub mod liveness;
 pub mod network;
 pub mod service;
 
@@ -14,8 +16,8 @@ use std::io::Cursor;
 use serde::{Deserialize, Serialize};
 
 use crate::catalogue::row::RowInput;
-use crate::dispatch::receipt::Receipt;
-use crate::dispatch::share::ShareSecret;
+use crate::model::receipt::Receipt;
+use crate::model::share::ShareSecret;
 
 /// A node's id in the cluster.
 pub type NodeId = u64;

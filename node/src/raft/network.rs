@@ -24,10 +24,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
+use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
 use super::faults::{Faults, Verdict};
+use super::liveness::Liveness;
 use super::{NodeId, NodeInfo, Request, TypeConfig};
-use crate::app::WriteError;
-use crate::cluster::{Forwarded, JoinRequest, Liveness, MembershipError};
 
 /// Largest gRPC message between nodes (snapshot chunks, bulk writes).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;

@@ -10,9 +10,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
+use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
 use super::NodeId;
-use crate::app::{App, Proposal, WriteError};
-use crate::cluster::{Forwarded, JoinRequest, MembershipError};
+use crate::app::{App, Proposal};
 
 /// Serves the local node to its peers.
 pub struct RaftGrpc {

@@ -29,11 +29,11 @@ use openraft::{ErrorSubject, ErrorVerb, StoredMembership};
 use serde::{Deserialize, Serialize};
 
 use super::durable::Durable;
-use super::state_machine::now_ms;
 use super::{io_error, requests};
 use crate::catalogue::row::Row;
-use crate::dispatch::receipt::Receipt;
-use crate::dispatch::share::ShareSecret;
+use crate::model::receipt::Receipt;
+use crate::model::share::ShareSecret;
+use crate::model::time::now_ms;
 use crate::raft::{LogId, NodeId, NodeInfo, StorageError, TypeConfig};
 
 pub(crate) type Membership = StoredMembership<NodeId, NodeInfo>;

@@ -36,7 +36,6 @@
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, StoredMembership};
@@ -49,8 +48,9 @@ use super::requests::{self, Record};
 use super::snapshot::{self, Membership, Meta, Revocation, SnapshotBody, SnapshotBuilder};
 use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::SharedCatalogue;
-use crate::dispatch::receipt::Receipt;
-use crate::dispatch::share::ShareSecret;
+use crate::model::receipt::Receipt;
+use crate::model::share::ShareSecret;
+use crate::model::time::{format_ms, parse_ms};
 use crate::raft::{
     Command, CommandResult, Entry, LogId, PutOutcome, Request, RequestId, StorageError, TypeConfig,
 };
@@ -62,32 +62,6 @@ const APPLIED: &[u8] = b"m/applied";
 const MEMBERSHIP: &[u8] = b"m/membership";
 const SHARE_SECRET: &[u8] = b"m/share_secret";
 const SHARE_REVOKED: &[u8] = b"v/";
-
-/// The last millisecond RFC 3339 can write (9999-12-31T23:59:59.999Z); later times a
-/// proposer stamps are held at it.
-pub const MAX_MS: u64 = 253_402_300_799_999;
-
-/// RFC 3339 (UTC, milliseconds) of a time decided by a proposer. Never panics: times past
-/// year 9999 are written as its last millisecond.
-pub fn format_ms(at_ms: u64) -> String {
-    let at = UNIX_EPOCH + Duration::from_millis(at_ms.min(MAX_MS));
-    humantime::format_rfc3339_millis(at).to_string()
-}
-
-/// Milliseconds since the epoch of an RFC 3339 time written by [`format_ms`].
-fn parse_ms(text: &str) -> Option<u64> {
-    let at = humantime::parse_rfc3339_weak(text).ok()?;
-    let ms = at.duration_since(UNIX_EPOCH).ok()?.as_millis();
-    u64::try_from(ms).ok()
-}
-
-/// Milliseconds since the epoch, now.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 fn row_key(key: &str) -> Vec<u8> {
     [ROW, key.as_bytes()].concat()

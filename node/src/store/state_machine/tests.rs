@@ -8,7 +8,8 @@ use openraft::{CommittedLeaderId, EntryPayload};
 
 use super::*;
 use crate::config::SyncMode;
-use crate::dispatch::share::ShareSecret;
+use crate::model::share::ShareSecret;
+use crate::model::time::MAX_MS;
 
 fn entry(index: u64, request: Request) -> Entry {
     Entry {
