@@ -1,122 +1,17 @@
-//! Cluster behaviour beyond Raft itself: knowing whether this node can reach a quorum
-//! (liveness), joining and removing members, and linearizable read indexes.
+//! Cluster behaviour beyond Raft itself: whether this node can reach a quorum, joining and removing members, and linearizable read indexes.
 //!
 //! Any member accepts a join or a removal and hands it to the leader, so an operator or a
 //! starting node never needs to know who leads.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::collections::BTreeSet;
+use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
-use serde::{Deserialize, Serialize};
 
 use crate::app::App;
-use crate::raft::{CommandResult, NodeId, NodeInfo};
-
-/// When this node last heard from its peers; the basis of `x-rowcall-stale` and of failing
-/// fast without a quorum.
-#[derive(Debug)]
-pub struct Liveness {
-    stale_after: Duration,
-    peers: Mutex<HashMap<NodeId, Instant>>,
-    leader_contact: Mutex<Option<Instant>>,
-}
-
-impl Liveness {
-    /// A tracker that calls contact older than `stale_after` lost.
-    pub fn new(stale_after: Duration) -> Self {
-        Self {
-            stale_after,
-            peers: Mutex::default(),
-            leader_contact: Mutex::default(),
-        }
-    }
-
-    /// A peer answered one of our calls.
-    pub fn peer_answered(&self, peer: NodeId) {
-        self.peers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(peer, Instant::now());
-    }
-
-    /// The leader reached us (append entries or heartbeat accepted).
-    pub fn leader_contacted(&self) {
-        *self
-            .leader_contact
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-    }
-
-    fn fresh(&self, at: Option<Instant>) -> bool {
-        at.is_some_and(|t| t.elapsed() <= self.stale_after)
-    }
-
-    /// Whether `peer` answered recently.
-    pub fn peer_fresh(&self, peer: NodeId) -> bool {
-        let at = self
-            .peers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&peer)
-            .copied();
-        self.fresh(at)
-    }
-
-    /// Whether the leader reached us recently.
-    pub fn leader_fresh(&self) -> bool {
-        let at = *self
-            .leader_contact
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        self.fresh(at)
-    }
-}
-
-/// A write a follower forwarded, as the leader applied it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Forwarded {
-    /// What applying it did.
-    pub result: CommandResult,
-    /// Its log index.
-    pub index: u64,
-}
-
-/// A node asking to become a member.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JoinRequest {
-    /// Its id.
-    pub id: NodeId,
-    /// How to reach it.
-    pub node: NodeInfo,
-    /// Join as a learner (a read replica that never votes).
-    pub learner: bool,
-}
-
-/// Why a membership change or a read index failed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-pub enum MembershipError {
-    /// No leader could be reached, or no quorum.
-    #[error("cluster unavailable: {reason}")]
-    Unavailable {
-        /// Why.
-        reason: String,
-    },
-    /// The leader refused the change.
-    #[error("refused: {reason}")]
-    Rejected {
-        /// Why.
-        reason: String,
-    },
-    /// The node asked is not the leader (it moved while the call was under way).
-    #[error("not the leader (leader: {leader:?})")]
-    NotLeader {
-        /// The leader, if known.
-        leader: Option<NodeId>,
-    },
-}
+use crate::raft::calls::{JoinRequest, MembershipError};
+use crate::raft::{NodeId, NodeInfo};
 
 fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) -> MembershipError {
     match e {

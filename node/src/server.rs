@@ -17,15 +17,16 @@ use crate::api::http;
 use crate::app::App;
 use crate::auth::{generate_key, Credentials};
 use crate::catalogue::{demo, SharedCatalogue};
-use crate::cluster::{JoinRequest, Liveness};
 use crate::config::Config;
 use crate::dispatch::outbox::Outbox;
+use crate::model::time::now_ms;
+use crate::raft::calls::JoinRequest;
 use crate::raft::faults::Faults;
+use crate::raft::liveness::Liveness;
 use crate::raft::network::{Network, MAX_MESSAGE_BYTES, UNKNOWN_NODE};
 use crate::raft::service::RaftGrpc;
 use crate::raft::{Command, NodeInfo, Raft};
-use crate::store::state_machine::now_ms;
-use crate::store::{open_db, LogStore, StateMachine};
+use crate::store::{Durable, LogStore, StateMachine};
 
 /// A running node: its bound addresses and the means to stop it.
 pub struct NodeHandle {
@@ -156,11 +157,12 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
 
-    let db = open_db(&node.data.join("sled")).context("opening the sled database")?;
-    let log = LogStore::open(&db)?;
-    let outbox = Outbox::open(&db)?;
+    let storage = Durable::open(&node.data.join("sled"), config.storage.sync)
+        .context("opening the sled database")?;
+    let log = LogStore::open(&storage)?;
+    let outbox = Outbox::open(&storage)?;
     let catalogue = SharedCatalogue::default();
-    let state_machine = StateMachine::open(&db, catalogue.clone())?;
+    let state_machine = StateMachine::open(&storage, catalogue.clone())?;
     let applied = state_machine.applied_index();
     let receipts = state_machine.receipts();
     // Contact older than twice the longest election timeout means this node is cut off.
@@ -186,6 +188,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
         receipts,
         outbox,
         applied,
+        storage,
         credentials,
         network,
         liveness,
@@ -243,7 +246,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     let drainer = app.clone();
     tasks.push(tokio::spawn(async move {
         tokio::select! {
-            _ = drain_outbox(&drainer) => {}
+            _ = crate::dispatch::outbox::drain(&drainer) => {}
             _ = stop.wait_for(|s| *s) => {}
         }
     }));
@@ -289,7 +292,7 @@ async fn join(app: &App, target: &str, request: &JoinRequest) -> anyhow::Result<
                 tracing::info!(target, learner = request.learner, "joined the cluster");
                 return Ok(());
             }
-            Err(crate::cluster::MembershipError::Rejected { reason }) => {
+            Err(crate::raft::calls::MembershipError::Rejected { reason }) => {
                 anyhow::bail!("joining through {target} was refused: {reason}")
             }
             Err(e) if tokio::time::Instant::now() < deadline => {
@@ -298,43 +301,6 @@ async fn join(app: &App, target: &str, request: &JoinRequest) -> anyhow::Result<
                 delay = (delay * 2).min(Duration::from_secs(2));
             }
             Err(e) => anyhow::bail!("could not join through {target}: {e}"),
-        }
-    }
-}
-
-/// Proposes outbox receipts again whenever this node has a quorum, until none is left.
-async fn drain_outbox(app: &App) {
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if app.outbox.is_empty() || app.is_stale() {
-            continue;
-        }
-        let pending = match app.outbox.pending() {
-            Ok(pending) => pending,
-            Err(e) => {
-                tracing::error!(error = %e, "reading the outbox");
-                continue;
-            }
-        };
-        for receipt in pending {
-            let id = receipt.id.clone();
-            let command = Command::AppendReceipt {
-                receipt: Box::new(receipt),
-            };
-            match app.write(command).await {
-                Ok(_) | Err(crate::app::WriteError::NotApplied { .. }) => {
-                    if let Err(e) = app.outbox.remove(&id).await {
-                        tracing::error!(%id, error = %e, "removing a replicated receipt from the outbox");
-                    }
-                    tracing::info!(%id, "outbox receipt replicated");
-                }
-                Err(e) => {
-                    tracing::debug!(%id, error = %e, "outbox receipt not replicated yet");
-                    break;
-                }
-            }
         }
     }
 }

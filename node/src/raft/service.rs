@@ -10,9 +10,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
-use super::{Command, NodeId};
-use crate::app::{App, Proposal, WriteError};
-use crate::cluster::{Forwarded, JoinRequest, MembershipError};
+use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
+use super::NodeId;
+use crate::app::{App, Proposal};
 
 /// Serves the local node to its peers.
 pub struct RaftGrpc {
@@ -69,14 +69,14 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let command: Command = decode(request)?;
+        let request: super::Request = decode(request)?;
         let timeout = Duration::from_millis(self.app.config.limits.write_timeout_ms);
         let result: Result<Forwarded, WriteError> = if self.app.is_stale() {
             Err(WriteError::Unavailable {
                 reason: "the leader cannot reach a quorum".into(),
             })
         } else {
-            match self.app.propose(command, timeout).await {
+            match self.app.propose(request, timeout).await {
                 Ok(forwarded) => Ok(forwarded),
                 Err(Proposal::Forward(leader)) => Err(WriteError::NotLeader { leader }),
                 Err(Proposal::Failed(e)) => Err(e),
