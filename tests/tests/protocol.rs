@@ -6,7 +6,7 @@
 mod common;
 
 use common::{start, Fetch, ADMIN, INVOKE};
-use rowcall_node::store::state_machine::{format_ms, now_ms};
+use rowcall_node::model::time::{now_ms, parse_ms};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -179,7 +179,8 @@ async fn a_write_is_visible_in_the_next_request_and_receipts_outlive_the_row() {
     // node shares this process's clock: once it reads past created_at, an update that
     // wrongly restamped created_at could not go unseen.
     let created_at = got["created_at"].as_str().unwrap().to_owned();
-    while format_ms(now_ms()) <= created_at {
+    let created_ms = parse_ms(&created_at).expect("created_at is RFC 3339");
+    while now_ms() <= created_ms {
         tokio::task::yield_now().await;
     }
     let updated = http
