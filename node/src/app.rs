@@ -10,7 +10,9 @@ use tokio::sync::watch;
 
 use crate::auth::Credentials;
 use crate::catalogue::SharedCatalogue;
-use crate::cluster::{Forwarded, Liveness};
+use crate::cluster::identity::LocalIdentity;
+use crate::cluster::liveness::Liveness;
+use crate::cluster::Forwarded;
 use crate::config::Config;
 use crate::dispatch::outbox::Outbox;
 use crate::raft::network::Network;
@@ -21,6 +23,8 @@ use crate::store::state_machine::ReceiptReader;
 pub struct App {
     /// This node's id.
     pub node_id: NodeId,
+    /// Its data folder's identity: incarnation and cluster.
+    pub identity: Arc<LocalIdentity>,
     /// The Raft handle.
     pub raft: Raft,
     /// The applied directory in memory.

@@ -38,6 +38,8 @@ pub const READY: &str = "rowcall_node_ready";
 pub const STALE: &str = "rowcall_node_stale";
 /// Receipts waiting in this node's outbox.
 pub const OUTBOX_RECEIPTS: &str = "rowcall_dispatch_outbox_receipts";
+/// Peer messages this node refused, by reason (another cluster, a replaced incarnation, ...).
+pub const PEER_REFUSALS_TOTAL: &str = "rowcall_raft_peer_refusals_total";
 
 /// Installs the process-wide recorder once and returns its handle (in-process test clusters
 /// share it).
@@ -84,6 +86,10 @@ fn describe() {
     describe_gauge!(APPLIED_INDEX, "The Raft log index this node has applied.");
     describe_gauge!(RAFT_TERM, "The current Raft term.");
     describe_gauge!(RAFT_IS_LEADER, "1 if this node is the Raft leader.");
+    describe_counter!(
+        PEER_REFUSALS_TOTAL,
+        "Peer messages this node refused, by reason (other_cluster, replaced, stale_sender, not_member, not_joined, wrong_node, anonymous)."
+    );
     describe_gauge!(
         RESOLVER_INDEX_BYTES,
         Unit::Bytes,

@@ -11,8 +11,6 @@ use serde_json::json;
 use super::error::ApiError;
 use super::{read_json, require, Http};
 use crate::auth::Scope;
-use crate::cluster::JoinRequest;
-use crate::raft::NodeInfo;
 
 fn role(state: ServerState) -> &'static str {
     match state {
@@ -38,6 +36,7 @@ pub async fn status(State(http): State<Http>) -> Json<serde_json::Value> {
                 "id": id,
                 "grpc_addr": node.grpc_addr,
                 "http_addr": node.http_addr,
+                "incarnation": node.incarnation,
                 "voter": voters.contains(id),
                 "leader": metrics.current_leader == Some(*id),
             })
@@ -60,8 +59,11 @@ pub async fn status(State(http): State<Http>) -> Json<serde_json::Value> {
                 .collect()
         })
         .unwrap_or_default();
+    let identity = app.identity.get();
     Json(json!({
         "node_id": app.node_id,
+        "cluster_id": identity.cluster_id,
+        "incarnation": identity.incarnation,
         "role": role(metrics.state),
         "leader": metrics.current_leader,
         "term": metrics.current_term,
@@ -92,7 +94,9 @@ pub struct AddMember {
     learner: bool,
 }
 
-/// Adds a member (admin key); any node hands the change to the leader. Idempotent.
+/// Adds a member (admin key); any node hands the change to the leader. Idempotent. The node
+/// at `grpc_addr` is asked who it is and admitted as the incarnation that answers; it must
+/// already belong to this cluster (started with `--join`), so this promotes a learner.
 #[utoipa::path(post, path = "/api/cluster/members", request_body = AddMember,
     responses((status = 200, description = "member added (or already there)"), (status = 409, description = "refused"), (status = 503, description = "no leader or quorum")))]
 pub async fn add_member(
@@ -106,15 +110,8 @@ pub async fn add_member(
     if add.id == 0 {
         return Err(ApiError::WrongShape("id must be a positive number".into()));
     }
-    app.join(JoinRequest {
-        id: add.id,
-        node: NodeInfo {
-            grpc_addr: add.grpc_addr,
-            http_addr: add.http_addr,
-        },
-        learner: add.learner,
-    })
-    .await?;
+    app.add_member(add.id, &add.grpc_addr, &add.http_addr, add.learner)
+        .await?;
     Ok(Json(json!({ "ok": true, "id": add.id })).into_response())
 }
 

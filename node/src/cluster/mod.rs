@@ -1,78 +1,42 @@
-//! Cluster behaviour beyond Raft itself: knowing whether this node can reach a quorum
-//! (liveness), joining and removing members, and linearizable read indexes.
+//! Cluster behaviour beyond Raft itself: who this node is ([`identity`]), whether it can
+//! reach a quorum ([`liveness`]), how a fresh node founds or joins a cluster ([`enter`]),
+//! joining and removing members, and linearizable read indexes.
 //!
 //! Any member accepts a join or a removal and hands it to the leader, so an operator or a
-//! starting node never needs to know who leads.
+//! starting node never needs to know who leads. The leader admits a node as the incarnation
+//! it asked with; the same id on another data folder is refused until the old member is
+//! removed, so a node that lost its disk never comes back with a vote it no longer backs.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+pub mod enter;
+pub mod identity;
+pub mod liveness;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;
+use crate::raft::network::Dest;
 use crate::raft::{CommandResult, NodeId, NodeInfo};
 
-/// When this node last heard from its peers; the basis of `x-rowcall-stale` and of failing
-/// fast without a quorum.
-#[derive(Debug)]
-pub struct Liveness {
-    stale_after: Duration,
-    peers: Mutex<HashMap<NodeId, Instant>>,
-    leader_contact: Mutex<Option<Instant>>,
-}
-
-impl Liveness {
-    /// A tracker that calls contact older than `stale_after` lost.
-    pub fn new(stale_after: Duration) -> Self {
-        Self {
-            stale_after,
-            peers: Mutex::default(),
-            leader_contact: Mutex::default(),
-        }
-    }
-
-    /// A peer answered one of our calls.
-    pub fn peer_answered(&self, peer: NodeId) {
-        self.peers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(peer, Instant::now());
-    }
-
-    /// The leader reached us (append entries or heartbeat accepted).
-    pub fn leader_contacted(&self) {
-        *self
-            .leader_contact
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-    }
-
-    fn fresh(&self, at: Option<Instant>) -> bool {
-        at.is_some_and(|t| t.elapsed() <= self.stale_after)
-    }
-
-    /// Whether `peer` answered recently.
-    pub fn peer_fresh(&self, peer: NodeId) -> bool {
-        let at = self
-            .peers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&peer)
-            .copied();
-        self.fresh(at)
-    }
-
-    /// Whether the leader reached us recently.
-    pub fn leader_fresh(&self) -> bool {
-        let at = *self
-            .leader_contact
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        self.fresh(at)
-    }
+/// What a node says about itself when asked (`Hello`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Its id.
+    pub node_id: NodeId,
+    /// Its incarnation.
+    pub incarnation: String,
+    /// Its cluster, once it founded or joined one.
+    pub cluster_id: Option<String>,
+    /// Whether it holds a membership (it is, or was, a member of a running cluster).
+    pub member: bool,
+    /// The leader it knows of.
+    pub leader: Option<NodeId>,
+    /// Whether it is waiting to found a cluster (started with `--bootstrap` and peers).
+    pub founding: bool,
 }
 
 /// A write a follower forwarded, as the leader applied it.
@@ -185,8 +149,32 @@ impl App {
         self.raft.metrics().borrow().current_leader == Some(self.node_id)
     }
 
-    /// The membership this node knows.
-    fn membership(&self) -> openraft::Membership<NodeId, NodeInfo> {
+    /// Who this node is, for a peer that asks.
+    pub fn hello(&self) -> Hello {
+        let identity = self.identity.get();
+        let (member, leader) = {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow();
+            let member = metrics
+                .membership_config
+                .membership()
+                .nodes()
+                .next()
+                .is_some();
+            (member, metrics.current_leader)
+        };
+        Hello {
+            node_id: identity.node_id,
+            incarnation: identity.incarnation,
+            cluster_id: identity.cluster_id,
+            member,
+            leader,
+            founding: self.identity.founding(),
+        }
+    }
+
+    /// The membership this node knows (the latest, committed or not).
+    pub fn membership(&self) -> openraft::Membership<NodeId, NodeInfo> {
         self.raft
             .metrics()
             .borrow()
@@ -220,18 +208,42 @@ impl App {
     }
 
     /// Adds a node as a learner, then (unless it asked to stay a learner) as a voter. Any
-    /// member takes the request and hands it to the leader. Joining twice is harmless.
+    /// member takes the request and hands it to the leader. Joining twice is harmless; the
+    /// same id from another data folder (incarnation) is refused until the old member is
+    /// removed.
     pub async fn join(&self, request: JoinRequest) -> Result<(), MembershipError> {
         if !self.is_leader() {
             let (leader, node) = self.known_leader()?;
             return self
                 .network
-                .join(leader, &node.grpc_addr, &request, MEMBERSHIP_TIMEOUT)
+                .join(Dest::member(leader, &node), &request, MEMBERSHIP_TIMEOUT)
                 .await;
+        }
+        let ours = self.identity.cluster_id().unwrap_or_default();
+        if request.node.cluster_id != ours {
+            return Err(MembershipError::Rejected {
+                reason: format!(
+                    "node {} asked to join cluster {:?}, but this is cluster {ours}",
+                    request.id, request.node.cluster_id
+                ),
+            });
         }
         let membership = self.membership();
         let is_voter = membership.voter_ids().any(|v| v == request.id);
         match membership.get_node(&request.id) {
+            Some(existing) if existing.incarnation != request.node.incarnation => {
+                return Err(MembershipError::Rejected {
+                    reason: format!(
+                        "node {id} is already a member, running on another data folder \
+                         (incarnation {old}; this one is {new}). If that folder is lost, \
+                         remove the old member first: DELETE /api/cluster/members/{id} with the \
+                         admin key on any member; then start this node again with --join",
+                        id = request.id,
+                        old = existing.incarnation,
+                        new = request.node.incarnation,
+                    ),
+                })
+            }
             Some(existing) if *existing != request.node => {
                 return Err(MembershipError::Rejected {
                     reason: format!(
@@ -261,6 +273,52 @@ impl App {
         }
         tracing::info!(id = request.id, learner = request.learner, node = %request.node, "member joined");
         Ok(())
+    }
+
+    /// Adds the node running at `grpc_addr` (an operator's request): it is asked who it is,
+    /// and admitted as the incarnation that answers. It must already belong to this cluster
+    /// (started with `--join`); the useful case is promoting a learner to a voter.
+    pub async fn add_member(
+        &self,
+        id: NodeId,
+        grpc_addr: &str,
+        http_addr: &str,
+        learner: bool,
+    ) -> Result<(), MembershipError> {
+        let hello = self
+            .network
+            .hello(grpc_addr, Duration::from_secs(5))
+            .await
+            .map_err(|e| MembershipError::Unavailable {
+                reason: e.to_string(),
+            })?;
+        if hello.node_id != id {
+            return Err(MembershipError::Rejected {
+                reason: format!(
+                    "the node at {grpc_addr} is node {}, not {id}",
+                    hello.node_id
+                ),
+            });
+        }
+        let ours = self.identity.cluster_id().unwrap_or_default();
+        if hello.cluster_id.as_deref() != Some(ours.as_str()) {
+            return Err(MembershipError::Rejected {
+                reason: format!(
+                    "node {id} does not belong to this cluster yet: start it with --join <any member>; it joins by itself"
+                ),
+            });
+        }
+        self.join(JoinRequest {
+            id,
+            node: NodeInfo {
+                grpc_addr: grpc_addr.to_owned(),
+                http_addr: http_addr.to_owned(),
+                cluster_id: ours,
+                incarnation: hello.incarnation,
+            },
+            learner,
+        })
+        .await
     }
 
     /// Takes a voter or a learner out of the cluster.
