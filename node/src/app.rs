@@ -120,7 +120,7 @@ impl App {
         command: Command,
         deadline: Instant,
     ) -> Result<Written, WriteError> {
-        if self.is_stale() {
+        if self.is_cut_off() {
             return Err(WriteError::Unavailable {
                 reason: "this node cannot reach a quorum".into(),
             });
@@ -217,7 +217,7 @@ impl App {
                     return Err(format!("not committed within {} ms", timeout.as_millis()))
                 }
                 _ = check.tick() => {
-                    if self.is_stale() {
+                    if self.is_cut_off() {
                         return Err("this node lost contact with the leader or its quorum".into());
                     }
                 }

@@ -168,9 +168,10 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     let state_machine = StateMachine::open(&db, catalogue.clone())?;
     let applied = state_machine.applied_index();
     let receipts = state_machine.receipts();
-    // Contact older than twice the longest election timeout means this node is cut off.
+    // openraft's leader lease is the longest election timeout: no new leader can be elected
+    // sooner than that after the old one lost its quorum, so contact is stale after it.
     let liveness = Arc::new(Liveness::new(Duration::from_millis(
-        config.raft.election_timeout_max_ms * 2,
+        config.raft.election_timeout_max_ms,
     )));
     let network = Network::new(identity.clone(), options.faults, liveness.clone())
         .with_routes(node.peer_routes.clone());
@@ -183,6 +184,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     )
     .await
     .context("starting raft")?;
+    network.attach(&raft);
 
     let app = Arc::new(App {
         node_id: node.id,
@@ -284,7 +286,7 @@ async fn drain_outbox(app: &App) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if app.outbox.is_empty() || app.is_stale() {
+        if app.outbox.is_empty() || app.is_cut_off() {
             continue;
         }
         let pending = match app.outbox.pending() {

@@ -108,28 +108,36 @@ fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) ->
 const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl App {
-    /// Whether this node is cut off: no leader, a leader we have not heard from lately, or
-    /// (when leading) no quorum of voters answering. Reads are then marked stale and
-    /// directory writes fail fast.
-    pub fn is_stale(&self) -> bool {
+    /// How long ago this node was last in touch with a leader that had its quorum: as the
+    /// leader, since a quorum of voters last acknowledged it; as a follower or learner, since
+    /// the leader it follows at the current term last reached it, minus how old that
+    /// leader's quorum then was ([`liveness`]). `None`: no leader, or never.
+    fn contact_age(&self) -> Option<Duration> {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
-        match metrics.current_leader {
-            None => true,
-            Some(leader) if leader == self.node_id => {
-                let voters: Vec<NodeId> =
-                    metrics.membership_config.membership().voter_ids().collect();
-                if voters.len() <= 1 {
-                    return false;
-                }
-                let answering = voters
-                    .iter()
-                    .filter(|&&v| v == self.node_id || self.liveness.peer_fresh(v))
-                    .count();
-                answering * 2 <= voters.len()
+        let at = match metrics.current_leader? {
+            leader if leader == self.node_id => {
+                let voters = metrics.membership_config.membership().voter_ids();
+                self.liveness.quorum_at(self.node_id, voters)
             }
-            Some(_) => !self.liveness.leader_fresh(),
-        }
+            leader => self.liveness.leader_quorum_at(leader, metrics.current_term),
+        };
+        at.map(|at| at.elapsed())
+    }
+
+    /// Whether this node's reads are stale (`x-rowcall-stale`, `/readyz` failing): its
+    /// contact with a leader backed by a quorum is older than the leader lease, so another
+    /// leader may already have been elected elsewhere.
+    pub fn is_stale(&self) -> bool {
+        self.contact_age()
+            .is_none_or(|age| age > self.liveness.stale_after())
+    }
+
+    /// Whether this node is cut off for long enough that writes fail at once rather than
+    /// wait for a quorum they will not get.
+    pub fn is_cut_off(&self) -> bool {
+        self.contact_age()
+            .is_none_or(|age| age > self.liveness.cut_off_after())
     }
 
     /// The leader and how to reach it, if known.

@@ -10,7 +10,7 @@
 //! delays messages per directed link, for tests; successful replies feed [`Liveness`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use openraft::error::{
@@ -21,10 +21,12 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
+use openraft::RaftMetrics;
 use rowcall_proto::raft::raft_service_client::RaftServiceClient;
 use rowcall_proto::raft::RaftMessage;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use super::faults::{Faults, Verdict};
@@ -127,6 +129,8 @@ pub struct Network {
     faults: Option<Arc<Faults>>,
     liveness: Arc<Liveness>,
     refusals_logged: Arc<Mutex<HashMap<String, Instant>>>,
+    /// The local Raft's metrics (for the voter set), once Raft is started.
+    raft: Arc<OnceLock<watch::Receiver<RaftMetrics<NodeId, NodeInfo>>>>,
 }
 
 impl Network {
@@ -144,7 +148,21 @@ impl Network {
             faults,
             liveness,
             refusals_logged: Arc::default(),
+            raft: Arc::default(),
         }
+    }
+
+    /// Gives the transport the Raft it serves (created after the transport), so a leader
+    /// can tell followers how recent its quorum is.
+    pub fn attach(&self, raft: &super::Raft) {
+        let _ = self.raft.set(raft.metrics());
+    }
+
+    /// How long ago a quorum of voters last acknowledged this node as leader.
+    fn quorum_age(&self) -> Option<Duration> {
+        let metrics = self.raft.get()?.borrow();
+        let voters = metrics.membership_config.membership().voter_ids();
+        self.liveness.quorum_age(self.me, voters)
     }
 
     /// Dials the peers in `routes` (peer address → address to dial) through other addresses.
@@ -257,6 +275,20 @@ impl Network {
         request: &Req,
         timeout: Duration,
     ) -> Result<Resp, TransportError> {
+        self.call_as_leader(to, method, request, timeout, None)
+            .await
+    }
+
+    /// [`Network::call`], telling a follower how long ago a quorum last acknowledged this
+    /// node as leader.
+    async fn call_as_leader<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        to: Dest<'_>,
+        method: Method,
+        request: &Req,
+        timeout: Duration,
+        quorum_age: Option<Duration>,
+    ) -> Result<Resp, TransportError> {
         let addr = to.addr;
         let protocol = |reason: String| TransportError::Protocol {
             addr: addr.to_owned(),
@@ -265,7 +297,9 @@ impl Network {
         let payload = serde_json::to_vec(request).map_err(|e| protocol(e.to_string()))?;
         self.pass(self.me, to.id, addr, "request").await?;
         let mut client = self.client(addr)?;
-        let mut request = tonic::Request::new(self.envelope(payload, to));
+        let mut envelope = self.envelope(payload, to);
+        envelope.leader_quorum_age_ms = quorum_age.map(|age| age.as_millis() as u64);
+        let mut request = tonic::Request::new(envelope);
         request.set_timeout(timeout);
         let reply = match method {
             Method::Vote => client.vote(request).await,
@@ -297,9 +331,6 @@ impl Network {
             _ => protocol(status.to_string()),
         })?;
         self.pass(to.id, self.me, addr, "reply").await?;
-        if to.id != UNKNOWN_NODE {
-            self.liveness.peer_answered(to.id);
-        }
         serde_json::from_slice(&reply.into_inner().payload).map_err(|e| protocol(e.to_string()))
     }
 
@@ -409,6 +440,8 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// Sends one Raft message; messages a leader sends (appends, snapshot chunks) say how
+    /// recent its quorum is.
     async fn raft_call<Req, Resp, E>(
         &mut self,
         method: Method,
@@ -420,13 +453,18 @@ impl Peer {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        let quorum_age = match method {
+            Method::AppendEntries | Method::InstallSnapshot => self.network.quorum_age(),
+            _ => None,
+        };
         let reply: Result<Resp, E> = self
             .network
-            .call(
+            .call_as_leader(
                 Dest::member(self.target, &self.node),
                 method,
                 request,
                 option.hard_ttl(),
+                quorum_age,
             )
             .await
             .map_err(|e| match e {
@@ -452,7 +490,13 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
-        self.raft_call(Method::AppendEntries, &rpc, &option).await
+        let sent = Instant::now();
+        let response = self.raft_call(Method::AppendEntries, &rpc, &option).await?;
+        // Anything but a higher vote means the follower still takes us for its leader.
+        if !matches!(response, AppendEntriesResponse::HigherVote(_)) {
+            self.network.liveness.acknowledged(self.target, sent);
+        }
+        Ok(response)
     }
 
     async fn install_snapshot(
@@ -463,7 +507,14 @@ impl RaftNetwork<TypeConfig> for Peer {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, NodeInfo, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.raft_call(Method::InstallSnapshot, &rpc, &option).await
+        let sent = Instant::now();
+        let response: InstallSnapshotResponse<NodeId> = self
+            .raft_call(Method::InstallSnapshot, &rpc, &option)
+            .await?;
+        if response.vote == rpc.vote {
+            self.network.liveness.acknowledged(self.target, sent);
+        }
+        Ok(response)
     }
 
     async fn vote(
@@ -471,6 +522,12 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
-        self.raft_call(Method::Vote, &rpc, &option).await
+        let sent = Instant::now();
+        let response: VoteResponse<NodeId> = self.raft_call(Method::Vote, &rpc, &option).await?;
+        // A granted vote backs the new leader from its first moment, before any append.
+        if response.vote_granted {
+            self.network.liveness.acknowledged(self.target, sent);
+        }
+        Ok(response)
     }
 }

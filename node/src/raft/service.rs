@@ -15,7 +15,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
-use super::{Command, NodeId};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest};
+
+use super::{Command, NodeId, TypeConfig};
 use crate::app::{App, Proposal, WriteError};
 use crate::cluster::{Forwarded, JoinRequest, MembershipError};
 
@@ -189,6 +191,19 @@ impl RaftGrpc {
         }
     }
 
+    /// Counts a leader's accepted message as contact: only from an established leader that
+    /// says how recent its quorum is (the term and leader are checked when read, against the
+    /// leader this node then follows).
+    fn leader_contacted(&self, vote: openraft::Vote<NodeId>, quorum_age_ms: Option<u64>) {
+        if let (true, Some(age)) = (vote.is_committed(), quorum_age_ms) {
+            self.app.liveness.leader_contacted(
+                vote.leader_id().node_id,
+                vote.leader_id().get_term(),
+                Duration::from_millis(age),
+            );
+        }
+    }
+
     /// Admits `request` and decodes its payload.
     fn open<T: DeserializeOwned>(
         &self,
@@ -230,10 +245,14 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let append = self.open(request, Admission::Raft)?;
+        let quorum_age = request.get_ref().leader_quorum_age_ms;
+        let append: AppendEntriesRequest<TypeConfig> = self.open(request, Admission::Raft)?;
+        let vote = append.vote;
         let result = self.app.raft.append_entries(append).await;
-        if result.is_ok() {
-            self.app.liveness.leader_contacted();
+        if let Ok(response) = &result {
+            if !matches!(response, AppendEntriesResponse::HigherVote(_)) {
+                self.leader_contacted(vote, quorum_age);
+            }
         }
         self.encode(&result)
     }
@@ -242,10 +261,12 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let chunk = self.open(request, Admission::Raft)?;
+        let quorum_age = request.get_ref().leader_quorum_age_ms;
+        let chunk: InstallSnapshotRequest<TypeConfig> = self.open(request, Admission::Raft)?;
+        let vote = chunk.vote;
         let result = self.app.raft.install_snapshot(chunk).await;
-        if result.is_ok() {
-            self.app.liveness.leader_contacted();
+        if result.as_ref().is_ok_and(|r| r.vote == vote) {
+            self.leader_contacted(vote, quorum_age);
         }
         self.encode(&result)
     }
@@ -256,7 +277,7 @@ impl RaftService for RaftGrpc {
     ) -> Result<Response<RaftMessage>, Status> {
         let command: Command = self.open(request, Admission::Member)?;
         let timeout = Duration::from_millis(self.app.config.limits.write_timeout_ms);
-        let result: Result<Forwarded, WriteError> = if self.app.is_stale() {
+        let result: Result<Forwarded, WriteError> = if self.app.is_cut_off() {
             Err(WriteError::Unavailable {
                 reason: "the leader cannot reach a quorum".into(),
             })
