@@ -4,29 +4,51 @@
 //!
 //! - **Allowed values of a row.** A session alone writes its rows. After an acknowledged
 //!   write the only allowed value is what it wrote (`None` after a delete). A write that
-//!   failed ambiguously (timeout, 5xx: it may still commit) adds its value to the allowed
-//!   set; a refused write (4xx) changes nothing. Before the first write a row is absent.
-//! - **Lost write.** A row with an acknowledged write whose final value, on some node, is
-//!   not allowed. Counted once per row.
+//!   failed ambiguously (timeout, 5xx, 504 `outcome_unknown`: it may still commit) adds its
+//!   value to the allowed set; a refused write (4xx) changes nothing. Before the first write a
+//!   row is absent.
+//! - **Late value.** Linearizability lets a request that got no answer take effect after a
+//!   later acknowledged one. A value outside the allowed set is *late* (reported, not a
+//!   failure) only with proof: an ambiguous write carried it, and a row version shows it was
+//!   committed after the last acknowledged write before the observation (for an ask, which
+//!   carries no version, a node's final row supplies the version, and it must be at or below
+//!   the index the ask was answered at). A missing row is never late: a delete leaves no
+//!   version, so nothing proves when it landed. The workload never writes a row again after
+//!   an ambiguous delete (the row is frozen) or an acknowledged one, so a legitimate late
+//!   delete cannot arise from it; a workload that did would see it reported as a loss (a
+//!   false alarm, never a hidden loss).
+//! - **Lost write.** A row with an acknowledged write (the harness's shared rows included)
+//!   whose final value, on some node, is not allowed and not proven late. Counted once per
+//!   row.
+//! - **Phantom row.** A row on some node at the end that no acknowledged write explains: a
+//!   key nobody wrote, or a value of a row that only ever had ambiguous writes that is none of
+//!   theirs.
 //! - **Read-your-writes violation.** A successful read (directory read, contract, ask) by
-//!   the owning session of a row it wrote that shows a value not allowed at that moment;
-//!   for asks, the row missing while it must exist or present while it must be gone. A
-//!   confirm of a receipt the session was given that answers `confirmed: false`, unless the
-//!   receipt was pending (outbox) and the confirm went to another node, or to its node
-//!   after a wipe (a pending receipt is promised only where it ran, until healing).
+//!   the owning session of a row it wrote that shows a value not allowed at that moment and
+//!   not proven late; for asks, the row missing while it must exist or present while it must
+//!   be gone. A confirm of a receipt the session was given that answers `confirmed: false`,
+//!   unless the receipt was pending (outbox) and the confirm went to another node, or to its
+//!   node after a wipe (a pending receipt is promised only where it ran, until healing).
 //! - **Index going backwards.** For one session and one node incarnation (a wipe starts a
 //!   new one; a restart does not, since applied state is durable), the `x-rowcall-index` of
-//!   successive successful answers never decreases. Separately, a read that sent
-//!   `x-rowcall-min-index: N` and succeeded must carry an index ≥ N (the barrier held).
+//!   successive successful answers never decreases: a write answers only once its node has
+//!   applied it (§3.1), and applied state only grows. A regression fails the run. Separately,
+//!   a read that sent `x-rowcall-min-index: N` and succeeded must carry an index ≥ N (the
+//!   barrier held).
+//! - **History error.** An acknowledged write whose answer carried no index: nothing could
+//!   be proven late against it, and §3.1 promises one. Fails the run.
 //! - **Lost receipt.** A receipt id a client was given (committed or pending) that some
 //!   node does not confirm at the end.
-//! - **Diverged.** The nodes' digests (directory and receipt log) differ, or they never
-//!   reached the same applied index.
+//! - **Final state.** Every node the history talked to answered at the end (an unreachable
+//!   or absent node vouches for nothing), the cluster settled (outboxes drained, digests
+//!   agreed), and the nodes' digests (directory and receipt log) are equal at one index;
+//!   otherwise the run fails.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
+use crate::cluster::{shared_row, SHARED_ROWS};
 use crate::history::{Event, FinalState, Op, Outcome, Seen};
 
 /// At most this many examples of each problem are kept in the report.
@@ -45,6 +67,16 @@ pub struct Verdict {
     pub index_regressions: usize,
     /// Reads answered below the `x-rowcall-min-index` they sent.
     pub barrier_violations: usize,
+    /// Rows at the end that no write explains.
+    pub phantom_rows: usize,
+    /// Acknowledged writes whose answer carried no index.
+    pub history_errors: usize,
+    /// Nodes the history talked to that did not answer at the end (or are missing from it).
+    pub unreachable_nodes: Vec<u64>,
+    /// Nodes whose end state was checked.
+    pub nodes_checked: usize,
+    /// Outboxes drained and digests agreed within the bound.
+    pub settled: bool,
     /// The nodes' directories or receipt logs differ (or never settled).
     pub diverged: bool,
     /// Why, when diverged.
@@ -57,9 +89,9 @@ pub struct Verdict {
     pub receipts_given: usize,
     /// Of those, given as pending (outbox).
     pub pending_receipts_given: usize,
-    /// Rows (at the end) and reads showing a write that failed ambiguously and took effect
-    /// after a later acknowledged write of the same session (allowed by linearizability:
-    /// the timed-out request was still in flight). Reported, not gated.
+    /// Rows (at the end) and reads showing a write that failed ambiguously and, by a row
+    /// version, took effect after a later acknowledged write of the same session (allowed
+    /// by linearizability: the timed-out request was still in flight). Reported, not gated.
     pub late_writes: usize,
     /// Invocations of a session's own row that ran an older version or found no row (not a
     /// promise of §3.1, which covers reads; reported so it can be seen).
@@ -69,15 +101,22 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// No lost write or receipt, no RYW violation (a broken `min_index` barrier is one),
-    /// no divergence. Index regressions are reported beside, not gated on: the one seen so
-    /// far comes from a write answer's index that its node had not applied yet, which the
-    /// RYW check catches when a read shows it.
+    /// Every check held: no lost write or receipt, no phantom row, no RYW violation (a
+    /// broken `min_index` barrier is one), no index regression, no history error, and an
+    /// end state that vouches for it (at least one node, every node reachable, settled, not
+    /// diverged). Whether the run did enough to count as evidence is judged beside this
+    /// (`report::RunReport::evidence`).
     pub fn passed(&self) -> bool {
         self.lost_writes == 0
             && self.lost_receipts == 0
+            && self.phantom_rows == 0
             && self.ryw_violations == 0
             && self.barrier_violations == 0
+            && self.index_regressions == 0
+            && self.history_errors == 0
+            && self.nodes_checked > 0
+            && self.unreachable_nodes.is_empty()
+            && self.settled
             && !self.diverged
     }
 
@@ -94,16 +133,16 @@ impl Verdict {
 enum Judged {
     /// Allowed now.
     Allowed,
-    /// Left by a write that failed ambiguously and took effect after a later acknowledged
-    /// write (its row version says so): a timed-out request still in flight, which
-    /// linearizability allows. Reported, not a loss.
+    /// Left by a write that failed ambiguously and, by its row version, took effect after a
+    /// later acknowledged write: a timed-out request still in flight, which linearizability
+    /// allows. Reported, not a loss.
     Late,
     /// Neither.
     Wrong,
 }
 
 /// What a session knows about one of its rows.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 struct Truth {
     /// Values the row may have now.
     allowed: Vec<Option<String>>,
@@ -111,8 +150,9 @@ struct Truth {
     acked: bool,
     /// The session that writes it (read-your-writes is that session's promise).
     owner: u32,
-    /// The index of the last acknowledged write.
-    acked_index: u64,
+    /// The index of the last acknowledged write; `None` before the first one, or when its
+    /// answer carried no index (a history error: then nothing can be proven late).
+    acked_index: Option<u64>,
     /// Every value an ambiguous write of it carried (it may still land, even late).
     pending: Vec<Option<String>>,
 }
@@ -123,7 +163,7 @@ impl Truth {
             allowed: vec![None],
             acked: false,
             owner,
-            acked_index: 0,
+            acked_index: None,
             pending: Vec::new(),
         }
     }
@@ -131,20 +171,22 @@ impl Truth {
     /// Judges `value` (with the row's `version`, when it exists).
     fn judge(&self, value: &Option<String>, version: Option<u64>) -> Judged {
         if self.allows(value) {
-            return Judged::Allowed;
-        }
-        let late = self.pending.contains(value)
-            && match (value, version) {
-                (Some(_), Some(version)) => version > self.acked_index,
-                // A late delete leaves no version to compare.
-                (None, _) => true,
-                (Some(_), None) => false,
-            };
-        if late {
+            Judged::Allowed
+        } else if self.proven_late(value, version) {
             Judged::Late
         } else {
             Judged::Wrong
         }
+    }
+
+    /// Whether `value` at `version` is an ambiguous write's that committed after the last
+    /// acknowledged write. A missing row has no version, so it never is.
+    fn proven_late(&self, value: &Option<String>, version: Option<u64>) -> bool {
+        let after = match (value, version, self.acked_index) {
+            (Some(_), Some(version), Some(acked)) => version > acked,
+            _ => false,
+        };
+        after && self.pending.contains(value)
     }
 
     fn allows(&self, value: &Option<String>) -> bool {
@@ -164,6 +206,34 @@ impl Truth {
     }
 }
 
+/// An ask that found a row its session had deleted. It carries no version, so whether a
+/// late ambiguous write explains it is decided at the end, from the nodes' final rows.
+#[derive(Debug)]
+struct Doubt {
+    /// The ask, described.
+    what: String,
+    /// The row.
+    key: String,
+    /// The row's state when the ask was answered.
+    truth_then: Truth,
+    /// The index the ask was answered at.
+    answered_at: Option<u64>,
+}
+
+impl Doubt {
+    /// Proven late: some node holds a value an ambiguous write carried, committed after the
+    /// last acknowledged write before the ask and at or below the index the ask saw.
+    fn proven_late(&self, end: &FinalState) -> bool {
+        end.nodes.iter().any(|node| {
+            node.rows.get(&self.key).is_some_and(|stored| {
+                let value = Some(stored.token.clone());
+                self.answered_at.is_some_and(|at| stored.version <= at)
+                    && self.truth_then.proven_late(&value, Some(stored.version))
+            })
+        })
+    }
+}
+
 /// A receipt a session was given.
 #[derive(Debug)]
 struct Given {
@@ -179,16 +249,28 @@ pub fn check(history: &[Event], end: &FinalState) -> Verdict {
     for event in history.iter().filter(|e| !e.blocked()) {
         by_session.entry(event.session).or_default().push(event);
     }
-    let mut rows: BTreeMap<String, Truth> = BTreeMap::new();
-    let mut receipts: BTreeMap<String, Given> = BTreeMap::new();
+    let mut known = Known::default();
     for events in by_session.values_mut() {
         events.sort_by_key(|e| e.start_us);
-        session(events, &mut rows, &mut receipts, &mut verdict);
+        session(events, &mut known, &mut verdict);
     }
-    final_rows(&rows, end, &mut verdict);
-    final_receipts(&receipts, end, &mut verdict);
+    final_nodes(history, end, &mut verdict);
+    doubts(&known.doubts, end, &mut verdict);
+    final_rows(&known.rows, end, &mut verdict);
+    final_receipts(&known.receipts, end, &mut verdict);
     divergence(end, &mut verdict);
     verdict
+}
+
+/// What the sessions' histories established, for judging the end state.
+#[derive(Debug, Default)]
+struct Known {
+    /// Every row a session wrote, by key.
+    rows: BTreeMap<String, Truth>,
+    /// Every receipt a session was given, by id.
+    receipts: BTreeMap<String, Given>,
+    /// Asks only the end state can judge.
+    doubts: Vec<Doubt>,
 }
 
 fn describe(e: &Event) -> String {
@@ -207,12 +289,12 @@ fn show(value: &Option<String>) -> String {
     value.clone().unwrap_or_else(|| "<absent>".into())
 }
 
-fn session(
-    events: &[&Event],
-    rows: &mut BTreeMap<String, Truth>,
-    receipts: &mut BTreeMap<String, Given>,
-    verdict: &mut Verdict,
-) {
+fn session(events: &[&Event], known: &mut Known, verdict: &mut Verdict) {
+    let Known {
+        rows,
+        receipts,
+        doubts,
+    } = known;
     // Per node incarnation: the highest index seen, and the operation that showed it.
     let mut last_index: HashMap<(u64, u32), (u64, &'static str)> = HashMap::new();
     for e in events {
@@ -251,7 +333,14 @@ fn session(
                     verdict.acknowledged_writes += 1;
                     truth.allowed = vec![value];
                     truth.acked = true;
-                    truth.acked_index = e.index.unwrap_or(0);
+                    truth.acked_index = e.index;
+                    if e.index.is_none() {
+                        verdict.history_errors += 1;
+                        verdict.note(
+                            "history_error",
+                            format!("{}: acknowledged without an index", describe(e)),
+                        );
+                    }
                 }
                 Outcome::Failed {
                     ambiguous: true, ..
@@ -313,22 +402,22 @@ fn session(
                 };
                 let found = keys.contains(key);
                 if truth.must_exist().is_some_and(|must| must != found) {
-                    // An ask carries no version: a row a late ambiguous write could explain
-                    // (back after its delete, or gone after its insert) is reported as late.
-                    let late = if found {
-                        truth.pending.iter().any(Option::is_some)
-                    } else {
-                        truth.pending.contains(&None)
-                    };
                     let what = format!(
                         "{}: ask {word:?} {} {key}",
                         describe(e),
                         if found { "still found" } else { "did not find" }
                     );
-                    if late {
-                        verdict.late_writes += 1;
-                        verdict.note("late_write", what);
+                    if found {
+                        // Present after its delete: a late ambiguous write may explain it,
+                        // which only the final rows' versions can show.
+                        doubts.push(Doubt {
+                            what,
+                            key: key.clone(),
+                            truth_then: truth.clone(),
+                            answered_at: e.index,
+                        });
                     } else {
+                        // Missing while it must exist: no late write explains an absence.
                         verdict.ryw_violations += 1;
                         verdict.note("ryw", what);
                     }
@@ -415,12 +504,55 @@ fn give(
     );
 }
 
+/// The end state must cover the run: at least one node, every node the history talked to
+/// present and reachable, and settled.
+fn final_nodes(history: &[Event], end: &FinalState, verdict: &mut Verdict) {
+    verdict.nodes_checked = end.nodes.iter().filter(|n| n.reachable).count();
+    verdict.settled = end.settled;
+    if end.nodes.is_empty() {
+        verdict.note("final_state", "no node in the final state".into());
+    }
+    let asked: BTreeSet<u64> = history.iter().map(|e| e.node).collect();
+    let present: BTreeSet<u64> = end.nodes.iter().map(|n| n.id).collect();
+    let unreachable = end.nodes.iter().filter(|n| !n.reachable).map(|n| n.id);
+    let absent = asked.difference(&present).copied();
+    verdict.unreachable_nodes = unreachable.chain(absent).collect();
+    if !verdict.unreachable_nodes.is_empty() {
+        let nodes = verdict.unreachable_nodes.clone();
+        verdict.note(
+            "final_state",
+            format!("nodes {nodes:?} did not answer at the end: their state is unchecked"),
+        );
+    }
+    if !end.settled {
+        verdict.note(
+            "final_state",
+            format!(
+                "not settled: outboxes or digests did not converge ({} receipts left in outboxes)",
+                end.outbox_left
+            ),
+        );
+    }
+}
+
+/// Asks that found a deleted row: late if the final rows prove it, else violations.
+fn doubts(doubts: &[Doubt], end: &FinalState, verdict: &mut Verdict) {
+    for doubt in doubts {
+        if doubt.proven_late(end) {
+            verdict.late_writes += 1;
+            verdict.note("late_write", doubt.what.clone());
+        } else {
+            verdict.ryw_violations += 1;
+            verdict.note("ryw", doubt.what.clone());
+        }
+    }
+}
+
 fn final_rows(rows: &BTreeMap<String, Truth>, end: &FinalState, verdict: &mut Verdict) {
+    let reachable = || end.nodes.iter().filter(|n| n.reachable);
     for (key, truth) in rows {
         let mut late = false;
-        let wrong: Vec<String> = end
-            .nodes
-            .iter()
+        let wrong: Vec<String> = reachable()
             .filter_map(|node| {
                 let stored = node.rows.get(key);
                 let value = stored.map(|s| s.token.clone());
@@ -460,10 +592,41 @@ fn final_rows(rows: &BTreeMap<String, Truth>, end: &FinalState, verdict: &mut Ve
                 ),
             );
         } else {
-            // Only ambiguous writes, yet a value nobody wrote: divergence, not loss.
-            verdict.diverged = true;
+            // Only ambiguous writes, yet a value none of them carried.
+            verdict.phantom_rows += 1;
             verdict.note("phantom_row", format!("{key}: {}", wrong.join(", ")));
         }
+    }
+    // The harness wrote the shared rows before the workload, each acknowledged.
+    let shared: BTreeSet<String> = (0..SHARED_ROWS).map(shared_row).collect();
+    for key in &shared {
+        let missing: Vec<u64> = reachable()
+            .filter(|n| !n.rows.contains_key(key))
+            .map(|n| n.id)
+            .collect();
+        if !missing.is_empty() {
+            verdict.lost_writes += 1;
+            verdict.note(
+                "lost_write",
+                format!("{key} (written before the workload) missing on nodes {missing:?}"),
+            );
+        }
+    }
+    // Keys nobody wrote.
+    let mut unexplained: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for node in reachable() {
+        for key in node.rows.keys() {
+            if !rows.contains_key(key) && !shared.contains(key) {
+                unexplained.entry(key).or_default().push(node.id);
+            }
+        }
+    }
+    for (key, nodes) in unexplained {
+        verdict.phantom_rows += 1;
+        verdict.note(
+            "phantom_row",
+            format!("{key} on nodes {nodes:?}: no session wrote it"),
+        );
     }
 }
 
@@ -472,7 +635,7 @@ fn final_receipts(receipts: &BTreeMap<String, Given>, end: &FinalState, verdict:
         let missing: Vec<u64> = end
             .nodes
             .iter()
-            .filter(|n| !n.confirmed.contains(id))
+            .filter(|n| n.reachable && !n.confirmed.contains(id))
             .map(|n| n.id)
             .collect();
         if !missing.is_empty() {
@@ -631,8 +794,10 @@ mod tests {
         })
     }
 
-    /// Three nodes that all hold `rows` and confirm `receipts`, with equal digests.
+    /// Three nodes that all hold `rows` (and the harness's shared rows) and confirm
+    /// `receipts`, with equal digests.
     fn converged(rows: &[(&str, &str)], receipts: &[&str]) -> FinalState {
+        let shared = (0..SHARED_ROWS).map(|i| (shared_row(i), stored("shared", 1)));
         FinalState {
             nodes: (1..=3)
                 .map(|id| FinalNode {
@@ -641,6 +806,7 @@ mod tests {
                     rows: rows
                         .iter()
                         .map(|(k, v)| (k.to_string(), stored(v, 100)))
+                        .chain(shared.clone())
                         .collect(),
                     confirmed: receipts.iter().map(|r| r.to_string()).collect(),
                     digest: digest(20, "same"),
@@ -887,6 +1053,9 @@ mod tests {
         );
         let verdict = check(&h.events, &end);
         assert_eq!(verdict.index_regressions, 1, "{verdict:#?}");
+        // Applied state only grows and a write answers once applied (§3.1): a regression
+        // fails the run.
+        assert!(!verdict.passed());
 
         // After a wipe (new incarnation) the node starts over: not a regression.
         let mut h = clean();
@@ -960,5 +1129,268 @@ mod tests {
         end.nodes[2].confirmed.remove("inv_bbbbbbbbbb");
         let verdict = check(&h.events, &end);
         assert_eq!(verdict.lost_receipts, 1, "{verdict:#?}");
+    }
+
+    /// The clean history's end state.
+    fn clean_end() -> FinalState {
+        converged(
+            &[("CH01_00001", "s1w1"), ("CH02_00001", "s2w2")],
+            &["inv_aaaaaaaaaa"],
+        )
+    }
+
+    fn timeout() -> Outcome {
+        Outcome::Failed {
+            error: "timeout".into(),
+            ambiguous: true,
+        }
+    }
+
+    fn delete(key: &str) -> Op {
+        Op::Delete { key: key.into() }
+    }
+
+    fn update(key: &str, token: &str) -> Op {
+        Op::Update {
+            key: key.into(),
+            token: token.into(),
+        }
+    }
+
+    fn ask(key: &str) -> Op {
+        Op::Ask {
+            word: "qzvkmert".into(),
+            key: Some(key.into()),
+        }
+    }
+
+    fn asked(keys: &[&str]) -> Outcome {
+        Outcome::Ok(Seen::Ask {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        })
+    }
+
+    #[test]
+    fn an_acknowledged_row_absent_on_one_node_fails() {
+        let mut end = clean_end();
+        end.nodes[1].rows.remove("CH02_00001");
+        let verdict = check(&clean().events, &end);
+        assert_eq!(verdict.lost_writes, 1, "{verdict:#?}");
+        assert!(!verdict.passed());
+        // A shared row the harness wrote before the workload counts too.
+        let mut end = clean_end();
+        end.nodes[2].rows.remove(&shared_row(0));
+        let verdict = check(&clean().events, &end);
+        assert_eq!(verdict.lost_writes, 1, "{verdict:#?}");
+        assert!(!verdict.passed());
+    }
+
+    #[test]
+    fn an_unreachable_or_absent_node_at_the_end_fails() {
+        // Unreachable: it answered nothing, so it vouches for nothing (its empty rows are
+        // not counted as losses on top).
+        let mut end = clean_end();
+        end.nodes[2].reachable = false;
+        end.nodes[2].rows.clear();
+        end.nodes[2].confirmed.clear();
+        let verdict = check(&clean().events, &end);
+        assert_eq!(verdict.unreachable_nodes, [3], "{verdict:#?}");
+        assert_eq!((verdict.lost_writes, verdict.lost_receipts), (0, 0));
+        assert!(!verdict.passed());
+        // Absent: the history talked to node 3, the end state has no word from it.
+        let mut end = clean_end();
+        end.nodes.pop();
+        let verdict = check(&clean().events, &end);
+        assert_eq!(verdict.unreachable_nodes, [3], "{verdict:#?}");
+        assert!(!verdict.passed());
+    }
+
+    #[test]
+    fn an_empty_node_list_or_an_unsettled_end_fails() {
+        let end = FinalState {
+            nodes: Vec::new(),
+            settled: true,
+            outbox_left: 0,
+        };
+        let verdict = check(&clean().events, &end);
+        assert_eq!(verdict.nodes_checked, 0, "{verdict:#?}");
+        assert!(!verdict.passed());
+        // Not even a history: still nothing checked.
+        assert!(!check(&[], &end).passed());
+
+        let mut end = clean_end();
+        end.settled = false;
+        end.outbox_left = 2;
+        assert!(!check(&clean().events, &end).passed());
+    }
+
+    #[test]
+    fn a_phantom_row_nobody_wrote_fails() {
+        let mut end = clean_end();
+        for node in &mut end.nodes {
+            node.rows.insert("CH07_00003".into(), stored("s7w9", 30));
+        }
+        let verdict = check(&clean().events, &end);
+        assert_eq!(verdict.phantom_rows, 1, "{verdict:#?}");
+        assert!(!verdict.passed());
+        // A row with only an ambiguous write holding a value that write did not carry.
+        let mut h = clean();
+        h.push(
+            3,
+            1,
+            Op::Insert {
+                key: "CH03_00001".into(),
+                token: "s3w1".into(),
+            },
+            12,
+            timeout(),
+        );
+        let mut end = clean_end();
+        end.nodes[0]
+            .rows
+            .insert("CH03_00001".into(), stored("s3w5", 13));
+        let verdict = check(&h.events, &end);
+        assert_eq!(verdict.phantom_rows, 1, "{verdict:#?}");
+        assert!(!verdict.passed());
+    }
+
+    /// An uncertain delete, then an acknowledged update: the row must exist. (The workload
+    /// never does this, see the module comment; the checker must not rely on it to excuse
+    /// a missing row.)
+    fn uncertain_delete_then_acknowledged_update() -> H {
+        let mut h = clean();
+        h.push(1, 1, delete("CH01_00001"), 10, timeout()).index = None;
+        h.push(
+            1,
+            2,
+            update("CH01_00001", "s1w2"),
+            11,
+            Outcome::Ok(Seen::Written),
+        );
+        h
+    }
+
+    #[test]
+    fn a_missing_row_is_not_excused_by_an_earlier_uncertain_delete() {
+        // At the end: gone on every node. A delete has no version, so nothing proves it
+        // landed late: the acknowledged update is lost.
+        let h = uncertain_delete_then_acknowledged_update();
+        let mut end = clean_end();
+        for node in &mut end.nodes {
+            node.rows.remove("CH01_00001");
+        }
+        let verdict = check(&h.events, &end);
+        assert_eq!(
+            (verdict.lost_writes, verdict.late_writes),
+            (1, 0),
+            "{verdict:#?}"
+        );
+        assert!(!verdict.passed());
+
+        // A read that shows it missing is a violation, not late.
+        let mut h = uncertain_delete_then_acknowledged_update();
+        h.read(1, 2, "CH01_00001", None, 11);
+        let mut end = clean_end();
+        for node in &mut end.nodes {
+            node.rows.insert("CH01_00001".into(), stored("s1w2", 11));
+        }
+        let verdict = check(&h.events, &end);
+        assert_eq!(
+            (verdict.ryw_violations, verdict.late_writes),
+            (1, 0),
+            "{verdict:#?}"
+        );
+        assert!(!verdict.passed());
+
+        // So is an ask that does not find it.
+        let mut h = uncertain_delete_then_acknowledged_update();
+        h.push(1, 2, ask("CH01_00001"), 11, asked(&[]));
+        let verdict = check(&h.events, &end);
+        assert_eq!(
+            (verdict.ryw_violations, verdict.late_writes),
+            (1, 0),
+            "{verdict:#?}"
+        );
+    }
+
+    #[test]
+    fn an_acknowledged_write_without_an_index_is_a_history_error() {
+        // s1w2 times out; s1w3 is acknowledged but its answer carries no index. An old s1w2
+        // at the end must not pass as "late" against an index of 0.
+        let mut h = clean();
+        h.push(1, 1, update("CH01_00001", "s1w2"), 10, timeout())
+            .index = None;
+        h.push(
+            1,
+            2,
+            update("CH01_00001", "s1w3"),
+            11,
+            Outcome::Ok(Seen::Written),
+        )
+        .index = None;
+        let mut end = clean_end();
+        for node in &mut end.nodes {
+            node.rows.insert("CH01_00001".into(), stored("s1w2", 10));
+        }
+        let verdict = check(&h.events, &end);
+        assert_eq!(verdict.history_errors, 1, "{verdict:#?}");
+        assert_eq!((verdict.lost_writes, verdict.late_writes), (1, 0));
+        assert!(!verdict.passed());
+        // With s1w3 at the end, only the history error remains, and it still fails.
+        let mut end = clean_end();
+        for node in &mut end.nodes {
+            node.rows.insert("CH01_00001".into(), stored("s1w3", 11));
+        }
+        let verdict = check(&h.events, &end);
+        assert_eq!((verdict.history_errors, verdict.lost_writes), (1, 0));
+        assert!(!verdict.passed());
+    }
+
+    #[test]
+    fn an_ask_finding_a_deleted_row_is_late_only_when_the_final_rows_prove_it() {
+        // s1w2 times out, is retried and acknowledged at 10, the row is deleted at 11; an
+        // ask answered at index 13 still finds the row.
+        let mut h = clean();
+        h.push(1, 1, update("CH01_00001", "s1w2"), 9, timeout())
+            .index = None;
+        h.push(
+            1,
+            2,
+            update("CH01_00001", "s1w2"),
+            10,
+            Outcome::Ok(Seen::Written),
+        );
+        h.push(1, 2, delete("CH01_00001"), 11, Outcome::Ok(Seen::Written));
+        h.push(1, 2, ask("CH01_00001"), 13, asked(&["CH01_00001"]));
+        // Proven: the first attempt landed at 12 (after the delete, before the ask).
+        let mut end = clean_end();
+        for node in &mut end.nodes {
+            node.rows.insert("CH01_00001".into(), stored("s1w2", 12));
+        }
+        let verdict = check(&h.events, &end);
+        assert_eq!(
+            (verdict.late_writes, verdict.ryw_violations),
+            (2, 0),
+            "{verdict:#?}"
+        );
+        assert!(verdict.passed(), "{verdict:#?}");
+        // Landed at 14, after the ask's index: it cannot explain what the ask saw.
+        for node in &mut end.nodes {
+            node.rows.insert("CH01_00001".into(), stored("s1w2", 14));
+        }
+        let verdict = check(&h.events, &end);
+        assert_eq!(verdict.ryw_violations, 1, "{verdict:#?}");
+        assert!(!verdict.passed());
+        // Gone at the end: nothing proves a late write, the ask saw a deleted row.
+        for node in &mut end.nodes {
+            node.rows.remove("CH01_00001");
+        }
+        let verdict = check(&h.events, &end);
+        assert_eq!(
+            (verdict.ryw_violations, verdict.late_writes),
+            (1, 0),
+            "{verdict:#?}"
+        );
+        assert!(!verdict.passed());
     }
 }

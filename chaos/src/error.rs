@@ -85,6 +85,18 @@ pub enum ChaosError {
         /// Nodes asked for.
         nodes: usize,
     },
+    /// A fault meant for the leader found none, so it hit another node.
+    #[error("no leader known within {waited_s} s: the fault hit node 1 instead of the leader")]
+    NoLeader {
+        /// How long we looked.
+        waited_s: u64,
+    },
+    /// A fault meant for a follower found none up, so it hit the leader.
+    #[error("no follower up: the fault hit the leader (node {leader}) instead")]
+    NoFollower {
+        /// The node hit instead.
+        leader: u64,
+    },
     /// Encoding the report.
     #[error("encoding JSON: {0}")]
     Json(#[from] serde_json::Error),

@@ -194,6 +194,24 @@ pub struct Schedule {
     pub duration: Duration,
 }
 
+impl Schedule {
+    /// The faults this schedule plans for `kinds`, in order: one at the end of the warm-up
+    /// and one per period after it, none starting in the cool-down. A run that injects fewer
+    /// (a heal that took so long that the next start fell into the cool-down) did not test
+    /// what it planned, and the report says so.
+    pub fn planned(&self, kinds: &[FaultKind]) -> Vec<FaultKind> {
+        let last_start = self.duration.saturating_sub(self.cooldown);
+        let mut planned = Vec::new();
+        let mut next = self.warmup;
+        // Bounded: the period is at least a second (flags) and the duration finite.
+        while !kinds.is_empty() && next <= last_start && !self.period.is_zero() {
+            planned.push(kinds[planned.len() % kinds.len()]);
+            next += self.period;
+        }
+        planned
+    }
+}
+
 /// A fault as it happened.
 #[derive(Debug, Clone, Serialize)]
 pub struct FaultWindow {
@@ -221,15 +239,11 @@ pub async fn run(
     let mut windows = Vec::new();
     let last_start = schedule.duration.saturating_sub(schedule.cooldown);
     let mut next = schedule.warmup;
-    // Bounded: one fault per period at most.
-    let most =
-        (schedule.duration.as_secs_f64() / schedule.period.as_secs_f64().max(0.1)) as usize + 1;
-    for k in 0..most {
-        if next > last_start || faults.is_empty() {
+    for kind in schedule.planned(faults) {
+        if next > last_start {
             break;
         }
         tokio::time::sleep_until(epoch + next).await;
-        let kind = faults[k % faults.len()];
         let window = inject(cluster, kind, epoch).await;
         let healed = Duration::from_secs_f64(window.healed_s);
         eprintln!(
@@ -256,22 +270,34 @@ fn since(epoch: Instant) -> f64 {
     (Instant::now() - epoch).as_secs_f64()
 }
 
-/// The leader, or (with one node, or none known within 3 s) node 1.
-async fn leader_or_first(cluster: &Cluster) -> u64 {
-    cluster
-        .await_leader(Duration::from_secs(3))
-        .await
-        .unwrap_or(1)
+/// The leader; with none known within 3 s, node 1, and the error that says the fault
+/// missed its intended target (the report then fails the run).
+async fn leader_or_first(cluster: &Cluster) -> (u64, Result<(), ChaosError>) {
+    const WITHIN: Duration = Duration::from_secs(3);
+    match cluster.await_leader(WITHIN).await {
+        Some(id) => (id, Ok(())),
+        None => (
+            1,
+            Err(ChaosError::NoLeader {
+                waited_s: WITHIN.as_secs(),
+            }),
+        ),
+    }
 }
 
-async fn follower(cluster: &Cluster) -> u64 {
-    let leader = leader_or_first(cluster).await;
-    cluster
+/// A follower that is up; with none, the leader, and the error that says so.
+async fn follower(cluster: &Cluster) -> (u64, Result<(), ChaosError>) {
+    let (leader, found) = leader_or_first(cluster).await;
+    let follower = cluster
         .ids()
         .into_iter()
         .rev()
-        .find(|&id| id != leader && cluster.node(id).is_up())
-        .unwrap_or(leader)
+        .find(|&id| id != leader && cluster.node(id).is_up());
+    match (follower, found) {
+        (Some(id), found) => (id, found),
+        (None, Err(e)) => (leader, Err(e)),
+        (None, Ok(())) => (leader, Err(ChaosError::NoFollower { leader })),
+    }
 }
 
 /// Injects one fault, holds it, heals it.
@@ -286,11 +312,12 @@ pub async fn inject(cluster: &mut Cluster, kind: FaultKind, epoch: Instant) -> F
     let (targets, injected_s);
     match kind {
         FaultKind::KillLeader | FaultKind::KillFollower => {
-            let id = if kind == FaultKind::KillLeader {
+            let (id, found) = if kind == FaultKind::KillLeader {
                 leader_or_first(cluster).await
             } else {
                 follower(cluster).await
             };
+            note(found);
             targets = vec![id];
             injected_s = since(epoch);
             cluster.kill(id);
@@ -298,11 +325,12 @@ pub async fn inject(cluster: &mut Cluster, kind: FaultKind, epoch: Instant) -> F
             note(cluster.restart(id).await);
         }
         FaultKind::PauseLeader | FaultKind::PauseFollower => {
-            let id = if kind == FaultKind::PauseLeader {
+            let (id, found) = if kind == FaultKind::PauseLeader {
                 leader_or_first(cluster).await
             } else {
                 follower(cluster).await
             };
+            note(found);
             targets = vec![id];
             injected_s = since(epoch);
             note(cluster.pause(id));
@@ -310,7 +338,8 @@ pub async fn inject(cluster: &mut Cluster, kind: FaultKind, epoch: Instant) -> F
             note(cluster.resume(id));
         }
         FaultKind::IsolateLeader | FaultKind::Split => {
-            let leader = leader_or_first(cluster).await;
+            let (leader, found) = leader_or_first(cluster).await;
+            note(found);
             let minority_size = if kind == FaultKind::Split {
                 (cluster.nodes.len() - 1) / 2
             } else {
@@ -334,7 +363,8 @@ pub async fn inject(cluster: &mut Cluster, kind: FaultKind, epoch: Instant) -> F
             cluster.heal_links();
         }
         FaultKind::OneWay | FaultKind::LostAnswers => {
-            let leader = leader_or_first(cluster).await;
+            let (leader, found) = leader_or_first(cluster).await;
+            note(found);
             targets = vec![leader];
             injected_s = since(epoch);
             let state = if kind == FaultKind::OneWay {
@@ -378,7 +408,8 @@ pub async fn inject(cluster: &mut Cluster, kind: FaultKind, epoch: Instant) -> F
             }
         }
         FaultKind::WipeRejoin => {
-            let id = follower(cluster).await;
+            let (id, found) = follower(cluster).await;
+            note(found);
             targets = vec![id];
             injected_s = since(epoch);
             note(cluster.wipe_and_rejoin(id).await);
@@ -391,6 +422,11 @@ pub async fn inject(cluster: &mut Cluster, kind: FaultKind, epoch: Instant) -> F
         healed_s: since(epoch),
         problems,
     }
+}
+
+/// The name of the baseline's window replaying the cluster's window `name`.
+pub fn replay_name(name: &str) -> String {
+    format!("kill-restart for {name}")
 }
 
 /// The baseline: the single node is killed at each window's start and restarted at its
@@ -412,7 +448,7 @@ pub async fn replay_on_single(
             problems.push(e.to_string());
         }
         out.push(FaultWindow {
-            name: format!("kill-restart for {}", w.name),
+            name: replay_name(&w.name),
             targets: vec![1],
             injected_s,
             healed_s: since(epoch),
@@ -438,5 +474,25 @@ mod tests {
         for s in Scenario::all() {
             assert_eq!(Scenario::parse(&s.name).unwrap(), s);
         }
+    }
+
+    #[test]
+    fn the_plan_has_one_fault_per_period_between_warm_up_and_cool_down() {
+        // The CI run: 40 s, period 10 s: faults at 5, 15 and 25 s; 35 s is in the cool-down.
+        let schedule = crate::run::schedule(Duration::from_secs(40), Duration::from_secs(10));
+        assert_eq!(schedule.planned(&CI), CI.to_vec());
+        // Kinds repeat in turn when there are more starts than kinds.
+        let long = crate::run::schedule(Duration::from_secs(60), Duration::from_secs(10));
+        assert_eq!(
+            long.planned(&[FaultKind::Slow, FaultKind::Lossy]),
+            [
+                FaultKind::Slow,
+                FaultKind::Lossy,
+                FaultKind::Slow,
+                FaultKind::Lossy,
+                FaultKind::Slow
+            ]
+        );
+        assert!(schedule.planned(&[]).is_empty());
     }
 }

@@ -14,6 +14,8 @@
 //! connections and accepts no new ones.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -135,6 +137,8 @@ pub struct Link {
     /// Where the dialing node connects (its `--peer-route` target).
     pub addr: SocketAddr,
     control: watch::Sender<Control>,
+    /// Flows of live connections stopped by a hold right now.
+    held: Arc<AtomicUsize>,
     accept: JoinHandle<()>,
 }
 
@@ -153,10 +157,12 @@ impl Link {
             .local_addr()
             .map_err(|e| ChaosError::io("proxy address", e))?;
         let (control, _) = watch::channel(Control::default());
+        let held = Arc::new(AtomicUsize::new(0));
         let accept = tokio::spawn(accept_loop(
             listener,
             upstream,
             control.clone(),
+            held.clone(),
             Rng::new(seed ^ (from << 32) ^ to),
         ));
         Ok(Link {
@@ -164,6 +170,7 @@ impl Link {
             to,
             addr,
             control,
+            held,
             accept,
         })
     }
@@ -176,6 +183,12 @@ impl Link {
     /// What the link does now.
     pub fn state(&self) -> LinkState {
         self.control.borrow().link
+    }
+
+    /// How many flows of live connections a hold has stopped right now: once a held flow
+    /// counts here, no byte of it moves until the hold is lifted.
+    pub fn held_flows(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
     }
 }
 
@@ -190,6 +203,7 @@ async fn accept_loop(
     listener: TcpListener,
     upstream: SocketAddr,
     control: watch::Sender<Control>,
+    held: Arc<AtomicUsize>,
     mut rng: Rng,
 ) {
     loop {
@@ -203,7 +217,13 @@ async fn accept_loop(
             continue;
         }
         let seed = rng.next_u64();
-        tokio::spawn(connection(down, upstream, control.subscribe(), seed));
+        tokio::spawn(connection(
+            down,
+            upstream,
+            control.subscribe(),
+            held.clone(),
+            seed,
+        ));
     }
 }
 
@@ -211,6 +231,7 @@ async fn connection(
     down: TcpStream,
     upstream: SocketAddr,
     control: watch::Receiver<Control>,
+    held: Arc<AtomicUsize>,
     seed: u64,
 ) {
     // A dead peer refuses the upstream connection: close ours too, as the peer would.
@@ -229,6 +250,7 @@ async fn connection(
             down_read,
             up_write,
             control.clone(),
+            &held,
             Direction::Requests,
             rng.fork(1)
         ),
@@ -236,26 +258,41 @@ async fn connection(
             up_read,
             down_write,
             control,
+            &held,
             Direction::Responses,
             rng.fork(2)
         ),
     );
 }
 
-/// Waits while the flow is held. False when the link is cut or the proxy closed.
-async fn wait_flowing(control: &mut watch::Receiver<Control>, direction: Direction) -> bool {
-    loop {
+/// Waits while the flow is held, counted in `held` meanwhile. False when the link is cut
+/// or the proxy closed.
+async fn wait_flowing(
+    control: &mut watch::Receiver<Control>,
+    held: &AtomicUsize,
+    direction: Direction,
+) -> bool {
+    let mut counted = false;
+    let flowing = loop {
         let state = *control.borrow_and_update();
         if state.cut() {
-            return false;
+            break false;
         }
         if !direction.flow(&state).hold {
-            return true;
+            break true;
+        }
+        if !counted {
+            counted = true;
+            held.fetch_add(1, Ordering::SeqCst);
         }
         if control.changed().await.is_err() {
-            return false;
+            break false;
         }
+    };
+    if counted {
+        held.fetch_sub(1, Ordering::SeqCst);
     }
+    flowing
 }
 
 /// Moves one flow: a reader stamps each chunk with its delivery time, a writer delivers
@@ -264,6 +301,7 @@ async fn pump(
     mut source: OwnedReadHalf,
     mut sink: OwnedWriteHalf,
     mut control: watch::Receiver<Control>,
+    held: &AtomicUsize,
     direction: Direction,
     mut rng: Rng,
 ) {
@@ -272,7 +310,7 @@ async fn pump(
     let writer = async move {
         while let Some((at, bytes)) = queued.recv().await {
             tokio::time::sleep_until(at).await;
-            if !wait_flowing(&mut writer_control, direction).await {
+            if !wait_flowing(&mut writer_control, held, direction).await {
                 return;
             }
             if sink.write_all(&bytes).await.is_err() {
@@ -285,7 +323,7 @@ async fn pump(
         let mut buf = vec![0u8; 32 * 1024];
         let mut last = Instant::now();
         loop {
-            if !wait_flowing(&mut control, direction).await {
+            if !wait_flowing(&mut control, held, direction).await {
                 return;
             }
             let n = tokio::select! {
@@ -323,68 +361,86 @@ async fn pump(
 mod tests {
     use super::*;
 
-    async fn echo_server() -> SocketAddr {
+    /// An echo server that reports each reply it has written.
+    async fn echo_server() -> (SocketAddr, mpsc::UnboundedReceiver<usize>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let (replied, replies) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Ok((mut s, _)) = listener.accept().await {
+                let replied = replied.clone();
                 tokio::spawn(async move {
                     let mut buf = [0u8; 1024];
                     while let Ok(n) = s.read(&mut buf).await {
                         if n == 0 || s.write_all(&buf[..n]).await.is_err() {
                             break;
                         }
+                        let _ = replied.send(n);
                     }
                 });
             }
         });
-        addr
+        (addr, replies)
     }
 
-    async fn round_trip(stream: &mut TcpStream, within: Duration) -> Option<Vec<u8>> {
-        stream.write_all(b"ping").await.ok()?;
+    /// Failure bound of every wait below (not a timing assertion).
+    const WITHIN: Duration = Duration::from_secs(5);
+
+    async fn read_ping(stream: &mut TcpStream) -> [u8; 4] {
         let mut buf = [0u8; 4];
-        tokio::time::timeout(within, stream.read_exact(&mut buf))
+        tokio::time::timeout(WITHIN, stream.read_exact(&mut buf))
             .await
-            .ok()?
-            .ok()?;
-        Some(buf.to_vec())
+            .expect("the reply arrives")
+            .unwrap();
+        buf
+    }
+
+    /// Polls (bounded) until `done` holds.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + WITHIN;
+        while !done() {
+            assert!(Instant::now() < deadline, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     #[tokio::test]
     async fn a_held_link_delivers_nothing_until_healed_and_a_refused_one_closes() {
-        let upstream = echo_server().await;
+        let (upstream, mut replies) = echo_server().await;
         let link = Link::bind(1, 2, upstream, 7).await.unwrap();
         let mut stream = TcpStream::connect(link.addr).await.unwrap();
-        assert_eq!(
-            round_trip(&mut stream, Duration::from_secs(5)).await,
-            Some(b"ping".to_vec())
-        );
+        stream.write_all(b"ping").await.unwrap();
+        assert_eq!(&read_ping(&mut stream).await, b"ping");
+        assert_eq!(replies.recv().await, Some(4));
 
-        // Only the answers are held: the request arrives, the reply does not.
+        // Only the answers are held. Once the answer flow has stopped, the request still
+        // reaches the server, which replies, and not a byte of the reply gets through: the
+        // only reader of the server's side is the stopped flow.
         link.set(LinkState {
             responses: Flow::held(),
             ..LinkState::pass()
         });
-        assert_eq!(
-            round_trip(&mut stream, Duration::from_millis(300)).await,
-            None
+        until("the answer flow stops", || link.held_flows() == 1).await;
+        stream.write_all(b"ping").await.unwrap();
+        let replied = tokio::time::timeout(WITHIN, replies.recv()).await;
+        assert_eq!(replied.expect("the request got through"), Some(4));
+        let mut buf = [0u8; 4];
+        let read = stream.try_read(&mut buf);
+        assert!(
+            matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "{read:?}"
         );
         // Healed: the held reply arrives (TCP retransmits; nothing is lost).
         link.set(LinkState::pass());
-        let mut buf = [0u8; 4];
-        tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(&buf, b"ping");
+        assert_eq!(&read_ping(&mut stream).await, b"ping");
+        until("no flow is held", || link.held_flows() == 0).await;
 
         link.set(LinkState {
             refuse: true,
             ..LinkState::pass()
         });
         let mut buf = [0u8; 4];
-        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        let read = tokio::time::timeout(WITHIN, stream.read(&mut buf))
             .await
             .unwrap();
         assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");

@@ -5,6 +5,12 @@
 //! Recovery of a class after a fault: from the injection to the start of the first
 //! one-second stretch in which every attempt of that class succeeded, counted from the
 //! first failure after the injection (0 when nothing failed before the next fault).
+//!
+//! A run passes only if the checker's verdict holds *and* the run is evidence: each class
+//! succeeded for at least [`EVIDENCE_FLOOR`] of its operations (a run whose writes were all
+//! refused loses nothing, and proves nothing), and the fault schedule ran as planned (every
+//! planned fault injected in order, on the node it meant, and healed). The report passes
+//! only if the baseline passes too.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -14,6 +20,11 @@ use serde::Serialize;
 use crate::check::Verdict;
 use crate::faults::FaultWindow;
 use crate::history::{Class, Event, FinalState, Op};
+
+/// Share of each class's operations that must have succeeded (acknowledged writes, receipts
+/// given, reads answered) for a run to count as evidence. Low enough for the single-node
+/// baseline, down for every fault window, and far above a run that did nothing.
+pub const EVIDENCE_FLOOR: f64 = 0.25;
 
 /// A stretch this long with at least [`GREEN_RATE`] successes counts as recovered.
 const GREEN_US: u64 = 1_000_000;
@@ -200,11 +211,16 @@ pub struct RunReport {
     /// Reads that did not show the session's own writes, plus reads answered below the
     /// `x-rowcall-min-index` they sent.
     pub ryw_violations: usize,
-    /// Answers whose index went backwards for a session on one node (reported, not gated).
+    /// Answers whose index went backwards for a session on one node.
     pub index_regressions: usize,
+    /// Rows at the end that no write explains.
+    pub phantom_rows: usize,
     /// The nodes' digests differ or never met.
     pub diverged: bool,
-    /// Every check held.
+    /// Why the run does not count as evidence (empty when it does): too little succeeded to
+    /// have tested anything, or the faults did not run as planned.
+    pub evidence: Vec<String>,
+    /// Every check held and the run is evidence.
     pub passed: bool,
     /// Per class totals.
     pub classes: BTreeMap<&'static str, Stats>,
@@ -305,16 +321,85 @@ pub fn recovery(events: &[Event], class: Class, from_us: u64, to_us: u64) -> Rec
     }
 }
 
+/// What a run set out to do, to judge whether it did it.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// The faults the schedule planned, by window name, in order.
+    pub faults: Vec<String>,
+    /// What went wrong healing everything at the end, if anything.
+    pub heal_problems: Vec<String>,
+}
+
+/// Operations that must have succeeded out of `operations` (at least one).
+fn floor(operations: u64) -> u64 {
+    ((operations as f64 * EVIDENCE_FLOOR).ceil() as u64).max(1)
+}
+
+/// Why a run is not evidence, whatever the checker found (empty when it is).
+pub fn evidence(
+    verdict: &Verdict,
+    classes: &BTreeMap<&'static str, Stats>,
+    windows: &[FaultWindow],
+    plan: &Plan,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let successes = [
+        (
+            "write",
+            verdict.acknowledged_writes as u64,
+            "acknowledged writes",
+        ),
+        ("invoke", verdict.receipts_given as u64, "receipts given"),
+        ("read", classes["read"].successes, "reads answered"),
+    ];
+    for (class, done, what) in successes {
+        let operations = classes[class].operations;
+        if done < floor(operations) {
+            problems.push(format!(
+                "{done} {what} of {operations} {class} operations: below the floor of {} ({:.0}%)",
+                floor(operations),
+                EVIDENCE_FLOOR * 100.0
+            ));
+        }
+    }
+    let ran: Vec<&str> = windows.iter().map(|w| w.name.as_str()).collect();
+    if ran != plan.faults {
+        problems.push(format!("faults planned {:?} but run {ran:?}", plan.faults));
+    }
+    for w in windows {
+        if w.targets.is_empty() {
+            problems.push(format!("{} at {:.1}s hit no node", w.name, w.injected_s));
+        }
+        if !w.problems.is_empty() {
+            problems.push(format!(
+                "{} at {:.1}s on nodes {:?}: {}",
+                w.name,
+                w.injected_s,
+                w.targets,
+                w.problems.join("; ")
+            ));
+        }
+    }
+    problems.extend(
+        plan.heal_problems
+            .iter()
+            .map(|p| format!("healing at the end: {p}")),
+    );
+    problems
+}
+
 /// Builds the report of one run.
 pub fn run_report(
     nodes: usize,
     duration_s: f64,
     events: &[Event],
     windows: &[FaultWindow],
+    plan: &Plan,
     verdict: Verdict,
     end: &FinalState,
 ) -> RunReport {
     let classes = class_stats(events);
+    let evidence = evidence(&verdict, &classes, windows, plan);
     let availability = Availability {
         read: classes["read"].rate(),
         write: classes["write"].rate(),
@@ -370,8 +455,10 @@ pub fn run_report(
         lost_receipts: verdict.lost_receipts,
         ryw_violations: verdict.ryw_violations + verdict.barrier_violations,
         index_regressions: verdict.index_regressions,
+        phantom_rows: verdict.phantom_rows,
         diverged: verdict.diverged,
-        passed: verdict.passed(),
+        passed: verdict.passed() && evidence.is_empty(),
+        evidence,
         classes,
         operations: op_stats(events),
         faults,
@@ -455,9 +542,9 @@ impl Report {
         }
     }
 
-    /// Every check of the cluster run held.
+    /// Every check of the cluster run held and it was evidence; the same of the baseline.
     pub fn passed(&self) -> bool {
-        self.cluster.passed
+        self.cluster.passed && self.baseline.as_ref().is_none_or(|b| b.passed)
     }
 
     /// The one-screen text summary.
@@ -540,37 +627,50 @@ impl Report {
                 }
             );
         }
-        let v = &c.checks;
-        let _ = writeln!(
-            s,
-            "checks: {} acknowledged writes ({} ambiguous), {} receipts ({} pending); settled {}",
-            v.acknowledged_writes,
-            v.ambiguous_writes,
-            v.receipts_given,
-            v.pending_receipts_given,
-            c.end.settled
-        );
-        let _ = writeln!(
-            s,
-            "  lost writes {}  lost receipts {}  RYW violations {}  diverged {}  | reported: index regressions {}, late ambiguous writes {}, invoke ran an older row {}",
-            c.lost_writes, c.lost_receipts, c.ryw_violations, c.diverged, c.index_regressions, v.late_writes, v.invoke_stale
-        );
-        for (kind, examples) in &v.examples {
-            for e in examples.iter().take(3) {
-                let _ = writeln!(s, "    {kind}: {e}");
-            }
+        checks_lines(&mut s, "cluster", c);
+        if let Some(b) = &self.baseline {
+            checks_lines(&mut s, "baseline", b);
         }
-        let _ = writeln!(
-            s,
-            "{}{}",
-            if self.passed() { "PASS" } else { "FAIL" },
-            if c.index_regressions > 0 {
-                "  (index regressions are reported, not gated: see checks.examples)"
-            } else {
-                ""
-            }
-        );
+        let _ = writeln!(s, "{}", if self.passed() { "PASS" } else { "FAIL" });
         s
+    }
+}
+
+/// The summary's lines for one run's checks and evidence.
+fn checks_lines(s: &mut String, label: &str, r: &RunReport) {
+    let v = &r.checks;
+    let _ = writeln!(
+        s,
+        "{label} checks: {} acknowledged writes ({} ambiguous), {} receipts ({} pending), {} nodes checked, settled {}: {}",
+        v.acknowledged_writes,
+        v.ambiguous_writes,
+        v.receipts_given,
+        v.pending_receipts_given,
+        v.nodes_checked,
+        v.settled,
+        if r.passed { "pass" } else { "FAIL" }
+    );
+    let _ = writeln!(
+        s,
+        "  lost writes {}  lost receipts {}  RYW violations {}  index regressions {}  phantom rows {}  history errors {}  unreachable nodes {:?}  diverged {}  | reported: late ambiguous writes {}, invoke ran an older row {}",
+        r.lost_writes,
+        r.lost_receipts,
+        r.ryw_violations,
+        r.index_regressions,
+        r.phantom_rows,
+        v.history_errors,
+        v.unreachable_nodes,
+        r.diverged,
+        v.late_writes,
+        v.invoke_stale
+    );
+    for (kind, examples) in &v.examples {
+        for e in examples.iter().take(3) {
+            let _ = writeln!(s, "    {kind}: {e}");
+        }
+    }
+    for problem in &r.evidence {
+        let _ = writeln!(s, "  not evidence: {problem}");
     }
 }
 
@@ -656,5 +756,182 @@ mod tests {
             recovery(&events, Class::Write, 1_000_000, 3_000_000).recovered_ms,
             None
         );
+    }
+
+    /// `n` successful operations of each class, one every 10 ms.
+    fn busy_run(n: u64) -> Vec<Event> {
+        let ops = [
+            (
+                Op::Read { key: "K".into() },
+                Seen::Row {
+                    token: None,
+                    version: None,
+                },
+            ),
+            (
+                Op::Invoke {
+                    key: "K".into(),
+                    own: false,
+                },
+                Seen::Receipt {
+                    id: "inv_x".into(),
+                    pending: false,
+                    token: None,
+                },
+            ),
+            (Op::Delete { key: "K".into() }, Seen::Written),
+        ];
+        (0..n * 3)
+            .map(|i| {
+                let (op, seen) = ops[(i % 3) as usize].clone();
+                Event {
+                    op,
+                    outcome: Outcome::Ok(seen),
+                    ..write(i * 10, true)
+                }
+            })
+            .collect()
+    }
+
+    /// A verdict with nothing wrong and `writes` / `receipts` acknowledged.
+    fn clean_verdict(writes: usize, receipts: usize) -> Verdict {
+        Verdict {
+            acknowledged_writes: writes,
+            receipts_given: receipts,
+            nodes_checked: 3,
+            settled: true,
+            ..Verdict::default()
+        }
+    }
+
+    fn window(name: &str, targets: &[u64], problems: &[&str]) -> FaultWindow {
+        FaultWindow {
+            name: name.into(),
+            targets: targets.to_vec(),
+            injected_s: 5.0,
+            healed_s: 8.0,
+            problems: problems.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    fn plan(faults: &[&str]) -> Plan {
+        Plan {
+            faults: faults.iter().map(|f| f.to_string()).collect(),
+            heal_problems: Vec::new(),
+        }
+    }
+
+    fn report(verdict: Verdict, windows: &[FaultWindow], plan: &Plan) -> RunReport {
+        let events = busy_run(100);
+        run_report(
+            3,
+            10.0,
+            &events,
+            windows,
+            plan,
+            verdict,
+            &FinalState::default(),
+        )
+    }
+
+    #[test]
+    fn a_run_that_did_nothing_is_not_evidence() {
+        let windows = [window("kill-leader", &[2], &[])];
+        let plan = plan(&["kill-leader"]);
+        // Positive control: enough of everything succeeded, the fault ran as planned.
+        let good = report(clean_verdict(100, 100), &windows, &plan);
+        assert!(
+            good.passed && good.evidence.is_empty(),
+            "{:?}",
+            good.evidence
+        );
+        // Every write refused (a wrong admin key): nothing lost, nothing proven.
+        let verdict = clean_verdict(0, 100);
+        assert!(verdict.passed());
+        let r = report(verdict, &windows, &plan);
+        assert!(!r.passed);
+        assert!(
+            r.evidence[0].contains("0 acknowledged writes"),
+            "{:?}",
+            r.evidence
+        );
+        // Receipts below the floor (24 of 100 invocations) fail the same way.
+        let r = report(clean_verdict(100, 24), &windows, &plan);
+        assert!(!r.passed, "{:?}", r.evidence);
+        assert!(report(clean_verdict(100, 25), &windows, &plan).passed);
+        // No reads answered at all.
+        let events: Vec<Event> = busy_run(100)
+            .into_iter()
+            .filter(|e| e.op.class() != Class::Read)
+            .chain((0..100).map(|i| Event {
+                op: Op::Read { key: "K".into() },
+                ..write(i, false)
+            }))
+            .collect();
+        let r = run_report(
+            3,
+            10.0,
+            &events,
+            &windows,
+            &plan,
+            clean_verdict(100, 100),
+            &FinalState::default(),
+        );
+        assert!(!r.passed, "{:?}", r.evidence);
+    }
+
+    #[test]
+    fn every_planned_fault_must_run_on_its_target_and_heal() {
+        let plan = plan(&["kill-leader", "isolate-leader"]);
+        let both = [
+            window("kill-leader", &[1], &[]),
+            window("isolate-leader", &[2], &[]),
+        ];
+        assert!(report(clean_verdict(100, 100), &both, &plan).passed);
+        // The second fault never ran (its start fell into the cool-down).
+        let r = report(clean_verdict(100, 100), &both[..1], &plan);
+        assert!(!r.passed);
+        assert!(r.evidence[0].contains("planned"), "{:?}", r.evidence);
+        // No leader found, so node 1 was hit instead.
+        let missed = [
+            window("kill-leader", &[1], &["no leader known within 3 s"]),
+            both[1].clone(),
+        ];
+        assert!(!report(clean_verdict(100, 100), &missed, &plan).passed);
+        // A restart that failed.
+        let failed = [
+            both[0].clone(),
+            window(
+                "isolate-leader",
+                &[2],
+                &["node 2 was not ready within 30 s"],
+            ),
+        ];
+        assert!(!report(clean_verdict(100, 100), &failed, &plan).passed);
+        // A fault that hit nobody.
+        let nobody = [both[0].clone(), window("isolate-leader", &[], &[])];
+        assert!(!report(clean_verdict(100, 100), &nobody, &plan).passed);
+        // Healing at the end failed.
+        let mut unhealed = plan.clone();
+        unhealed.heal_problems = vec!["node 3 exited unexpectedly".into()];
+        assert!(!report(clean_verdict(100, 100), &both, &unhealed).passed);
+    }
+
+    #[test]
+    fn the_baseline_is_checked_too() {
+        let windows = [window("kill-leader", &[2], &[])];
+        let cluster = report(clean_verdict(100, 100), &windows, &plan(&["kill-leader"]));
+        let baseline_windows = [window("kill-restart for kill-leader", &[1], &[])];
+        let baseline_plan = plan(&["kill-restart for kill-leader"]);
+        let good = report(clean_verdict(100, 100), &baseline_windows, &baseline_plan);
+        let whole =
+            |baseline| Report::new("ci".into(), 1, 4, 10.0, 1000, cluster.clone(), baseline);
+        assert!(whole(None).passed());
+        assert!(whole(Some(good.clone())).passed());
+        let mut lost = clean_verdict(100, 100);
+        lost.lost_writes = 1;
+        let bad = report(lost, &baseline_windows, &baseline_plan);
+        assert!(!whole(Some(bad)).passed());
+        assert!(whole(Some(good)).summary().ends_with("PASS\n"));
     }
 }

@@ -15,7 +15,7 @@ use crate::cluster::{node_binary, Cluster, ClusterOptions};
 use crate::error::ChaosError;
 use crate::faults::{self, FaultWindow, Scenario, Schedule};
 use crate::history::{Event, FinalState};
-use crate::report::{run_report, Report};
+use crate::report::{run_report, Plan, Report};
 use crate::settle;
 use crate::workload::{self, Progress, Target, WorkloadOptions};
 
@@ -107,7 +107,10 @@ pub async fn run(options: &RunOptions) -> Result<bool, ChaosError> {
             "lost_receipts": report.cluster.lost_receipts,
             "ryw_violations": report.cluster.ryw_violations,
             "index_regressions": report.cluster.index_regressions,
+            "phantom_rows": report.cluster.phantom_rows,
             "diverged": report.cluster.diverged,
+            "evidence": report.cluster.evidence,
+            "baseline_passed": report.baseline.as_ref().map(|b| b.passed),
             "passed": report.passed(),
         }));
     }
@@ -183,13 +186,28 @@ async fn run_one(
         options.rate,
         cluster_options.root.display()
     );
-    let plan = Faults::Schedule(&scenario.faults, schedule(options.duration, options.period));
-    let (events, windows, end) = drive(&cluster_options, &workload, plan, "cluster").await?;
+    let schedule = schedule(options.duration, options.period);
+    let planned = schedule.planned(&scenario.faults);
+    let faults = Faults::Schedule(&scenario.faults, schedule);
+    let (events, windows, end, heal_problems) =
+        drive(&cluster_options, &workload, faults, "cluster").await?;
     write_history(&out.join("history.jsonl"), &events)?;
     write(&out.join("final.json"), serde_json::to_vec(&end)?)?;
     let verdict = check(&events, &end);
     let duration_s = options.duration.as_secs_f64();
-    let cluster = run_report(options.nodes, duration_s, &events, &windows, verdict, &end);
+    let plan = Plan {
+        faults: planned.iter().map(|k| k.name().to_owned()).collect(),
+        heal_problems,
+    };
+    let cluster = run_report(
+        options.nodes,
+        duration_s,
+        &events,
+        &windows,
+        &plan,
+        verdict,
+        &end,
+    );
 
     let baseline = if options.baseline {
         let single = ClusterOptions {
@@ -202,12 +220,22 @@ async fn run_one(
             "== {} baseline: one node, killed and restarted on the same schedule",
             scenario.name
         );
-        let (events, replayed, end) =
+        let (events, replayed, end, heal_problems) =
             drive(&single, &workload, Faults::Replay(&windows), "baseline").await?;
         write_history(&out.join("baseline-history.jsonl"), &events)?;
         write(&out.join("baseline-final.json"), serde_json::to_vec(&end)?)?;
         let verdict = check(&events, &end);
-        Some(run_report(1, duration_s, &events, &replayed, verdict, &end))
+        // The baseline replays every window the cluster run had, as a kill and restart.
+        let plan = Plan {
+            faults: windows
+                .iter()
+                .map(|w| faults::replay_name(&w.name))
+                .collect(),
+            heal_problems,
+        };
+        Some(run_report(
+            1, duration_s, &events, &replayed, &plan, verdict, &end,
+        ))
     } else {
         None
     };
@@ -246,13 +274,14 @@ async fn run_one(
 }
 
 /// Starts a cluster, runs the workload and the faults together with a progress line,
-/// settles, collects the end state, and stops every node.
+/// settles, collects the end state, and stops every node. Also returns what went wrong
+/// healing everything before the end state was collected.
 async fn drive(
     cluster_options: &ClusterOptions,
     workload: &WorkloadOptions,
     plan: Faults<'_>,
     label: &str,
-) -> Result<(Vec<Event>, Vec<FaultWindow>, FinalState), ChaosError> {
+) -> Result<(Vec<Event>, Vec<FaultWindow>, FinalState, Vec<String>), ChaosError> {
     let mut cluster = Cluster::start(cluster_options).await?;
     let progress = Arc::new(Progress::default());
     let epoch = Instant::now();
@@ -289,14 +318,15 @@ async fn drive(
     if std::io::stderr().is_terminal() {
         eprintln!();
     }
-    // The schedule healed everything; make sure before judging.
-    for problem in cluster.heal_all().await {
+    // The schedule healed everything; make sure before judging (a failure fails the run).
+    let heal_problems = cluster.heal_all().await;
+    for problem in &heal_problems {
         eprintln!("heal: {problem}");
     }
     eprintln!("{label}: settling and collecting the end state");
     let end = settle::collect(&ids_urls, &events).await;
     drop(cluster);
-    Ok((events, windows, end))
+    Ok((events, windows, end, heal_problems))
 }
 
 fn progress_line(

@@ -1,25 +1,27 @@
 //! Resolver benchmark (DESIGN §6, §9), one run of `cargo bench -p rowcall-node --bench resolver`:
 //!
-//! 1. quality on the shared development catalogue (4,076 rows, 200 queries with known
-//!    answers): top-1, recall@5 and MRR@10 of rowcall's resolver beside textbook BM25 and the
-//!    seed's substring scorer, printed as one table;
+//! 1. quality on a catalogue with a query set of known answers: top-1, recall@5 and MRR@10 of
+//!    rowcall's resolver beside textbook BM25 and the seed's substring scorer, printed as one
+//!    table;
 //! 2. at 891, 5,000 and 50,000 rows: ask latency p50/p99 in process (through
 //!    `Catalogue::ask`, the path the HTTP handler takes), index memory per row, and the cost of
 //!    one insert — replacing an existing row and adding a fresh one — printed as a table and
 //!    also measured by criterion groups `ask` and `insert`.
 //!
-//! Catalogues above the shared rows are made by combining the seal and livemcp rows and
+//! The data is the fixture in `data/` (303 rows, 300 paraphrased queries), or the public
+//! development data (4,076 seal rows with 200 dev queries, plus 527 livemcp rows) when
+//! `ROWCALL_PUBLIC_DATA` names its folder; a folder without those files stops the benchmark
+//! with an error. Catalogues above the data set's size are made by combining its rows and
 //! adding variants: a key suffix, docstring words shuffled and one WHAT word swapped for a
 //! word of another row, all from a fixed seed so every run sees the same rows.
-//! Without `../shared/data/` the benchmark prints a note and does nothing.
 
 use std::collections::HashSet;
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
-use rowcall_client::quality::{parse_queries, GoldQuery, Scorecard};
+use rowcall_client::dataset::{DataError, DataSet};
+use rowcall_client::quality::{GoldQuery, Scorecard};
 use rowcall_node::catalogue::resolver::baseline::{PlainBm25, SubstringScorer};
 use rowcall_node::catalogue::row::{Row, RowInput};
 use rowcall_node::catalogue::Catalogue;
@@ -33,10 +35,6 @@ const LIMIT: usize = 10;
 const LATENCY_ROUNDS: usize = 10;
 /// Timed inserts of each kind for the insert percentiles.
 const INSERTS: usize = 500;
-
-fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data")
-}
 
 /// A small deterministic generator (SplitMix64), so the synthetic rows are the same each run.
 struct Mix(u64);
@@ -61,13 +59,13 @@ impl Mix {
     }
 }
 
-/// Rows of a JSON-lines file as the state machine would store them.
-fn read_rows(path: &Path) -> Vec<Row> {
-    let text = std::fs::read_to_string(path).unwrap();
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|line| {
-            let input: RowInput = serde_json::from_str(line).unwrap();
+/// Rows of a data set as the state machine would store them.
+fn stored_rows(values: Result<Vec<serde_json::Value>, DataError>) -> Vec<Row> {
+    let values = values.unwrap_or_else(|e| panic!("{e}"));
+    values
+        .into_iter()
+        .map(|value| {
+            let input: RowInput = serde_json::from_value(value).unwrap();
             stored(input)
         })
         .collect()
@@ -125,17 +123,17 @@ fn variant(row: &Row, round: usize, swap_in: &str, mix: &mut Mix) -> Row {
     }
 }
 
-/// `size` rows: a seeded sample of the seal rows if that is enough, otherwise every seal and
-/// livemcp row plus variants of them.
-fn rows_of_size(seal: &[Row], livemcp: &[Row], size: usize) -> Vec<Row> {
+/// `size` rows: a seeded sample of the queried rows if that is enough, otherwise every row
+/// of the data set plus variants of them.
+fn rows_of_size(queried: &[Row], more: &[Row], size: usize) -> Vec<Row> {
     let mut mix = Mix(size as u64);
-    if size <= seal.len() {
-        let mut sample = seal.to_vec();
+    if size <= queried.len() {
+        let mut sample = queried.to_vec();
         mix.shuffle(&mut sample);
         sample.truncate(size);
         return sample;
     }
-    let base: Vec<&Row> = seal.iter().chain(livemcp).collect();
+    let base: Vec<&Row> = queried.iter().chain(more).collect();
     let words: Vec<&str> = base
         .iter()
         .flat_map(|r| r.docs().what().split_whitespace().collect::<Vec<_>>())
@@ -172,12 +170,12 @@ fn keys(ranked: Vec<(String, f32)>) -> Vec<String> {
 }
 
 /// The quality table: each scorer over the same rows and queries, plus its mean ask time.
-fn quality(seal: &[Row], queries: &[GoldQuery]) {
-    let triples: Vec<(String, String, String)> = seal
+fn quality(name: &str, rows: &[Row], queries: &[GoldQuery]) {
+    let triples: Vec<(String, String, String)> = rows
         .iter()
         .map(|r| (r.key.clone(), r.category.clone(), r.content.clone()))
         .collect();
-    let catalogue = catalogue_of(seal);
+    let catalogue = catalogue_of(rows);
     let bm25 = PlainBm25::build(&triples);
     let substring = SubstringScorer::build(&triples);
     type Scorer<'a> = Box<dyn Fn(&str) -> Vec<String> + 'a>;
@@ -199,8 +197,8 @@ fn quality(seal: &[Row], queries: &[GoldQuery]) {
         ),
     ];
     println!(
-        "\nresolver quality: {} rows, {} queries (seal.rows / seal.dev-queries)",
-        seal.len(),
+        "\nresolver quality: {} rows, {} queries ({name} data set)",
+        rows.len(),
         queries.len()
     );
     println!(
@@ -263,7 +261,7 @@ fn ask_percentiles(catalogue: &Catalogue, queries: &[GoldQuery]) -> [Duration; 3
     ]
 }
 
-/// A fresh row never in any catalogue here: a seal row under a new key.
+/// A fresh row never in any catalogue here: a data set row under a new key.
 fn fresh_row(template: &Row, n: usize) -> Row {
     Row {
         key: format!("BENCH_FRESH_{n}"),
@@ -350,24 +348,12 @@ fn criterion_groups(
 }
 
 fn main() {
-    let dir = data_dir();
-    let files = [
-        dir.join("seal.rows.jsonl"),
-        dir.join("seal.dev-queries.jsonl"),
-        dir.join("livemcp.rows.jsonl"),
-    ];
-    if let Some(missing) = files.iter().find(|f| !f.exists()) {
-        println!(
-            "note: {} is missing; the resolver benchmark needs ../shared/data/ and is skipped",
-            missing.display()
-        );
-        return;
-    }
-    let seal = read_rows(&files[0]);
-    let queries = parse_queries(&std::fs::read_to_string(&files[1]).unwrap()).unwrap();
-    let livemcp = read_rows(&files[2]);
+    let data = DataSet::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let queried = stored_rows(data.read_rows());
+    let queries = data.read_queries().unwrap_or_else(|e| panic!("{e}"));
+    let more = stored_rows(data.read_more_rows());
 
-    quality(&seal, &queries);
+    quality(data.name, &queried, &queries);
 
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
@@ -376,7 +362,7 @@ fn main() {
         .configure_from_args();
     let mut reports = Vec::new();
     for size in SIZES {
-        let rows = rows_of_size(&seal, &livemcp, size);
+        let rows = rows_of_size(&queried, &more, size);
         let started = Instant::now();
         let mut catalogue = catalogue_of(&rows);
         let build = started.elapsed();

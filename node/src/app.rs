@@ -1,23 +1,29 @@
 //! The state every request handler shares, and the one write path into Raft: propose on
 //! this node, or forward to the leader, then wait until this node has applied the entry.
+//!
+//! Every write carries a request id (the client's `Idempotency-Key`, or one made here); the
+//! state machine answers a repeat with the first outcome, so a write whose outcome is
+//! unknown (proposed, then no answer in time: [`WriteError::OutcomeUnknown`]) can be
+//! retried safely, and is told apart from one that was never proposed
+//! ([`WriteError::Unavailable`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openraft::error::{ClientWriteError, RaftError};
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::auth::Credentials;
 use crate::catalogue::SharedCatalogue;
-use crate::cluster::identity::LocalIdentity;
-use crate::cluster::liveness::Liveness;
-use crate::cluster::Forwarded;
 use crate::config::Config;
 use crate::dispatch::outbox::Outbox;
+use crate::raft::calls::{Forwarded, WriteError};
+use crate::raft::identity::LocalIdentity;
+use crate::raft::liveness::Liveness;
 use crate::raft::network::Network;
-use crate::raft::{Command, CommandResult, NodeId, Raft};
+use crate::raft::{Command, CommandResult, NodeId, Raft, Request};
 use crate::store::state_machine::ReceiptReader;
+use crate::store::Durable;
 
 /// Shared node state.
 pub struct App {
@@ -33,8 +39,10 @@ pub struct App {
     pub receipts: ReceiptReader,
     /// Receipts waiting for a quorum.
     pub outbox: Outbox,
-    /// The applied index, as the state machine publishes it.
+    /// The applied index, as the state machine publishes it (after the catalogue shows it).
     pub applied: watch::Receiver<u64>,
+    /// The node's storage (its sync is shared by every writer; tests may slow it down).
+    pub storage: Durable,
     /// Who may do what.
     pub credentials: Credentials,
     /// The node-to-node transport.
@@ -45,45 +53,25 @@ pub struct App {
     pub config: Arc<Config>,
 }
 
-/// A write that took effect.
+/// A write that took effect (or, for a repeated request id, took effect before).
 #[derive(Debug)]
 pub struct Written {
-    /// What applying it did.
+    /// What applying it did (for a repeat: what the first attempt did).
     pub result: CommandResult,
-    /// Its log index; this node has applied it.
+    /// Its log index: the index to wait for before reading it (for a repeat, the index of
+    /// the entry that answered it, which is after the first attempt's).
     pub index: u64,
-}
-
-/// Why a write did not take effect (or is not yet visible here).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-pub enum WriteError {
-    /// No quorum, no leader, or no answer in time: try again later.
-    #[error("the cluster cannot take writes now: {reason}")]
-    Unavailable {
-        /// Why.
-        reason: String,
-    },
-    /// The node asked to apply a forwarded write does not lead.
-    #[error("this node does not lead (leader: {leader:?})")]
-    NotLeader {
-        /// The leader, if known.
-        leader: Option<NodeId>,
-    },
-    /// The write committed at `index`, but this node did not apply it in time.
-    #[error("committed at index {index}, not yet applied on this node")]
-    NotApplied {
-        /// The write's index.
-        index: u64,
-    },
-    /// Raft stopped: the node is shutting down or storage failed.
-    #[error("raft stopped: {0}")]
-    Fatal(String),
+    /// Whether this node has applied it. A write that committed but was not applied here
+    /// within the deadline is still answered as committed, with its index.
+    pub applied_here: bool,
+    /// The index of the first attempt, when this was a repeat of a remembered request id.
+    pub replayed: Option<u64>,
 }
 
 impl App {
-    /// The index this node has applied.
+    /// The index this node has applied and shows (see [`SharedCatalogue::index`]).
     pub fn applied_index(&self) -> u64 {
-        *self.applied.borrow()
+        self.catalogue.index()
     }
 
     /// The leader this node knows of.
@@ -91,14 +79,16 @@ impl App {
         self.raft.metrics().borrow().current_leader
     }
 
-    fn write_timeout(&self) -> Duration {
+    /// How long a write may wait for its outcome (`limits.write_timeout_ms`).
+    pub fn write_timeout(&self) -> Duration {
         Duration::from_millis(self.config.limits.write_timeout_ms)
     }
 
-    /// Proposes `command` (here or through the leader) and returns once it is committed and
-    /// applied on this node.
+    /// Proposes `command` under a fresh request id (here or through the leader) and returns
+    /// once it is committed, and applied here unless that takes longer than the deadline.
     pub async fn write(&self, command: Command) -> Result<Written, WriteError> {
-        self.write_within(command, self.write_timeout()).await
+        self.submit(Request::new(command), self.write_timeout())
+            .await
     }
 
     /// [`App::write`] with its own deadline.
@@ -107,9 +97,14 @@ impl App {
         command: Command,
         timeout: Duration,
     ) -> Result<Written, WriteError> {
-        let name = command.name();
+        self.submit(Request::new(command), timeout).await
+    }
+
+    /// [`App::write`] of a request that carries its id (a client's `Idempotency-Key`).
+    pub async fn submit(&self, request: Request, timeout: Duration) -> Result<Written, WriteError> {
+        let name = request.command.name();
         let started = Instant::now();
-        let outcome = self.route_write(command, started + timeout).await;
+        let outcome = self.route_write(request, started + timeout).await;
         metrics::histogram!(crate::metrics::WRITE_SECONDS, "op" => name)
             .record(started.elapsed().as_secs_f64());
         outcome
@@ -117,7 +112,7 @@ impl App {
 
     async fn route_write(
         &self,
-        command: Command,
+        request: Request,
         deadline: Instant,
     ) -> Result<Written, WriteError> {
         if self.is_cut_off() {
@@ -128,9 +123,9 @@ impl App {
         // A leader change moves the write at most twice before we give up.
         for _ in 0..3 {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let forward_to = match self.propose(command.clone(), remaining).await {
+            let forward_to = match self.propose(request.clone(), remaining).await {
                 Ok(Forwarded { result, index }) => {
-                    return self.applied_here(result, index, deadline).await
+                    return Ok(self.applied_here(result, index, deadline).await)
                 }
                 Err(Proposal::Forward(Some(leader))) => leader,
                 Err(Proposal::Forward(None)) => {
@@ -148,19 +143,19 @@ impl App {
                 continue;
             };
             // A healthy leader answers in milliseconds. One that has not answered within its
-            // lease is being replaced: fail now so the client retries (on this node or
-            // another) once a successor leads, instead of holding the request for the
-            // whole write timeout. Not retried here, since the attempt may yet commit.
+            // lease is being replaced: answer now that the outcome is unknown, so the client
+            // retries with the same request id (on this node or another) once a successor
+            // leads, instead of holding the request for the whole write timeout.
             let attempt = remaining.min(Duration::from_millis(
                 self.config.raft.election_timeout_max_ms,
             ));
             match self
                 .network
-                .forward(forward_to, &node, &command, attempt)
+                .forward(forward_to, &node, &request, attempt)
                 .await
             {
                 Ok(Forwarded { result, index }) => {
-                    return self.applied_here(result, index, deadline).await
+                    return Ok(self.applied_here(result, index, deadline).await)
                 }
                 Err(WriteError::NotLeader { .. }) => self.await_leader(remaining).await,
                 Err(e) => return Err(e),
@@ -174,14 +169,19 @@ impl App {
     /// Proposes on this node; answers for the leader when a follower forwards a write.
     pub async fn propose(
         &self,
-        command: Command,
+        request: Request,
         timeout: Duration,
     ) -> Result<Forwarded, Proposal> {
+        let request_id = request.request_id.clone();
         let outcome = self
-            .while_connected(timeout, self.raft.client_write(command))
+            .while_connected(timeout, self.raft.client_write(request))
             .await;
         match outcome {
-            Err(reason) => Err(Proposal::Failed(WriteError::Unavailable { reason })),
+            // Handed to Raft and then given up on: it may still commit.
+            Err(reason) => Err(Proposal::Failed(match request_id {
+                Some(request_id) => WriteError::OutcomeUnknown { request_id, reason },
+                None => WriteError::Unavailable { reason },
+            })),
             Ok(Ok(response)) => Ok(Forwarded {
                 result: response.data,
                 index: response.log_id.index,
@@ -200,7 +200,7 @@ impl App {
 
     /// Awaits `work` for at most `timeout`, giving up early once this node is cut off from
     /// the leader or its quorum: a leader that lost its followers never commits, and its
-    /// clients are better served by a fast 503 than by the whole timeout.
+    /// clients are better served by a fast answer than by the whole timeout.
     async fn while_connected<T>(
         &self,
         timeout: Duration,
@@ -225,19 +225,25 @@ impl App {
         }
     }
 
-    async fn applied_here(
-        &self,
-        result: CommandResult,
-        index: u64,
-        deadline: Instant,
-    ) -> Result<Written, WriteError> {
+    /// A committed write as answered here: waits (until the deadline, at least briefly) for
+    /// this node to apply it, and unwraps a replayed outcome.
+    async fn applied_here(&self, result: CommandResult, index: u64, deadline: Instant) -> Written {
         let remaining = deadline
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(100));
-        if self.wait_applied(index, remaining).await {
-            Ok(Written { result, index })
-        } else {
-            Err(WriteError::NotApplied { index })
+        let applied_here = self.wait_applied(index, remaining).await;
+        let (result, replayed) = match result {
+            CommandResult::Replayed { index, first } => {
+                metrics::counter!(crate::metrics::WRITES_REPLAYED_TOTAL).increment(1);
+                (*first, Some(index))
+            }
+            other => (other, None),
+        };
+        Written {
+            result,
+            index,
+            applied_here,
+            replayed,
         }
     }
 

@@ -27,6 +27,31 @@ pub struct Config {
     pub share: ShareConfig,
     /// The MCP projection (`/api/mcp`).
     pub mcp: McpConfig,
+    /// How writes reach the disk.
+    pub storage: StorageConfig,
+}
+
+/// How writes reach the disk.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// `fdatasync` (the default): nothing is acknowledged before an fdatasync/fsync of every
+    /// file it wrote has returned, so acknowledged writes survive a power loss.
+    /// `sled-flush`: sled's own flush only (`sync_file_range` on Linux), which survives a
+    /// crash of the process but not of the machine: for measuring what durability costs,
+    /// never for data you keep.
+    pub sync: SyncMode,
+}
+
+/// How a write is made durable before it is acknowledged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SyncMode {
+    /// sled's flush, then fdatasync/fsync of every file and folder it changed.
+    #[default]
+    Fdatasync,
+    /// sled's flush alone: not durable across a power loss.
+    SledFlush,
 }
 
 /// Identity, addresses and data folder of one node.
@@ -390,6 +415,18 @@ impl Config {
                     .filter(|e| !e.is_empty())
                     .map(str::to_owned),
             );
+        }
+        if let Some(mode) = get("ROWCALL_STORAGE_SYNC") {
+            self.storage.sync = match mode.trim() {
+                "fdatasync" => SyncMode::Fdatasync,
+                "sled-flush" => SyncMode::SledFlush,
+                other => {
+                    return Err(ConfigError::Env {
+                        name: "ROWCALL_STORAGE_SYNC",
+                        reason: format!("{other:?} is not fdatasync or sled-flush"),
+                    })
+                }
+            };
         }
         if let Some(every) = get("ROWCALL_SNAPSHOT_EVERY") {
             self.raft.snapshot_every = every.parse().map_err(|_| ConfigError::Env {

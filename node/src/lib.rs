@@ -2,21 +2,24 @@
 //!
 //! A node keeps the capability directory and the receipt log in a Raft state machine
 //! (openraft on sled) and serves the whole HTTP protocol: ask, contract, invoke, confirm,
-//! and the directory around them.
+//! and the directory around them. Every front end is a thin adapter over one service layer.
 //!
 //! ```text
-//!   HTTP client ──► api::http ──┬─ reads ──► catalogue (in-memory view: rows, counts, resolver)
-//!                               │            store (receipts on sled)
-//!                               └─ writes ─► app::App::write ──► openraft ──► store::LogStore (sled, flushed)
-//!                                                                   │
-//!   peers ◄── raft::network (tonic) ◄──────────────────────────────┤ replicate
-//!   peers ──► raft::service (tonic) ──► openraft                   ▼
-//!                                                      store::StateMachine::apply
-//!                                                      (sled batch + flush, then catalogue)
+//!   HTTP client ──► api::http ─┐
+//!   MCP client  ──► api::mcp  ─┴► service ─┬─ reads ──► catalogue (in-memory view: rows, counts, resolver)
+//!                                          │            store (receipts on sled)
+//!                                          └─ writes ─► app::App::write ──► openraft ──► store::LogStore (sled, flushed)
+//!                                                                               │
+//!   peers ◄── raft::network (tonic) ◄───────────────────────────────────────────┤ replicate
+//!   peers ──► raft::service (tonic) ──► openraft                                ▼
+//!                                                                  store::StateMachine::apply
+//!                                                                  (sled batch + flush, then catalogue)
 //! ```
 //!
 //! Invocations run on the node that took the request (`dispatch`) and their receipts are
-//! written through Raft before the answer leaves, so every node can confirm them.
+//! written through Raft before the answer leaves, so every node can confirm them. Values
+//! every layer shares (receipts, share tokens, the clock) live in `model`, and what the
+//! cluster calls carry between nodes in `raft::calls`, below everything that uses them.
 
 pub mod api;
 pub mod app;
@@ -26,8 +29,10 @@ pub mod cluster;
 pub mod config;
 pub mod dispatch;
 pub mod metrics;
+pub mod model;
 pub mod raft;
 pub mod server;
+pub mod service;
 pub mod store;
 
 pub use config::Config;

@@ -38,6 +38,14 @@ pub const READY: &str = "rowcall_node_ready";
 pub const STALE: &str = "rowcall_node_stale";
 /// Receipts waiting in this node's outbox.
 pub const OUTBOX_RECEIPTS: &str = "rowcall_dispatch_outbox_receipts";
+/// Writes that asked storage to make them durable (see `store::durable`).
+pub const STORE_SYNC_REQUESTS_TOTAL: &str = "rowcall_store_sync_requests_total";
+/// Syncs (fdatasync rounds) storage ran; requests / syncs is the group-commit factor.
+pub const STORE_SYNCS_TOTAL: &str = "rowcall_store_syncs_total";
+/// Time of one sync round (blob fsyncs, sled flush, fdatasync).
+pub const STORE_SYNC_SECONDS: &str = "rowcall_store_sync_duration_seconds";
+/// Writes answered with the outcome of their first attempt (a repeated request id).
+pub const WRITES_REPLAYED_TOTAL: &str = "rowcall_raft_writes_replayed_total";
 /// Peer messages this node refused, by reason (another cluster, a replaced incarnation, ...).
 pub const PEER_REFUSALS_TOTAL: &str = "rowcall_raft_peer_refusals_total";
 
@@ -86,13 +94,30 @@ fn describe() {
     describe_gauge!(APPLIED_INDEX, "The Raft log index this node has applied.");
     describe_gauge!(RAFT_TERM, "The current Raft term.");
     describe_gauge!(RAFT_IS_LEADER, "1 if this node is the Raft leader.");
-    describe_counter!(
-        PEER_REFUSALS_TOTAL,
-        "Peer messages this node refused, by reason (other_cluster, replaced, stale_sender, not_member, not_joined, wrong_node, anonymous)."
-    );
     describe_gauge!(
         RESOLVER_INDEX_BYTES,
         Unit::Bytes,
         "Approximate heap bytes of the resolver index."
+    );
+    describe_counter!(
+        STORE_SYNC_REQUESTS_TOTAL,
+        "Writes that asked storage to make them durable."
+    );
+    describe_counter!(
+        STORE_SYNCS_TOTAL,
+        "Sync rounds run (one fdatasync covers every write issued before it started)."
+    );
+    describe_histogram!(
+        STORE_SYNC_SECONDS,
+        Unit::Seconds,
+        "Time of one sync round: blob fsyncs, sled flush, fdatasync."
+    );
+    describe_counter!(
+        WRITES_REPLAYED_TOTAL,
+        "Writes answered with the outcome of their first attempt (repeated request id)."
+    );
+    describe_counter!(
+        PEER_REFUSALS_TOTAL,
+        "Peer messages this node refused, by reason (other_cluster, replaced, stale_sender, not_member, not_joined, wrong_node, anonymous)."
     );
 }

@@ -18,16 +18,16 @@ use crate::app::App;
 use crate::auth::{generate_key, Credentials};
 use crate::catalogue::{demo, SharedCatalogue};
 use crate::cluster::enter::{enter, Entered, Plan};
-use crate::cluster::identity::LocalIdentity;
-use crate::cluster::liveness::Liveness;
 use crate::config::Config;
 use crate::dispatch::outbox::Outbox;
+use crate::model::time::now_ms;
 use crate::raft::faults::Faults;
+use crate::raft::identity::LocalIdentity;
+use crate::raft::liveness::Liveness;
 use crate::raft::network::{Network, MAX_MESSAGE_BYTES};
 use crate::raft::service::RaftGrpc;
 use crate::raft::{Command, NodeInfo, Raft};
-use crate::store::state_machine::now_ms;
-use crate::store::{open_db, LogStore, StateMachine};
+use crate::store::{Durable, LogStore, StateMachine};
 
 /// A running node: its bound addresses and the means to stop it.
 pub struct NodeHandle {
@@ -161,11 +161,12 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
 
     let database = node.data.join("sled");
     let identity = Arc::new(LocalIdentity::open(&node.data, &database, node.id)?);
-    let db = open_db(&database).context("opening the sled database")?;
-    let log = LogStore::open(&db)?;
-    let outbox = Outbox::open(&db)?;
+    let storage =
+        Durable::open(&database, config.storage.sync).context("opening the sled database")?;
+    let log = LogStore::open(&storage)?;
+    let outbox = Outbox::open(&storage)?;
     let catalogue = SharedCatalogue::default();
-    let state_machine = StateMachine::open(&db, catalogue.clone())?;
+    let state_machine = StateMachine::open(&storage, catalogue.clone())?;
     let applied = state_machine.applied_index();
     let receipts = state_machine.receipts();
     // openraft's leader lease is the longest election timeout: no new leader can be elected
@@ -194,6 +195,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
         receipts,
         outbox,
         applied,
+        storage,
         credentials,
         network,
         liveness,
@@ -247,7 +249,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     let drainer = app.clone();
     tasks.push(tokio::spawn(async move {
         tokio::select! {
-            _ = drain_outbox(&drainer) => {}
+            _ = crate::dispatch::outbox::drain(&drainer) => {}
             _ = stop.wait_for(|s| *s) => {}
         }
     }));
@@ -278,43 +280,6 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     }
     tracing::info!(id = node.id, http = %http_addr, grpc = %grpc_addr, "rowcall node serving");
     Ok(handle)
-}
-
-/// Proposes outbox receipts again whenever this node has a quorum, until none is left.
-async fn drain_outbox(app: &App) {
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if app.outbox.is_empty() || app.is_cut_off() {
-            continue;
-        }
-        let pending = match app.outbox.pending() {
-            Ok(pending) => pending,
-            Err(e) => {
-                tracing::error!(error = %e, "reading the outbox");
-                continue;
-            }
-        };
-        for receipt in pending {
-            let id = receipt.id.clone();
-            let command = Command::AppendReceipt {
-                receipt: Box::new(receipt),
-            };
-            match app.write(command).await {
-                Ok(_) | Err(crate::app::WriteError::NotApplied { .. }) => {
-                    if let Err(e) = app.outbox.remove(&id).await {
-                        tracing::error!(%id, error = %e, "removing a replicated receipt from the outbox");
-                    }
-                    tracing::info!(%id, "outbox receipt replicated");
-                }
-                Err(e) => {
-                    tracing::debug!(%id, error = %e, "outbox receipt not replicated yet");
-                    break;
-                }
-            }
-        }
-    }
 }
 
 /// Writes the demo catalogue once the new cluster has elected itself.

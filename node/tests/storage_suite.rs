@@ -4,8 +4,9 @@
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::StorageError;
 use rowcall_node::catalogue::SharedCatalogue;
+use rowcall_node::config::SyncMode;
 use rowcall_node::raft::TypeConfig;
-use rowcall_node::store::{open_db, LogStore, StateMachine};
+use rowcall_node::store::{Durable, LogStore, StateMachine};
 
 struct SledBuilder;
 
@@ -14,9 +15,9 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Sle
         &self,
     ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<u64>> {
         let dir = tempfile::tempdir().expect("temporary folder");
-        let db = open_db(dir.path()).expect("open sled");
-        let log = LogStore::open(&db).expect("open log tree");
-        let sm = StateMachine::open(&db, SharedCatalogue::default())?;
+        let storage = Durable::open(dir.path(), SyncMode::Fdatasync).expect("open sled");
+        let log = LogStore::open(&storage).expect("open log tree");
+        let sm = StateMachine::open(&storage, SharedCatalogue::default())?;
         Ok((dir, log, sm))
     }
 }

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::cluster::{eventually, Cluster};
@@ -16,16 +17,32 @@ fn row(key: &str, what: &str) -> Value {
            "content": format!("# WHAT: {what}\n\n{{\"key\":\"{key}\"}}\n")})
 }
 
-/// Inserts a row on a node; returns the write's index.
+/// Inserts a row on a node, as a careful client does: a write whose outcome is unknown (504,
+/// e.g. its leader died or this busy machine answered late) is retried with the same
+/// `Idempotency-Key`, so it takes effect once and its answer is the first attempt's.
 async fn insert(cluster: &Cluster, id: u64, row: &Value) -> reqwest::Response {
-    cluster
-        .http
-        .post(format!("{}/api/directory", cluster.url(id)))
-        .header("x-terminal-key", ADMIN)
-        .json(row)
-        .send()
-        .await
-        .unwrap()
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let key = format!(
+        "cluster-test-{}-{}",
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let response = cluster
+            .http
+            .post(format!("{}/api/directory", cluster.url(id)))
+            .header("x-terminal-key", ADMIN)
+            .header("idempotency-key", &key)
+            .json(row)
+            .send()
+            .await
+            .unwrap();
+        if response.status() != 504 || tokio::time::Instant::now() >= deadline {
+            return response;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn index_of(response: &reqwest::Response) -> u64 {

@@ -564,7 +564,7 @@ async fn share_tokens_open_one_row_until_expired_or_revoked() {
     refused(status, &answer, "malformed");
     // Expired: signed with the cluster's secret, with an expiry in the past.
     let secret = node.handle.app.receipts.share_secret().unwrap().unwrap();
-    let now = rowcall_node::dispatch::share::now_secs();
+    let now = rowcall_node::model::share::now_secs();
     let expired = secret.mint("sh00000000ex", "SECRET_REPORT", now - 60);
     let (status, answer) = get_json(&node, &with_share("SECRET_REPORT", &expired), None).await;
     refused(status, &answer, "expired at");

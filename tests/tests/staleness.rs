@@ -1,8 +1,8 @@
 //! Stale marking that cannot be fooled (issue 10, item 6). Five nodes split {L, F} | {A, B, C}:
 //! the majority elects a new leader, while L — cut off from its quorum — keeps sending F
 //! heartbeats. What must hold: F does not take those for leader contact; it marks its reads
-//! stale, fails `/readyz` and refuses writes at once, and so does L. Healed, both are fresh
-//! again.
+//! stale and fails `/readyz`, and so does L; cut off for longer, F refuses writes at once.
+//! Healed, both are fresh again.
 
 mod common;
 
@@ -87,6 +87,17 @@ async fn a_follower_of_a_deposed_leader_turns_stale_once_the_majority_elects_ano
     let (status, _, ready) = cluster.get(follower, "/readyz").await;
     assert_eq!(status, 503, "{ready}");
     assert_eq!(ready["stale"], true);
+    eventually(Duration::from_secs(10), "F counts itself cut off", || {
+        let cut_off = cluster
+            .member(follower)
+            .handle
+            .as_ref()
+            .unwrap()
+            .app
+            .is_cut_off();
+        async move { cut_off }
+    })
+    .await;
     let refused = cluster
         .http
         .post(format!("{}/api/directory", cluster.url(follower)))

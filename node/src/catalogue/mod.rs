@@ -1,5 +1,6 @@
 //! The in-memory view of the applied directory: rows by key, the four counts, and the
-//! resolver index. The state machine updates it as entries are applied; HTTP handlers read it.
+//! resolver index. The state machine updates it once an applied batch is durable, together
+//! with the index it then shows; HTTP handlers read it.
 //!
 //! # Operator synonyms
 //!
@@ -27,6 +28,7 @@ pub mod resolver;
 pub mod row;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde::{Deserialize, Serialize};
@@ -308,24 +310,42 @@ fn index_row(resolver: &mut Resolver, row: &Row) {
     });
 }
 
-/// The catalogue shared between the state machine (writer) and the handlers (readers).
+/// The catalogue shared between the state machine (writer) and the handlers (readers),
+/// with the applied index it shows.
 #[derive(Clone, Default)]
-pub struct SharedCatalogue(Arc<RwLock<Catalogue>>);
+pub struct SharedCatalogue {
+    rows: Arc<RwLock<Catalogue>>,
+    /// The index of the last entry the catalogue shows; set by the state machine while it
+    /// holds the write lock, so a reader holding a read guard sees the index of exactly what
+    /// it reads, and one reading it after the catalogue sees an index at least as new.
+    index: Arc<AtomicU64>,
+}
 
 impl SharedCatalogue {
     /// Read access. A poisoned lock is recovered: the catalogue is rebuilt from storage on
     /// restart, and readers must keep serving.
     pub fn read(&self) -> RwLockReadGuard<'_, Catalogue> {
-        self.0
+        self.rows
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Write access (the state machine only).
     pub fn write(&self) -> RwLockWriteGuard<'_, Catalogue> {
-        self.0
+        self.rows
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The index of the last applied entry the catalogue shows.
+    pub fn index(&self) -> u64 {
+        self.index.load(Ordering::Acquire)
+    }
+
+    /// Sets [`SharedCatalogue::index`]; the state machine calls it while holding the
+    /// write guard of the changes up to `index`.
+    pub fn publish_index(&self, index: u64) {
+        self.index.store(index, Ordering::Release);
     }
 }
 

@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::identity::{new_cluster_id, IdentityError};
-use super::{JoinRequest, MembershipError};
 use crate::app::App;
 use crate::config::ClusterConfig;
+use crate::raft::calls::{JoinRequest, MembershipError};
+use crate::raft::identity::{new_cluster_id, IdentityError};
 use crate::raft::network::Dest;
 use crate::raft::NodeInfo;
 

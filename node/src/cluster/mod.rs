@@ -1,5 +1,5 @@
-//! Cluster behaviour beyond Raft itself: who this node is ([`identity`]), whether it can
-//! reach a quorum ([`liveness`]), how a fresh node founds or joins a cluster ([`enter`]),
+//! Cluster behaviour beyond Raft itself: whether this node can reach a quorum (from
+//! [`crate::raft::liveness`]), how a fresh node founds or joins a cluster ([`enter`]),
 //! joining and removing members, and linearizable read indexes.
 //!
 //! Any member accepts a join or a removal and hands it to the leader, so an operator or a
@@ -8,79 +8,17 @@
 //! removed, so a node that lost its disk never comes back with a vote it no longer backs.
 
 pub mod enter;
-pub mod identity;
-pub mod liveness;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
-use serde::{Deserialize, Serialize};
 
 use crate::app::App;
+use crate::raft::calls::{Hello, JoinRequest, MembershipError};
 use crate::raft::network::Dest;
-use crate::raft::{CommandResult, NodeId, NodeInfo};
-
-/// What a node says about itself when asked (`Hello`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hello {
-    /// Its id.
-    pub node_id: NodeId,
-    /// Its incarnation.
-    pub incarnation: String,
-    /// Its cluster, once it founded or joined one.
-    pub cluster_id: Option<String>,
-    /// Whether it holds a membership (it is, or was, a member of a running cluster).
-    pub member: bool,
-    /// The leader it knows of.
-    pub leader: Option<NodeId>,
-    /// Whether it is waiting to found a cluster (started with `--bootstrap` and peers).
-    pub founding: bool,
-}
-
-/// A write a follower forwarded, as the leader applied it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Forwarded {
-    /// What applying it did.
-    pub result: CommandResult,
-    /// Its log index.
-    pub index: u64,
-}
-
-/// A node asking to become a member.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JoinRequest {
-    /// Its id.
-    pub id: NodeId,
-    /// How to reach it.
-    pub node: NodeInfo,
-    /// Join as a learner (a read replica that never votes).
-    pub learner: bool,
-}
-
-/// Why a membership change or a read index failed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-pub enum MembershipError {
-    /// No leader could be reached, or no quorum.
-    #[error("cluster unavailable: {reason}")]
-    Unavailable {
-        /// Why.
-        reason: String,
-    },
-    /// The leader refused the change.
-    #[error("refused: {reason}")]
-    Rejected {
-        /// Why.
-        reason: String,
-    },
-    /// The node asked is not the leader (it moved while the call was under way).
-    #[error("not the leader (leader: {leader:?})")]
-    NotLeader {
-        /// The leader, if known.
-        leader: Option<NodeId>,
-    },
-}
+use crate::raft::{NodeId, NodeInfo};
 
 fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) -> MembershipError {
     match e {
@@ -111,7 +49,7 @@ impl App {
     /// How long ago this node was last in touch with a leader that had its quorum: as the
     /// leader, since a quorum of voters last acknowledged it; as a follower or learner, since
     /// the leader it follows at the current term last reached it, minus how old that
-    /// leader's quorum then was ([`liveness`]). `None`: no leader, or never.
+    /// leader's quorum then was ([`crate::raft::liveness`]). `None`: no leader, or never.
     fn contact_age(&self) -> Option<Duration> {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();

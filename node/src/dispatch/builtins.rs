@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::RunError;
 use crate::catalogue::Counts;
-use crate::store::state_machine::{format_ms, now_ms};
+use crate::model::time::{format_ms, now_ms};
 
 /// Every builtin a row may name as its target.
 pub const BUILTINS: [&str; 10] = [
@@ -53,7 +53,7 @@ pub fn run(name: &str, args: &Map<String, Value>, ctx: &Context) -> Result<Value
         "counts" => Ok(serde_json::to_value(ctx.counts).unwrap_or(Value::Null)),
         "sha256" => {
             let text = text_arg(args, "text")?;
-            Ok(json!({ "sha256": super::receipt::sha256_hex(text.as_bytes()) }))
+            Ok(json!({ "sha256": crate::model::receipt::sha256_hex(text.as_bytes()) }))
         }
         "base64_encode" => {
             let text = text_arg(args, "text")?;

@@ -31,10 +31,11 @@ use utoipa::ToSchema;
 use super::builtins::BUILTINS;
 use super::mcp::Upstream;
 use super::RunError;
-use crate::app::{App, WriteError};
+use crate::app::App;
 use crate::catalogue::row::{check_schema, Auth, Risk, Row, RowInput, RowType, MAX_KEY_LEN};
+use crate::model::time::now_ms;
+use crate::raft::calls::WriteError;
 use crate::raft::{Command, CommandResult};
-use crate::store::state_machine::now_ms;
 
 /// Characters of a tool description kept in the WHAT line.
 const WHAT_CHARS: usize = 300;

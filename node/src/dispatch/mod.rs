@@ -6,7 +6,6 @@ pub mod http;
 pub mod import;
 pub mod mcp;
 pub mod outbox;
-pub mod receipt;
 pub mod share;
 pub mod ssrf;
 
@@ -15,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
-use self::receipt::{cap_text, new_receipt_id, sha256_hex, Receipt};
-use crate::app::{App, WriteError};
+use crate::app::App;
 use crate::catalogue::row::{Row, RowType};
-use crate::raft::Command;
-use crate::store::state_machine::{format_ms, now_ms};
+use crate::model::receipt::{cap_text, new_receipt_id, sha256_hex, Receipt};
+use crate::model::time::{format_ms, now_ms};
+use crate::raft::{Command, CommandResult};
 
 /// What the caller sent to run a row.
 #[derive(Debug, Clone, Default)]
@@ -241,7 +240,7 @@ pub async fn invoke(
     let cap = app.config.limits.receipt_store_bytes;
     let (stored_input, input_truncated) = cap_text(&input_text, cap);
     let (stored_output, output_truncated) = cap_text(&output_text, cap);
-    let receipt = Receipt {
+    let mut receipt = Receipt {
         id: new_receipt_id(),
         key: row.key.clone(),
         row_version: row.version,
@@ -262,35 +261,7 @@ pub async fn invoke(
         store_cap_bytes: u32::try_from(cap).unwrap_or(u32::MAX),
         index: 0,
     };
-    // Record the receipt through Raft; without a quorum it waits in the durable outbox and
-    // the caller is told the proof is pending.
-    let timeout = Duration::from_millis(app.config.limits.receipt_timeout_ms);
-    let command = Command::AppendReceipt {
-        receipt: Box::new(receipt.clone()),
-    };
-    let mut receipt = receipt;
-    let status = match app.write_within(command, timeout).await {
-        Ok(written) => {
-            receipt.index = written.index;
-            ProofStatus::Committed
-        }
-        Err(WriteError::NotApplied { index }) => {
-            // Committed, but not applied here yet: give this node the read wait to catch up,
-            // so the answer's index is one this node can serve.
-            let wait = Duration::from_millis(app.config.limits.min_index_wait_ms);
-            app.wait_applied(index, wait).await;
-            receipt.index = index;
-            ProofStatus::Committed
-        }
-        Err(e) => {
-            tracing::warn!(id = %receipt.id, error = %e, "receipt kept in the outbox until the cluster heals");
-            app.outbox
-                .put(&receipt)
-                .await
-                .map_err(|e| InvokeRefusal::NotRecorded(e.to_string()))?;
-            ProofStatus::Pending
-        }
-    };
+    let status = record(app, &mut receipt).await?;
     let (result, error) = match outcome {
         Ok(value) => (Some(value), None),
         Err(e) => (None, Some(e)),
@@ -301,6 +272,79 @@ pub async fn invoke(
         error,
         status,
     })
+}
+
+/// Records `receipt` through Raft and sets its index; without a quorum it waits in the
+/// durable outbox and the proof is pending. A receipt id another receipt already holds (a
+/// collision of random ids) is replaced by a fresh one before the caller sees it.
+async fn record(app: &App, receipt: &mut Receipt) -> Result<ProofStatus, InvokeRefusal> {
+    let timeout = Duration::from_millis(app.config.limits.receipt_timeout_ms);
+    for _ in 0..3 {
+        let command = Command::AppendReceipt {
+            receipt: Box::new(receipt.clone()),
+        };
+        match app.write_within(command, timeout).await {
+            Ok(written) => match written.result {
+                CommandResult::ReceiptIdTaken { .. } => {
+                    receipt.id = new_receipt_id();
+                    continue;
+                }
+                CommandResult::ReceiptAppended { index, .. } => {
+                    if !written.applied_here {
+                        // Committed, not applied here yet: give this node the read wait to
+                        // catch up, so the answer's index is one it can serve.
+                        let wait = Duration::from_millis(app.config.limits.min_index_wait_ms);
+                        app.wait_applied(written.index, wait).await;
+                    }
+                    receipt.index = index;
+                    return Ok(ProofStatus::Committed);
+                }
+                other => {
+                    return Err(InvokeRefusal::NotRecorded(format!(
+                        "unexpected result {other:?}"
+                    )))
+                }
+            },
+            Err(e) => {
+                tracing::warn!(id = %receipt.id, error = %e, "receipt kept in the outbox until the cluster heals");
+                app.outbox
+                    .put(receipt)
+                    .await
+                    .map_err(|e| InvokeRefusal::NotRecorded(e.to_string()))?;
+                return Ok(ProofStatus::Pending);
+            }
+        }
+    }
+    Err(InvokeRefusal::NotRecorded(
+        "three fresh receipt ids were all taken".into(),
+    ))
+}
+
+/// Where the receipt `id` stands on this node: in the outbox (pending) or in the log
+/// (committed). The outbox is read first: a receipt leaves it only after this node applied
+/// it, so one that is in neither place at its turn of the check never existed here.
+pub fn find_receipt(
+    app: &App,
+    id: &str,
+) -> Result<Option<(Receipt, ProofStatus)>, ReceiptLookupError> {
+    if let Some(receipt) = app.outbox.get(id)? {
+        return Ok(Some((receipt, ProofStatus::Pending)));
+    }
+    Ok(app
+        .receipts
+        .get(id)?
+        .map(|receipt| (receipt, ProofStatus::Committed)))
+}
+
+/// A receipt could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiptLookupError {
+    /// The outbox failed.
+    #[error(transparent)]
+    Outbox(#[from] outbox::OutboxError),
+    /// The log's receipts failed.
+    #[error(transparent)]
+    Log(#[from] crate::store::state_machine::ReadError),
 }
 
 impl InvokeInput {

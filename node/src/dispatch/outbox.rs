@@ -1,14 +1,22 @@
 //! The durable local outbox: receipts of invocations that ran while this node could not
-//! reach a quorum. They are flushed to disk before the caller is answered, confirmed locally
-//! as `pending`, and proposed again until the cluster commits them (appends are idempotent
-//! by id, so a receipt that did commit before a timeout is not recorded twice).
+//! reach a quorum. They are durable before the caller is answered, confirmed locally as
+//! `pending`, and proposed again until the cluster commits them (appends are idempotent by
+//! receipt id, so a receipt that did commit before a timeout is not recorded twice).
+//!
+//! A receipt leaves the outbox only once this node has applied its entry, so a confirm that
+//! looks in the outbox first and in the log second never finds it in neither.
 
-use super::receipt::Receipt;
+use std::time::Duration;
+
+use crate::app::App;
+use crate::model::receipt::{new_receipt_id, Receipt};
+use crate::raft::{Command, CommandResult};
+use crate::store::{Durable, SyncError};
 
 /// Receipts waiting to be replicated.
 #[derive(Clone)]
 pub struct Outbox {
-    db: sled::Db,
+    storage: Durable,
     tree: sled::Tree,
 }
 
@@ -18,17 +26,20 @@ pub enum OutboxError {
     /// sled failed.
     #[error("outbox storage: {0}")]
     Sled(#[from] sled::Error),
+    /// The write could not be made durable.
+    #[error("outbox storage: {0}")]
+    Sync(#[from] SyncError),
     /// A stored receipt does not decode.
     #[error("outbox entry does not decode: {0}")]
     Decode(#[from] serde_json::Error),
 }
 
 impl Outbox {
-    /// Opens the outbox tree of `db`.
-    pub fn open(db: &sled::Db) -> Result<Self, sled::Error> {
+    /// Opens the outbox tree of the node's database.
+    pub fn open(storage: &Durable) -> Result<Self, sled::Error> {
         Ok(Self {
-            db: db.clone(),
-            tree: db.open_tree("outbox")?,
+            storage: storage.clone(),
+            tree: storage.db().open_tree("outbox")?,
         })
     }
 
@@ -36,7 +47,7 @@ impl Outbox {
     pub async fn put(&self, receipt: &Receipt) -> Result<(), OutboxError> {
         self.tree
             .insert(receipt.id.as_bytes(), serde_json::to_vec(receipt)?)?;
-        self.db.flush_async().await?;
+        self.storage.sync().await?;
         Ok(())
     }
 
@@ -69,10 +80,92 @@ impl Outbox {
         self.tree.is_empty()
     }
 
-    /// Drops a receipt the cluster has committed.
+    /// Drops a receipt the cluster has committed and this node has applied.
     pub async fn remove(&self, id: &str) -> Result<(), OutboxError> {
         self.tree.remove(id.as_bytes())?;
-        self.db.flush_async().await?;
+        self.storage.sync().await?;
         Ok(())
     }
+
+    /// Keeps `receipt` under a fresh id in place of `old` (whose id another receipt took), in
+    /// one atomic change, and returns the new id.
+    async fn rename(&self, old: &str, mut receipt: Receipt) -> Result<String, OutboxError> {
+        receipt.id = new_receipt_id();
+        let mut batch = sled::Batch::default();
+        batch.remove(old.as_bytes());
+        batch.insert(receipt.id.as_bytes(), serde_json::to_vec(&receipt)?);
+        self.tree.apply_batch(batch)?;
+        self.storage.sync().await?;
+        Ok(receipt.id)
+    }
+}
+
+/// Proposes outbox receipts again whenever this node has a quorum, until none is left.
+pub async fn drain(app: &App) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if app.outbox.is_empty() || app.is_cut_off() {
+            continue;
+        }
+        let pending = match app.outbox.pending() {
+            Ok(pending) => pending,
+            Err(e) => {
+                tracing::error!(error = %e, "reading the outbox");
+                continue;
+            }
+        };
+        for receipt in pending {
+            if let Err(e) = deliver(app, receipt).await {
+                tracing::debug!(error = %e, "outbox receipt not replicated yet");
+                break;
+            }
+        }
+    }
+}
+
+/// Why one outbox receipt is still there.
+#[derive(Debug, thiserror::Error)]
+enum Undelivered {
+    #[error("receipt {id}: {source}")]
+    Write {
+        id: String,
+        source: crate::raft::calls::WriteError,
+    },
+    #[error("receipt {id}: committed at index {index}, not applied here yet")]
+    NotApplied { id: String, index: u64 },
+    #[error(transparent)]
+    Storage(#[from] OutboxError),
+}
+
+/// Proposes one outbox receipt; removes it once committed and applied here.
+async fn deliver(app: &App, receipt: Receipt) -> Result<(), Undelivered> {
+    let id = receipt.id.clone();
+    let command = Command::AppendReceipt {
+        receipt: Box::new(receipt.clone()),
+    };
+    let written = app
+        .write(command)
+        .await
+        .map_err(|source| Undelivered::Write {
+            id: id.clone(),
+            source,
+        })?;
+    if let CommandResult::ReceiptIdTaken { .. } = written.result {
+        // Another receipt holds the id: keep this one under a new id (the next round
+        // proposes it), rather than drop either.
+        let renamed = app.outbox.rename(&id, receipt).await?;
+        tracing::warn!(%id, %renamed, "outbox receipt id was taken by another receipt; kept under a new id");
+        return Ok(());
+    }
+    if !written.applied_here {
+        return Err(Undelivered::NotApplied {
+            id,
+            index: written.index,
+        });
+    }
+    app.outbox.remove(&id).await?;
+    tracing::info!(%id, "outbox receipt replicated");
+    Ok(())
 }

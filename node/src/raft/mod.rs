@@ -4,7 +4,10 @@
 //! not a pure function of the log (ids, timestamps, the receipt's hashes) is decided by the
 //! node that proposes the command, so applying it is deterministic on every node.
 
+pub mod calls;
 pub mod faults;
+pub mod identity;
+pub mod liveness;
 pub mod network;
 pub mod service;
 
@@ -14,8 +17,8 @@ use std::io::Cursor;
 use serde::{Deserialize, Serialize};
 
 use crate::catalogue::row::RowInput;
-use crate::dispatch::receipt::Receipt;
-use crate::dispatch::share::ShareSecret;
+use crate::model::receipt::Receipt;
+use crate::model::share::ShareSecret;
 
 /// A node's id in the cluster.
 pub type NodeId = u64;
@@ -50,7 +53,7 @@ impl fmt::Display for NodeInfo {
 openraft::declare_raft_types!(
     /// rowcall's Raft types: commands in, results out, nodes addressed by [`NodeInfo`].
     pub TypeConfig:
-        D = Command,
+        D = Request,
         R = CommandResult,
         NodeId = NodeId,
         Node = NodeInfo,
@@ -67,6 +70,91 @@ pub type Entry = openraft::Entry<TypeConfig>;
 pub type LogId = openraft::LogId<NodeId>;
 /// Storage errors as openraft wants them.
 pub type StorageError = openraft::StorageError<NodeId>;
+
+/// The id of one write request: the client's `Idempotency-Key`, or one the node makes. The
+/// state machine remembers recent ids and answers a repeat with the first outcome, so a
+/// client may retry a write whose outcome it does not know.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RequestId(String);
+
+/// Why a client's `Idempotency-Key` was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("an Idempotency-Key is 1 to {max} visible ASCII characters (no spaces)", max = RequestId::MAX_LEN)]
+pub struct BadRequestId;
+
+impl RequestId {
+    /// Longest id a client may send.
+    pub const MAX_LEN: usize = 128;
+
+    /// A client's key, checked: 1 to 128 visible ASCII characters.
+    pub fn parse(key: &str) -> Result<Self, BadRequestId> {
+        let visible = key.bytes().all(|b| b.is_ascii_graphic());
+        if key.is_empty() || key.len() > Self::MAX_LEN || !visible {
+            return Err(BadRequestId);
+        }
+        Ok(Self(key.to_owned()))
+    }
+
+    /// A fresh id made by the node: `rq_` and 20 base36 characters (about 103 bits).
+    pub fn generate() -> Self {
+        use rand::Rng;
+        const ALPHABET: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+        let mut rng = rand::rng();
+        let mut id = String::with_capacity(23);
+        id.push_str("rq_");
+        for _ in 0..20 {
+            id.push(ALPHABET[rng.random_range(0..36)] as char);
+        }
+        Self(id)
+    }
+
+    /// The id as sent on the wire.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a log entry carries: a command and the id of the request that proposed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// The request id (absent only in entries written before request ids existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<RequestId>,
+    /// The change.
+    #[serde(flatten)]
+    pub command: Command,
+}
+
+impl Request {
+    /// `command` under a fresh node-made id.
+    pub fn new(command: Command) -> Self {
+        Self::with_id(RequestId::generate(), command)
+    }
+
+    /// `command` under the client's id.
+    pub fn with_id(id: RequestId, command: Command) -> Self {
+        Self {
+            request_id: Some(id),
+            command,
+        }
+    }
+}
+
+impl fmt::Display for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.request_id {
+            Some(id) => write!(f, "{} [{id}]", self.command),
+            None => write!(f, "{}", self.command),
+        }
+    }
+}
 
 /// A change to the replicated state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -116,6 +204,22 @@ impl Command {
             Self::SetShareSecret { .. } => "set_share_secret",
             Self::RevokeShare { .. } => "revoke_share",
         }
+    }
+
+    /// A digest of what the client asked for, leaving out what the proposing node decided
+    /// (its clock): a retry of the same request through another node has the same one, and
+    /// a different request sent under a reused id does not.
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut intent = self.clone();
+        match &mut intent {
+            Self::PutRows { at_ms, .. } | Self::RevokeShare { at_ms, .. } => *at_ms = 0,
+            Self::DeleteRow { .. } | Self::AppendReceipt { .. } | Self::SetShareSecret { .. } => {}
+        }
+        // Serialising plain data into memory cannot fail; an empty digest would only make
+        // every such command look alike, never panic.
+        let bytes = serde_json::to_vec(&intent).unwrap_or_default();
+        hex::encode(&Sha256::digest(&bytes)[..16])
     }
 }
 
@@ -175,6 +279,27 @@ pub enum CommandResult {
         /// The receipt's id.
         id: String,
         /// The index that recorded it.
+        index: u64,
+    },
+    /// Another receipt is recorded under this id; nothing was written (the proposer picks a
+    /// new id and proposes again, so neither receipt is lost).
+    ReceiptIdTaken {
+        /// The id.
+        id: String,
+    },
+    /// The request id was seen before: nothing was applied again, and this is what the first
+    /// attempt did.
+    Replayed {
+        /// The index of the first attempt.
+        index: u64,
+        /// Its outcome.
+        first: Box<CommandResult>,
+    },
+    /// The request id was used before for a different request; nothing was applied.
+    RequestIdReused {
+        /// The id.
+        request_id: RequestId,
+        /// The index of the request that used it first.
         index: u64,
     },
 }

@@ -29,12 +29,11 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
+use super::calls::{Forwarded, Hello, JoinRequest, MembershipError, WriteError};
 use super::faults::{Faults, Verdict};
-use super::{Command, NodeId, NodeInfo, TypeConfig};
-use crate::app::WriteError;
-use crate::cluster::identity::LocalIdentity;
-use crate::cluster::liveness::Liveness;
-use crate::cluster::{Forwarded, Hello, JoinRequest, MembershipError};
+use super::identity::LocalIdentity;
+use super::liveness::Liveness;
+use super::{NodeId, NodeInfo, Request, TypeConfig};
 
 /// Largest gRPC message between nodes (snapshot chunks, bulk writes).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -340,26 +339,33 @@ impl Network {
             .await
     }
 
-    /// Forwards a write to the leader; the leader answers once it has applied it.
+    /// Forwards a write to the leader; the leader answers once it has applied it. Without
+    /// an answer the outcome is unknown: the request may have reached the leader.
     pub async fn forward(
         &self,
         leader: NodeId,
         node: &NodeInfo,
-        command: &Command,
+        request: &Request,
         timeout: Duration,
     ) -> Result<Forwarded, WriteError> {
         let reply: Result<Result<Forwarded, WriteError>, TransportError> = self
             .call(
                 Dest::member(leader, node),
                 Method::Forward,
-                command,
+                request,
                 timeout,
             )
             .await;
         match reply {
             Ok(result) => result,
-            Err(e) => Err(WriteError::Unavailable {
-                reason: e.to_string(),
+            Err(e) => Err(match &request.request_id {
+                Some(request_id) => WriteError::OutcomeUnknown {
+                    request_id: request_id.clone(),
+                    reason: format!("no answer from the leader: {e}"),
+                },
+                None => WriteError::Unavailable {
+                    reason: e.to_string(),
+                },
             }),
         }
     }

@@ -17,9 +17,9 @@ use tonic::{Request, Response, Status};
 
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest};
 
-use super::{Command, NodeId, TypeConfig};
-use crate::app::{App, Proposal, WriteError};
-use crate::cluster::{Forwarded, JoinRequest, MembershipError};
+use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
+use super::{NodeId, TypeConfig};
+use crate::app::{App, Proposal};
 
 /// Serves the local node to its peers.
 pub struct RaftGrpc {
@@ -275,14 +275,14 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let command: Command = self.open(request, Admission::Member)?;
+        let request: super::Request = self.open(request, Admission::Member)?;
         let timeout = Duration::from_millis(self.app.config.limits.write_timeout_ms);
         let result: Result<Forwarded, WriteError> = if self.app.is_cut_off() {
             Err(WriteError::Unavailable {
                 reason: "the leader cannot reach a quorum".into(),
             })
         } else {
-            match self.app.propose(command, timeout).await {
+            match self.app.propose(request, timeout).await {
                 Ok(forwarded) => Ok(forwarded),
                 Err(Proposal::Forward(leader)) => Err(WriteError::NotLeader { leader }),
                 Err(Proposal::Failed(e)) => Err(e),

@@ -1,7 +1,9 @@
 //! The Raft log store on sled: entries, vote, committed and purged log ids.
 //!
-//! `append` reports completion to openraft only after sled has flushed the entries, and
-//! `save_vote` flushes before it returns (NOTES: openraft durability contract).
+//! `append` reports completion to openraft only after the entries are durable, and
+//! `save_vote`, `truncate` and `purge` return only once their change is (NOTES: openraft's
+//! durability contract); durable means [`Durable::sync`] returned, which concurrent appends
+//! and applies share.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -11,6 +13,7 @@ use openraft::{ErrorSubject, ErrorVerb, OptionalSend, Vote};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::durable::Durable;
 use super::{index_key, io_error};
 use crate::raft::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
@@ -22,16 +25,16 @@ const ENTRY: &[u8] = b"e/";
 /// The log store; cheap to clone (clones share the sled tree).
 #[derive(Clone)]
 pub struct LogStore {
-    db: sled::Db,
+    storage: Durable,
     tree: sled::Tree,
 }
 
 impl LogStore {
-    /// Opens the log tree of `db`.
-    pub fn open(db: &sled::Db) -> Result<Self, sled::Error> {
+    /// Opens the log tree of the node's database.
+    pub fn open(storage: &Durable) -> Result<Self, sled::Error> {
         Ok(Self {
-            db: db.clone(),
-            tree: db.open_tree("log")?,
+            storage: storage.clone(),
+            tree: storage.db().open_tree("log")?,
         })
     }
 
@@ -58,12 +61,11 @@ impl LogStore {
         Ok(())
     }
 
-    async fn flush(&self, subject: ErrorSubject<NodeId>) -> Result<(), StorageError> {
-        self.db
-            .flush_async()
+    async fn sync(&self, subject: ErrorSubject<NodeId>) -> Result<(), StorageError> {
+        self.storage
+            .sync()
             .await
-            .map_err(|e| io_error(subject, ErrorVerb::Write, &e))?;
-        Ok(())
+            .map_err(|e| io_error(subject, ErrorVerb::Write, &e))
     }
 
     fn last_entry_id(&self) -> Result<Option<LogId>, StorageError> {
@@ -96,6 +98,26 @@ impl LogStore {
         self.tree
             .apply_batch(batch)
             .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Delete, &e))
+    }
+}
+
+impl LogStore {
+    /// Writes `entries` in one batch and returns once they are durable; they are readable
+    /// as soon as the batch is written.
+    async fn append_durably(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Result<(), StorageError> {
+        let mut batch = sled::Batch::default();
+        for entry in entries {
+            let bytes = serde_json::to_vec(&entry)
+                .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, &e))?;
+            batch.insert(index_key(ENTRY, entry.log_id.index), bytes);
+        }
+        self.tree
+            .apply_batch(batch)
+            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, &e))?;
+        self.sync(ErrorSubject::Logs).await
     }
 }
 
@@ -149,7 +171,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
         self.write_meta(VOTE, vote)?;
-        self.flush(ErrorSubject::Vote).await
+        self.sync(ErrorSubject::Vote).await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
@@ -157,8 +179,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        // Not flushed on its own: it rides along with the next flush, and a lost value only
-        // means re-applying entries that are already applied.
+        // Not synced on its own: it rides along with the next sync, and a lost value only
+        // means openraft learns the commit index again from the leader.
         self.write_meta(COMMITTED, &committed)
     }
 
@@ -175,39 +197,76 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut batch = sled::Batch::default();
-        for entry in entries {
-            let bytes = serde_json::to_vec(&entry)
-                .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, &e))?;
-            batch.insert(index_key(ENTRY, entry.log_id.index), bytes);
-        }
-        self.tree
-            .apply_batch(batch)
-            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, &e))?;
-        // The entries are readable now; they are durable only after the flush.
-        let flushed = self.db.flush_async().await;
-        match flushed {
-            Ok(_) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                let message = e.to_string();
-                callback.log_io_completed(Err(std::io::Error::other(message)));
-                Err(io_error(ErrorSubject::Logs, ErrorVerb::Write, &e))
-            }
-        }
+        let outcome = self.append_durably(entries).await;
+        let reported = match &outcome {
+            Ok(()) => Ok(()),
+            Err(e) => Err(std::io::Error::other(e.to_string())),
+        };
+        callback.log_io_completed(reported);
+        outcome
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.remove_range(log_id.index, u64::MAX)?;
-        self.flush(ErrorSubject::Logs).await
+        self.sync(ErrorSubject::Logs).await
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         // Record the purge point first: if we crash half-way, the log state stays coherent.
         self.write_meta(PURGED, &log_id)?;
         self.remove_range(0, log_id.index)?;
-        self.flush(ErrorSubject::Logs).await
+        self.sync(ErrorSubject::Logs).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::testing::log_id;
+    use openraft::{EntryPayload, RaftLogId};
+
+    use super::*;
+    use crate::config::SyncMode;
+
+    fn blank(index: u64) -> Entry {
+        Entry {
+            log_id: log_id(1, 1, index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    async fn append(store: &mut LogStore, range: std::ops::RangeInclusive<u64>) {
+        store.append_durably(range.map(blank)).await.unwrap();
+    }
+
+    async fn last(store: &mut LogStore) -> (Option<u64>, Option<u64>) {
+        let state = store.get_log_state().await.unwrap();
+        (
+            state.last_purged_log_id.map(|l| l.index),
+            state.last_log_id.map(|l| l.index),
+        )
+    }
+
+    #[tokio::test]
+    async fn the_log_state_is_right_after_purges_and_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Durable::open(dir.path(), SyncMode::Fdatasync).unwrap();
+        let mut store = LogStore::open(&storage).unwrap();
+        append(&mut store, 1..=10).await;
+        store.purge(log_id(1, 1, 4)).await.unwrap();
+        assert_eq!(last(&mut store).await, (Some(4), Some(10)));
+        // Purged up to the last entry: the last log id is the purged one.
+        store.purge(log_id(1, 1, 10)).await.unwrap();
+        assert_eq!(last(&mut store).await, (Some(10), Some(10)));
+        // A snapshot ahead of the log purges past its end.
+        store.purge(log_id(2, 1, 25)).await.unwrap();
+        assert_eq!(last(&mut store).await, (Some(25), Some(25)));
+        append(&mut store, 26..=27).await;
+        assert_eq!(last(&mut store).await, (Some(25), Some(27)));
+        let read = store.try_get_log_entries(20..30).await.unwrap();
+        let indexes: Vec<u64> = read.iter().map(|e| e.get_log_id().index).collect();
+        assert_eq!(indexes, [26, 27]);
+        drop(store);
+        let mut reopened = LogStore::open(&storage).unwrap();
+        assert_eq!(last(&mut reopened).await, (Some(25), Some(27)));
     }
 }

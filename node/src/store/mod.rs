@@ -1,35 +1,30 @@
-//! Durable storage on sled: the Raft log store and the state machine.
+//! Durable storage on sled: the Raft log store, the state machine and its snapshots, the
+//! memory of recent request ids, and the group-commit sync that makes all of them durable.
 //!
-//! One sled database per node with two trees: `log` (vote, committed, purged, entries) and
-//! `sm` (rows, receipts, the receipts-by-key index, applied state, the current snapshot).
-//! Logical tables are key prefixes inside a tree, which keeps sled's tree count small.
-//! Nothing is acknowledged before `flush` has returned.
+//! One sled database per node with three trees: `log` (vote, committed, purged, entries),
+//! `sm` (rows, receipts, the receipts-by-key index, share state, request ids, applied state,
+//! the current snapshot) and `outbox` (`dispatch::outbox`). Logical tables are key prefixes
+//! inside a tree, which keeps sled's tree count small. Nothing is acknowledged before
+//! [`Durable::sync`] has returned for it: sled's flush followed by fdatasync/fsync of every
+//! file and folder it changed (see [`durable`] for what sled leaves undone and why).
 
 // openraft's trait methods return its `StorageError` (over 200 bytes); helpers that feed them
 // return the same type rather than box and unbox it at every call.
 #![allow(clippy::result_large_err)]
 
+pub mod durable;
 pub mod log;
+pub mod requests;
+pub mod snapshot;
 pub mod state_machine;
-
-use std::path::Path;
 
 use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError};
 
 use crate::raft::{NodeId, StorageError};
 
+pub use self::durable::{Durable, SyncError};
 pub use self::log::LogStore;
 pub use self::state_machine::StateMachine;
-
-/// Opens (or creates) the node's sled database in `dir`.
-pub fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
-    sled::Config::new()
-        .path(dir)
-        // Durability comes from explicit flushes; the background flusher only adds I/O.
-        .flush_every_ms(None)
-        .mode(sled::Mode::LowSpace)
-        .open()
-}
 
 /// Wraps a storage failure for openraft.
 pub(crate) fn io_error(

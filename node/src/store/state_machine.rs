@@ -1,54 +1,67 @@
-//! The state machine on sled: rows, receipts, applied state and the current snapshot, plus
-//! the in-memory catalogue it keeps current as entries are applied.
+//! The state machine on sled: rows, receipts, share state and remembered request ids, plus
+//! the in-memory catalogue it publishes as entries are applied.
 //!
-//! Apply is deterministic: everything an entry needs (times, ids) is inside it. Each batch of
-//! entries is written in one sled batch and flushed before `apply` returns, so the applied
-//! state survives a crash on its own and a restart never re-applies into a half-written state.
+//! # Apply
+//!
+//! Apply is deterministic (everything an entry needs, times and ids, is inside it) and
+//! cannot be made to panic or fail by what an entry holds: a command that cannot be applied
+//! as asked answers with a result that says so. One batch of entries is applied in four
+//! steps:
+//! 1. every change is staged: sled writes into one `sled::Batch`, catalogue changes into a
+//!    list; later entries of the batch see earlier ones through the staged rows (for
+//!    `if_version`), receipts and request ids;
+//! 2. the batch, with the applied log id and membership, is written as one atomic sled batch;
+//! 3. it is made durable ([`super::durable`]: fdatasync, shared with concurrent writers);
+//! 4. it is published: the catalogue changes and the applied index under one write lock,
+//!    then the applied-index watch that read-your-writes waits on.
+//!
+//! # Recovery argument
+//!
+//! - The applied state on disk is always the state after some whole batch: the sled batch
+//!   is atomic and carries `m/applied`, and sled recovers a prefix of its writes in order.
+//!   At start the state machine reports that log id, and openraft re-applies the entries
+//!   above it from the log, which holds them durably (the log store syncs before it reports
+//!   an append, and purges only behind a snapshot built from synced applied state). An
+//!   entry is thus applied exactly once into the state that survives.
+//! - Nothing becomes visible before it is durable: the catalogue and the applied index are
+//!   published after step 3, and receipts, though read from sled, are shown only up to the
+//!   published index.
+//! - The index a reader is given is never behind what it was shown: the index is set under
+//!   the same lock as the catalogue changes, and a reader that takes it under its read
+//!   guard, or after reading, gets one at least as new as the rows it saw. So a session that
+//!   passes it as `x-rowcall-min-index` to another node never sees an older version there.
+//! - A snapshot install replaces the whole state, the current snapshot included, in one
+//!   batch, and is synced before it is published.
 
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, StoredMembership};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::sync::watch;
 
+use super::durable::Durable;
 use super::io_error;
+use super::requests::{self, Record};
+use super::snapshot::{self, Membership, Meta, Revocation, SnapshotBody, SnapshotBuilder};
 use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::SharedCatalogue;
-use crate::dispatch::receipt::Receipt;
-use crate::dispatch::share::ShareSecret;
+use crate::model::receipt::Receipt;
+use crate::model::share::ShareSecret;
+use crate::model::time::{format_ms, parse_ms};
 use crate::raft::{
-    Command, CommandResult, Entry, LogId, NodeId, NodeInfo, PutOutcome, StorageError, TypeConfig,
+    Command, CommandResult, Entry, LogId, PutOutcome, Request, RequestId, StorageError, TypeConfig,
 };
 
 const ROW: &[u8] = b"r/";
-const RECEIPT: &[u8] = b"i/";
+pub(crate) const RECEIPT: &[u8] = b"i/";
 const RECEIPT_BY_KEY: &[u8] = b"k/";
 const APPLIED: &[u8] = b"m/applied";
 const MEMBERSHIP: &[u8] = b"m/membership";
-const SNAPSHOT_META: &[u8] = b"s/meta";
-const SNAPSHOT_DATA: &[u8] = b"s/data";
 const SHARE_SECRET: &[u8] = b"m/share_secret";
 const SHARE_REVOKED: &[u8] = b"v/";
-
-type Membership = StoredMembership<NodeId, NodeInfo>;
-type Meta = SnapshotMeta<NodeId, NodeInfo>;
-
-/// RFC 3339 (UTC, milliseconds) of a time decided by a proposer.
-pub fn format_ms(at_ms: u64) -> String {
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(at_ms)).to_string()
-}
-
-/// Milliseconds since the epoch, now.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 fn row_key(key: &str) -> Vec<u8> {
     [ROW, key.as_bytes()].concat()
@@ -74,29 +87,18 @@ fn revoked_key(id: &str) -> Vec<u8> {
     [SHARE_REVOKED, id.as_bytes()].concat()
 }
 
-/// A revoked share token.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Revocation {
-    id: String,
-    at_ms: u64,
+fn encode(value: &impl Serialize) -> Result<Vec<u8>, StorageError> {
+    serde_json::to_vec(value)
+        .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e))
 }
 
-/// What a snapshot holds: the whole applied state.
-#[derive(Serialize, Deserialize)]
-struct SnapshotBody {
-    rows: Vec<Row>,
-    receipts: Vec<Receipt>,
-    /// The share-token secret (absent in snapshots older than share tokens).
-    #[serde(default)]
-    share_secret: Option<ShareSecret>,
-    /// Revoked share tokens.
-    #[serde(default)]
-    revoked: Vec<Revocation>,
+fn read_err(e: &(impl std::error::Error + 'static)) -> StorageError {
+    io_error(ErrorSubject::StateMachine, ErrorVerb::Read, e)
 }
 
 /// The state machine; one per node.
 pub struct StateMachine {
-    db: sled::Db,
+    storage: Durable,
     tree: sled::Tree,
     catalogue: SharedCatalogue,
     applied_tx: Arc<watch::Sender<u64>>,
@@ -104,17 +106,23 @@ pub struct StateMachine {
     membership: Membership,
 }
 
-/// Read access to what the state machine stores but does not keep in memory.
+/// Read access to what the state machine stores but does not keep in memory. Receipts are
+/// shown once their index is published (applied and durable), like the catalogue.
 #[derive(Clone)]
 pub struct ReceiptReader {
     tree: sled::Tree,
+    applied: watch::Receiver<u64>,
 }
 
 impl ReceiptReader {
+    fn published(&self, receipt: Receipt) -> Option<Receipt> {
+        (receipt.index <= *self.applied.borrow()).then_some(receipt)
+    }
+
     /// One receipt by id.
     pub fn get(&self, id: &str) -> Result<Option<Receipt>, ReadError> {
         match self.tree.get(receipt_key(id))? {
-            Some(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
+            Some(bytes) => Ok(self.published(serde_json::from_slice(&bytes)?)),
             None => Ok(None),
         }
     }
@@ -123,9 +131,15 @@ impl ReceiptReader {
     pub fn by_key(&self, key: &str, limit: usize) -> Result<Vec<Receipt>, ReadError> {
         let prefix = [RECEIPT_BY_KEY, key.as_bytes(), b"/"].concat();
         let mut out = Vec::new();
-        for item in self.tree.scan_prefix(&prefix).rev().take(limit) {
+        for item in self.tree.scan_prefix(&prefix).rev() {
+            if out.len() >= limit {
+                break;
+            }
             let (k, _) = item?;
-            let id = std::str::from_utf8(&k[prefix.len() + 8..]).unwrap_or_default();
+            let id = k
+                .get(prefix.len() + 8..)
+                .and_then(|id| std::str::from_utf8(id).ok())
+                .unwrap_or_default();
             if let Some(receipt) = self.get(id)? {
                 out.push(receipt);
             }
@@ -151,14 +165,19 @@ impl ReceiptReader {
         Ok(self.tree.contains_key(revoked_key(id))?)
     }
 
-    /// How many receipts are stored and a SHA-256 over all of them in id order, for
+    /// How many receipts are published and a SHA-256 over all of them in id order, for
     /// comparing nodes' receipt logs (a full scan: an operator's tool, not a hot path).
     pub fn digest(&self) -> Result<(usize, String), ReadError> {
         use sha2::{Digest, Sha256};
+        let upto = *self.applied.borrow();
         let mut hasher = Sha256::new();
         let mut count = 0;
         for item in self.tree.scan_prefix(RECEIPT) {
             let (_, bytes) = item?;
+            let receipt: Receipt = serde_json::from_slice(&bytes)?;
+            if receipt.index > upto {
+                continue;
+            }
             hasher.update(&bytes);
             hasher.update(b"\n");
             count += 1;
@@ -178,36 +197,73 @@ pub enum ReadError {
     Decode(#[from] serde_json::Error),
 }
 
+/// A catalogue change, published once its batch is durable.
+enum Change {
+    Put(Arc<Row>),
+    Delete { key: String, index: u64 },
+}
+
+/// What one apply batch changes, staged until it is durable.
+#[derive(Default)]
+struct Stage {
+    batch: sled::Batch,
+    /// The latest staged value of each row written in the batch (`None`: deleted).
+    rows: HashMap<String, Option<Arc<Row>>>,
+    changes: Vec<Change>,
+    /// Receipts written earlier in the batch (not yet in sled).
+    receipts: HashMap<String, Receipt>,
+    /// Whether a share secret was written earlier in the batch.
+    secret: bool,
+    /// Request ids applied earlier in the batch.
+    requests: HashMap<RequestId, Record>,
+}
+
+impl Stage {
+    /// The row as the entry being applied sees it: staged in this batch, else published.
+    fn row(&self, catalogue: &SharedCatalogue, key: &str) -> Option<Arc<Row>> {
+        match self.rows.get(key) {
+            Some(staged) => staged.clone(),
+            None => catalogue.read().get(key),
+        }
+    }
+}
+
+/// Whether two receipts are the same invocation (the one stored has its index set).
+fn same_receipt(stored: &Receipt, proposed: &Receipt) -> bool {
+    let unindexed = |r: &Receipt| Receipt {
+        index: 0,
+        ..r.clone()
+    };
+    unindexed(stored) == unindexed(proposed)
+}
+
 impl StateMachine {
-    /// Opens the state machine tree of `db` and loads the catalogue from it.
-    pub fn open(db: &sled::Db, catalogue: SharedCatalogue) -> Result<Self, StorageError> {
-        let tree = db
-            .open_tree("sm")
-            .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Read, &e))?;
-        let read = |key: &[u8]| -> Result<Option<sled::IVec>, StorageError> {
-            tree.get(key)
-                .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Read, &e))
-        };
-        let decode_err =
-            |e: serde_json::Error| io_error(ErrorSubject::StateMachine, ErrorVerb::Read, &e);
+    /// Opens the state machine tree and publishes the stored state to the catalogue.
+    pub fn open(storage: &Durable, catalogue: SharedCatalogue) -> Result<Self, StorageError> {
+        let tree = storage.db().open_tree("sm").map_err(|e| read_err(&e))?;
+        snapshot::migrate(&tree)?;
+        let read = |key: &[u8]| tree.get(key).map_err(|e| read_err(&e));
         let last_applied: Option<LogId> = match read(APPLIED)? {
-            Some(b) => serde_json::from_slice(&b).map_err(decode_err)?,
+            Some(b) => serde_json::from_slice(&b).map_err(|e| read_err(&e))?,
             None => None,
         };
         let membership: Membership = match read(MEMBERSHIP)? {
-            Some(b) => serde_json::from_slice(&b).map_err(decode_err)?,
+            Some(b) => serde_json::from_slice(&b).map_err(|e| read_err(&e))?,
             None => Membership::default(),
         };
         let mut rows = Vec::new();
         for item in tree.scan_prefix(ROW) {
-            let (_, bytes) =
-                item.map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Read, &e))?;
-            rows.push(serde_json::from_slice::<Row>(&bytes).map_err(decode_err)?);
+            let (_, bytes) = item.map_err(|e| read_err(&e))?;
+            rows.push(serde_json::from_slice::<Row>(&bytes).map_err(|e| read_err(&e))?);
         }
-        catalogue.write().replace_all(rows);
         let applied_index = last_applied.map_or(0, |l| l.index);
+        {
+            let mut published = catalogue.write();
+            published.replace_all(rows);
+            catalogue.publish_index(applied_index);
+        }
         Ok(Self {
-            db: db.clone(),
+            storage: storage.clone(),
             tree,
             catalogue,
             applied_tx: Arc::new(watch::Sender::new(applied_index)),
@@ -216,7 +272,8 @@ impl StateMachine {
         })
     }
 
-    /// A watch of the applied index, for read-your-writes waits.
+    /// A watch of the applied index, for read-your-writes waits. It moves after the
+    /// catalogue shows the index, so a waiter woken by it reads what it waited for.
     pub fn applied_index(&self) -> watch::Receiver<u64> {
         self.applied_tx.subscribe()
     }
@@ -225,28 +282,68 @@ impl StateMachine {
     pub fn receipts(&self) -> ReceiptReader {
         ReceiptReader {
             tree: self.tree.clone(),
+            applied: self.applied_tx.subscribe(),
         }
     }
 
-    /// Applies one command at `index`, adding its writes to `batch`. `receipts_in_batch`
-    /// tracks receipt ids written earlier in the same batch (not yet visible in sled), and
-    /// `secret_in_batch` whether a share secret was.
+    /// Applies one request at `index`: a repeat of a remembered request id answers with the
+    /// first outcome; anything else is applied and remembered under its id.
+    fn apply_request(
+        &self,
+        request: Request,
+        index: u64,
+        stage: &mut Stage,
+    ) -> Result<CommandResult, StorageError> {
+        let Request {
+            request_id,
+            command,
+        } = request;
+        let Some(id) = request_id else {
+            return self.apply_command(command, index, stage);
+        };
+        let fingerprint = command.fingerprint();
+        let earlier = match stage.requests.get(&id) {
+            Some(record) => Some(record.clone()),
+            None => requests::latest(&self.tree, &id)?,
+        };
+        if let Some(first) = earlier.filter(|r| r.remembered_at(index)) {
+            return Ok(if first.fingerprint == fingerprint {
+                CommandResult::Replayed {
+                    index: first.index,
+                    first: Box::new(first.result),
+                }
+            } else {
+                CommandResult::RequestIdReused {
+                    request_id: id,
+                    index: first.index,
+                }
+            });
+        }
+        let result = self.apply_command(command, index, stage)?;
+        let record = Record {
+            id: id.clone(),
+            index,
+            fingerprint,
+            result: result.clone(),
+        };
+        requests::remember(&mut stage.batch, &record)?;
+        stage.requests.insert(id, record);
+        Ok(result)
+    }
+
+    /// Applies one command at `index`, staging its writes.
     fn apply_command(
         &self,
         command: Command,
         index: u64,
-        batch: &mut sled::Batch,
-        receipts_in_batch: &mut HashMap<String, u64>,
-        secret_in_batch: &mut bool,
+        stage: &mut Stage,
     ) -> Result<CommandResult, StorageError> {
-        let encode_err =
-            |e: serde_json::Error| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e);
         match command {
             Command::PutRows { at_ms, rows } => {
-                let mut catalogue = self.catalogue.write();
+                // All or nothing: every if_version is checked before anything is staged.
                 for input in &rows {
                     if let Some(expected) = input.if_version {
-                        let actual = catalogue.get(&input.key).map(|r| r.version);
+                        let actual = stage.row(&self.catalogue, &input.key).map(|r| r.version);
                         let holds = match actual {
                             None => expected == 0,
                             Some(v) => v == expected,
@@ -260,28 +357,24 @@ impl StateMachine {
                         }
                     }
                 }
-                let at = format_ms(at_ms);
                 let mut outcomes = Vec::with_capacity(rows.len());
                 for input in rows {
-                    let existing = catalogue.get(&input.key);
-                    let row = stored_row(input, index, &at, existing.as_deref());
-                    batch.insert(
-                        row_key(&row.key),
-                        serde_json::to_vec(&row).map_err(encode_err)?,
-                    );
+                    let existing = stage.row(&self.catalogue, &input.key);
+                    let row = Arc::new(stored_row(input, index, at_ms, existing.as_deref()));
+                    stage.batch.insert(row_key(&row.key), encode(&*row)?);
                     outcomes.push(PutOutcome {
                         key: row.key.clone(),
                         version: index,
                         created: existing.is_none(),
-                        updated_at: at.clone(),
+                        updated_at: row.updated_at.clone(),
                     });
-                    catalogue.put(row);
+                    stage.rows.insert(row.key.clone(), Some(row.clone()));
+                    stage.changes.push(Change::Put(row));
                 }
                 Ok(CommandResult::Put { rows: outcomes })
             }
             Command::DeleteRow { key, if_version } => {
-                let mut catalogue = self.catalogue.write();
-                let actual = catalogue.get(&key).map(|r| r.version);
+                let actual = stage.row(&self.catalogue, &key).map(|r| r.version);
                 if let Some(expected) = if_version {
                     if actual != Some(expected) {
                         return Ok(CommandResult::Conflict {
@@ -291,44 +384,50 @@ impl StateMachine {
                         });
                     }
                 }
-                let deleted = u32::from(catalogue.remove_at(&key, index).is_some());
-                batch.remove(row_key(&key));
-                Ok(CommandResult::Deleted { deleted })
-            }
-            Command::AppendReceipt { mut receipt } => {
-                // Idempotent by id: an outbox may deliver the same receipt twice.
-                if let Some(index) = receipts_in_batch.get(&receipt.id) {
-                    return Ok(CommandResult::ReceiptAppended {
-                        id: receipt.id,
-                        index: *index,
-                    });
+                stage.batch.remove(row_key(&key));
+                if actual.is_some() {
+                    stage.rows.insert(key.clone(), None);
+                    stage.changes.push(Change::Delete { key, index });
                 }
-                let stored = self
-                    .tree
-                    .get(receipt_key(&receipt.id))
-                    .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Read, &e))?;
-                if let Some(bytes) = stored {
-                    let existing: Receipt = serde_json::from_slice(&bytes)
-                        .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Read, &e))?;
-                    return Ok(CommandResult::ReceiptAppended {
-                        id: existing.id,
-                        index: existing.index,
+                Ok(CommandResult::Deleted {
+                    deleted: u32::from(actual.is_some()),
+                })
+            }
+            Command::AppendReceipt { receipt } => {
+                let mut receipt = *receipt;
+                let earlier = match stage.receipts.get(&receipt.id) {
+                    Some(staged) => Some(staged.clone()),
+                    None => match self.tree.get(receipt_key(&receipt.id)) {
+                        Ok(Some(bytes)) => {
+                            Some(serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?)
+                        }
+                        Ok(None) => None,
+                        Err(e) => return Err(read_err(&e)),
+                    },
+                };
+                if let Some(existing) = earlier {
+                    // The same receipt again (an outbox delivers at least once) is a no-op; a
+                    // different one under a taken id is refused, never silently dropped.
+                    return Ok(if same_receipt(&existing, &receipt) {
+                        CommandResult::ReceiptAppended {
+                            id: existing.id,
+                            index: existing.index,
+                        }
+                    } else {
+                        CommandResult::ReceiptIdTaken { id: receipt.id }
                     });
                 }
                 receipt.index = index;
-                batch.insert(
+                stage.batch.insert(
                     receipt_by_key(&receipt.key, index, &receipt.id),
                     &[] as &[u8],
                 );
-                batch.insert(
-                    receipt_key(&receipt.id),
-                    serde_json::to_vec(&receipt).map_err(encode_err)?,
-                );
-                receipts_in_batch.insert(receipt.id.clone(), index);
-                Ok(CommandResult::ReceiptAppended {
-                    id: receipt.id,
-                    index,
-                })
+                stage
+                    .batch
+                    .insert(receipt_key(&receipt.id), encode(&receipt)?);
+                let id = receipt.id.clone();
+                stage.receipts.insert(id.clone(), receipt);
+                Ok(CommandResult::ReceiptAppended { id, index })
             }
             Command::SetShareSecret { secret } => {
                 // The first secret wins; a later proposal (a race between two nodes minting
@@ -336,41 +435,58 @@ impl StateMachine {
                 let stored = self
                     .tree
                     .contains_key(SHARE_SECRET)
-                    .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Read, &e))?;
-                if !stored && !*secret_in_batch {
-                    batch.insert(
-                        SHARE_SECRET,
-                        serde_json::to_vec(&secret).map_err(encode_err)?,
-                    );
-                    *secret_in_batch = true;
+                    .map_err(|e| read_err(&e))?;
+                if !stored && !stage.secret {
+                    stage.batch.insert(SHARE_SECRET, encode(&secret)?);
+                    stage.secret = true;
                 }
                 Ok(CommandResult::Applied)
             }
             Command::RevokeShare { id, at_ms } => {
                 let revocation = Revocation { id, at_ms };
-                batch.insert(
-                    revoked_key(&revocation.id),
-                    serde_json::to_vec(&revocation).map_err(encode_err)?,
-                );
+                stage
+                    .batch
+                    .insert(revoked_key(&revocation.id), encode(&revocation)?);
                 Ok(CommandResult::Applied)
             }
         }
     }
 
-    async fn flush(&self) -> Result<(), StorageError> {
-        self.db
-            .flush_async()
+    /// Shows a durable batch: its catalogue changes and its index under one write lock (so
+    /// no reader sees one without the other), then the watch.
+    fn publish(&self, changes: Vec<Change>, index: u64) {
+        {
+            let mut catalogue = self.catalogue.write();
+            for change in changes {
+                match change {
+                    Change::Put(row) => catalogue.put(Arc::unwrap_or_clone(row)),
+                    Change::Delete { key, index } => {
+                        catalogue.remove_at(&key, index);
+                    }
+                }
+            }
+            self.catalogue.publish_index(index);
+        }
+        self.applied_tx.send_replace(index);
+    }
+
+    async fn sync(&self, subject: ErrorSubject<crate::raft::NodeId>) -> Result<(), StorageError> {
+        self.storage
+            .sync()
             .await
-            .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e))?;
-        Ok(())
+            .map_err(|e| io_error(subject, ErrorVerb::Write, &e))
     }
 }
 
 /// The stored form of a written row: server fields from the entry and the previous version.
-fn stored_row(input: RowInput, index: u64, at: &str, existing: Option<&Row>) -> Row {
+/// `updated_at` never goes back: a proposer whose clock is behind the last writer's gets the
+/// last writer's time.
+fn stored_row(input: RowInput, index: u64, at_ms: u64, existing: Option<&Row>) -> Row {
+    let previous = existing.and_then(|r| parse_ms(&r.updated_at)).unwrap_or(0);
+    let at = format_ms(at_ms.max(previous));
     Row {
-        created_at: existing.map_or_else(|| at.to_owned(), |r| r.created_at.clone()),
-        updated_at: at.to_owned(),
+        created_at: existing.map_or_else(|| at.clone(), |r| r.created_at.clone()),
+        updated_at: at,
         version: index,
         key: input.key,
         kind: input.kind,
@@ -399,56 +515,50 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let encode_err =
-            |e: serde_json::Error| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e);
-        let mut batch = sled::Batch::default();
-        let mut receipts_in_batch = HashMap::new();
-        let mut secret_in_batch = false;
+        let mut stage = Stage::default();
         let mut results = Vec::new();
+        let mut last = None;
+        let mut membership = None;
         for entry in entries {
-            self.last_applied = Some(entry.log_id);
+            last = Some(entry.log_id);
             let result = match entry.payload {
                 EntryPayload::Blank => CommandResult::Applied,
-                EntryPayload::Membership(membership) => {
-                    self.membership = StoredMembership::new(Some(entry.log_id), membership);
-                    batch.insert(
-                        MEMBERSHIP,
-                        serde_json::to_vec(&self.membership).map_err(encode_err)?,
-                    );
+                EntryPayload::Membership(m) => {
+                    let stored = StoredMembership::new(Some(entry.log_id), m);
+                    stage.batch.insert(MEMBERSHIP, encode(&stored)?);
+                    membership = Some(stored);
                     CommandResult::Applied
                 }
-                EntryPayload::Normal(command) => self.apply_command(
-                    command,
-                    entry.log_id.index,
-                    &mut batch,
-                    &mut receipts_in_batch,
-                    &mut secret_in_batch,
-                )?,
+                EntryPayload::Normal(request) => {
+                    self.apply_request(request, entry.log_id.index, &mut stage)?
+                }
             };
             results.push(result);
         }
-        if let Some(last) = self.last_applied {
-            batch.insert(APPLIED, serde_json::to_vec(&last).map_err(encode_err)?);
-        }
+        let Some(last) = last else {
+            return Ok(results);
+        };
+        stage.batch.insert(APPLIED, encode(&last)?);
+        let Stage { batch, changes, .. } = stage;
         self.tree
             .apply_batch(batch)
             .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e))?;
-        self.flush().await?;
-        if let Some(last) = self.last_applied {
-            self.applied_tx.send_replace(last.index);
+        self.sync(ErrorSubject::StateMachine).await?;
+        self.last_applied = Some(last);
+        if let Some(membership) = membership {
+            self.membership = membership;
         }
+        self.publish(changes, last.index);
         Ok(results)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        // Capture a consistent cut now: building runs concurrently with later applies.
-        // Receipts are append-only and carry their index, so the builder filters them by it.
-        // The share state is small and read now; a read error surfaces when building.
-        let share = read_share_state(&self.tree);
+        // Capture what is in memory now: building runs concurrently with later applies
+        // (see `snapshot` for why the rest may be read later).
         SnapshotBuilder {
-            share,
-            db: self.db.clone(),
+            storage: self.storage.clone(),
             tree: self.tree.clone(),
+            share: read_share_state(&self.tree),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
             rows: self.catalogue.read().all_rows(),
@@ -464,24 +574,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &Meta,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
+        let subject = ErrorSubject::Snapshot(Some(meta.signature()));
         let data = snapshot.into_inner();
-        let read_err = |e: serde_json::Error| {
-            io_error(
-                ErrorSubject::Snapshot(Some(meta.signature())),
-                ErrorVerb::Read,
-                &e,
-            )
-        };
+        let body: SnapshotBody = serde_json::from_slice(&data)
+            .map_err(|e| io_error(subject.clone(), ErrorVerb::Read, &e))?;
         let write_err = |e: &(dyn std::error::Error + 'static)| {
             io_error(
-                ErrorSubject::Snapshot(Some(meta.signature())),
+                subject.clone(),
                 ErrorVerb::Write,
-                &SnapshotError(e.to_string()),
+                &snapshot::SnapshotError(e.to_string()),
             )
         };
-        let body: SnapshotBody = serde_json::from_slice(&data).map_err(read_err)?;
 
-        // Replace the whole applied state in one batch.
+        // Replace the whole applied state, and the current snapshot, in one batch.
         let mut batch = sled::Batch::default();
         batch.remove(SHARE_SECRET);
         for prefix in [ROW, RECEIPT, RECEIPT_BY_KEY, SHARE_REVOKED] {
@@ -490,84 +595,50 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 batch.remove(key);
             }
         }
+        requests::clear(&self.tree, &mut batch)?;
         for row in &body.rows {
-            batch.insert(
-                row_key(&row.key),
-                serde_json::to_vec(row).map_err(|e| write_err(&e))?,
-            );
+            batch.insert(row_key(&row.key), encode(row)?);
         }
         for receipt in &body.receipts {
-            batch.insert(
-                receipt_key(&receipt.id),
-                serde_json::to_vec(receipt).map_err(|e| write_err(&e))?,
-            );
+            batch.insert(receipt_key(&receipt.id), encode(receipt)?);
             batch.insert(
                 receipt_by_key(&receipt.key, receipt.index, &receipt.id),
                 &[] as &[u8],
             );
         }
         if let Some(secret) = &body.share_secret {
-            batch.insert(
-                SHARE_SECRET,
-                serde_json::to_vec(secret).map_err(|e| write_err(&e))?,
-            );
+            batch.insert(SHARE_SECRET, encode(secret)?);
         }
         for revocation in &body.revoked {
-            batch.insert(
-                revoked_key(&revocation.id),
-                serde_json::to_vec(revocation).map_err(|e| write_err(&e))?,
-            );
+            batch.insert(revoked_key(&revocation.id), encode(revocation)?);
         }
-        batch.insert(
-            APPLIED,
-            serde_json::to_vec(&meta.last_log_id).map_err(|e| write_err(&e))?,
-        );
-        batch.insert(
-            MEMBERSHIP,
-            serde_json::to_vec(&meta.last_membership).map_err(|e| write_err(&e))?,
-        );
-        batch.insert(
-            SNAPSHOT_META,
-            serde_json::to_vec(meta).map_err(|e| write_err(&e))?,
-        );
-        batch.insert(SNAPSHOT_DATA, data);
+        for record in &body.requests {
+            requests::remember(&mut batch, record)?;
+        }
+        batch.insert(APPLIED, encode(&meta.last_log_id)?);
+        batch.insert(MEMBERSHIP, encode(&meta.last_membership)?);
+        batch.insert(snapshot::CURRENT, snapshot::frame(meta, &data)?);
         self.tree.apply_batch(batch).map_err(|e| write_err(&e))?;
-        self.flush().await?;
+        self.sync(subject.clone()).await?;
 
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        self.catalogue.write().replace_all(body.rows);
-        self.applied_tx
-            .send_replace(meta.last_log_id.map_or(0, |l| l.index));
+        let index = meta.last_log_id.map_or(0, |l| l.index);
+        {
+            let mut catalogue = self.catalogue.write();
+            catalogue.replace_all(body.rows);
+            self.catalogue.publish_index(index);
+        }
+        self.applied_tx.send_replace(index);
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let read = |key: &[u8]| {
-            self.tree
-                .get(key)
-                .map_err(|e| io_error(ErrorSubject::Snapshot(None), ErrorVerb::Read, &e))
-        };
-        let (Some(meta), Some(data)) = (read(SNAPSHOT_META)?, read(SNAPSHOT_DATA)?) else {
-            return Ok(None);
-        };
-        let meta: Meta = serde_json::from_slice(&meta)
-            .map_err(|e| io_error(ErrorSubject::Snapshot(None), ErrorVerb::Read, &e))?;
-        Ok(Some(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data.to_vec())),
-        }))
+        snapshot::current(&self.tree)
     }
 }
 
-/// A snapshot failure whose source cannot be carried as is.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct SnapshotError(String);
-
-type ShareState = Result<(Option<ShareSecret>, Vec<Revocation>), String>;
-
-fn read_share_state(tree: &sled::Tree) -> ShareState {
+fn read_share_state(tree: &sled::Tree) -> Result<(Option<ShareSecret>, Vec<Revocation>), String> {
     let secret = match tree.get(SHARE_SECRET).map_err(|e| e.to_string())? {
         Some(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| e.to_string())?),
         None => None,
@@ -580,127 +651,5 @@ fn read_share_state(tree: &sled::Tree) -> ShareState {
     Ok((secret, revoked))
 }
 
-/// Builds a snapshot of the state captured when it was made.
-pub struct SnapshotBuilder {
-    share: ShareState,
-    db: sled::Db,
-    tree: sled::Tree,
-    last_applied: Option<LogId>,
-    membership: Membership,
-    rows: Vec<Arc<Row>>,
-}
-
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let fail = |e: &(dyn std::error::Error + 'static)| {
-            io_error(
-                ErrorSubject::Snapshot(None),
-                ErrorVerb::Write,
-                &SnapshotError(e.to_string()),
-            )
-        };
-        let upto = self.last_applied.map_or(0, |l| l.index);
-        let mut receipts = Vec::new();
-        for item in self.tree.scan_prefix(RECEIPT) {
-            let (_, bytes) = item.map_err(|e| fail(&e))?;
-            let receipt: Receipt = serde_json::from_slice(&bytes).map_err(|e| fail(&e))?;
-            if receipt.index <= upto {
-                receipts.push(receipt);
-            }
-        }
-        let (share_secret, revoked) = self.share.clone().map_err(|e| fail(&SnapshotError(e)))?;
-        let body = SnapshotBody {
-            rows: self.rows.iter().map(|r| (**r).clone()).collect(),
-            receipts,
-            share_secret,
-            revoked,
-        };
-        let data = serde_json::to_vec(&body).map_err(|e| fail(&e))?;
-        let snapshot_id = match self.last_applied {
-            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, now_ms()),
-            None => format!("0-0-{}", now_ms()),
-        };
-        let meta = Meta {
-            last_log_id: self.last_applied,
-            last_membership: self.membership.clone(),
-            snapshot_id,
-        };
-        let mut batch = sled::Batch::default();
-        batch.insert(
-            SNAPSHOT_META,
-            serde_json::to_vec(&meta).map_err(|e| fail(&e))?,
-        );
-        batch.insert(SNAPSHOT_DATA, data.as_slice());
-        self.tree.apply_batch(batch).map_err(|e| fail(&e))?;
-        self.db.flush_async().await.map_err(|e| fail(&e))?;
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        })
-    }
-}
-
 #[cfg(test)]
-mod share_tests {
-    use openraft::{CommittedLeaderId, EntryPayload};
-
-    use super::*;
-    use crate::dispatch::share::ShareSecret;
-
-    fn entry(index: u64, command: Command) -> Entry {
-        Entry {
-            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-            payload: EntryPayload::Normal(command),
-        }
-    }
-
-    fn machine(dir: &std::path::Path) -> StateMachine {
-        let db = crate::store::open_db(dir).unwrap();
-        StateMachine::open(&db, SharedCatalogue::default()).unwrap()
-    }
-
-    #[tokio::test]
-    async fn the_first_share_secret_wins_and_travels_with_revocations_in_snapshots() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut sm = machine(&dir.path().join("a"));
-        let (first, second) = (ShareSecret::generate(), ShareSecret::generate());
-        let set = |secret: &ShareSecret| Command::SetShareSecret {
-            secret: secret.clone(),
-        };
-        // Two proposals in one batch and a third later: the first applied stays.
-        sm.apply([entry(1, set(&first)), entry(2, set(&second))])
-            .await
-            .unwrap();
-        sm.apply([
-            entry(3, set(&second)),
-            entry(
-                4,
-                Command::RevokeShare {
-                    id: "sh0123456789".into(),
-                    at_ms: 7,
-                },
-            ),
-        ])
-        .await
-        .unwrap();
-        let reader = sm.receipts();
-        assert_eq!(reader.share_secret().unwrap(), Some(first.clone()));
-        assert!(reader.share_revoked("sh0123456789").unwrap());
-        assert!(!reader.share_revoked("sh9999999999").unwrap());
-
-        let snapshot = sm
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
-        let mut other = machine(&dir.path().join("b"));
-        other
-            .install_snapshot(&snapshot.meta, snapshot.snapshot)
-            .await
-            .unwrap();
-        let reader = other.receipts();
-        assert_eq!(reader.share_secret().unwrap(), Some(first));
-        assert!(reader.share_revoked("sh0123456789").unwrap());
-    }
-}
+mod tests;

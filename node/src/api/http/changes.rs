@@ -8,24 +8,20 @@
 //! replays the changes after index N; when this node cannot (N is older than what it retains,
 //! or older than its last restart or snapshot install) it sends one event `reset` instead:
 //! read `GET /api/directory` again, then follow the stream. A subscriber too slow to keep up
-//! also gets `reset`.
+//! also gets `reset`. The feed itself is [`crate::service::feed`].
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
 
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt as _};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::{broadcast, watch};
 use utoipa::IntoParams;
 
 use super::Http;
-use crate::app::App;
-use crate::catalogue::feed::{Backlog, Change, ChangeOp};
+use crate::service::feed::{self, FeedEvent};
 
 /// Where to start.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -34,13 +30,6 @@ pub struct ChangesQuery {
     /// Replay the changes after this log index first (e.g. the `x-rowcall-index` of the
     /// directory read the cache was built from). Without it: live changes only.
     since: Option<u64>,
-}
-
-struct Follow {
-    app: Arc<App>,
-    backlog: VecDeque<Event>,
-    changes: broadcast::Receiver<Change>,
-    stop: watch::Receiver<bool>,
 }
 
 /// Streams the directory's changes.
@@ -56,59 +45,26 @@ pub async fn changes(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let since = query.since.or(resume);
-    let app = http.app.clone();
-    let (backlog, changes) = {
-        let catalogue = app.catalogue.read();
-        catalogue.watch(since, app.applied_index())
-    };
-    let backlog = match backlog {
-        Backlog::Changes(changes) => changes.iter().map(|c| change_event(&app, c)).collect(),
-        Backlog::Reset => VecDeque::from([reset_event(app.applied_index())]),
-    };
-    let follow = Follow {
-        app,
-        backlog,
-        changes,
-        stop: http.stop.clone(),
-    };
-    let stream = futures_util::stream::unfold(follow, |mut follow| async move {
-        if let Some(event) = follow.backlog.pop_front() {
-            return Some((Ok(event), follow));
-        }
-        let event = tokio::select! {
-            received = follow.changes.recv() => match received {
-                Ok(change) => change_event(&follow.app, &change),
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    reset_event(follow.app.applied_index())
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
-            },
-            _ = follow.stop.wait_for(|stopped| *stopped) => return None,
-        };
-        Some((Ok(event), follow))
-    });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    let events = feed::follow(http.app.clone(), since, http.stop.clone()).map(|e| Ok(sse(e)));
+    Sse::new(events).keep_alive(KeepAlive::default())
 }
 
-fn change_event(app: &App, change: &Change) -> Event {
-    if change.op == ChangeOp::Reset {
-        return reset_event(change.index);
-    }
-    let mut data = json!(change);
-    if change.op == ChangeOp::Put {
-        if let Some(row) = app.catalogue.read().get(&change.key) {
-            data["row"] = json!(row);
+/// `change` (data: the change, with the row for a put) or `reset`, with the index as id.
+fn sse(event: FeedEvent) -> Event {
+    match event {
+        FeedEvent::Change { change, row } => {
+            let mut data = json!(change);
+            if let Some(row) = row {
+                data["row"] = json!(row);
+            }
+            Event::default()
+                .event("change")
+                .id(change.index.to_string())
+                .data(data.to_string())
         }
+        FeedEvent::Reset { index } => Event::default()
+            .event("reset")
+            .id(index.to_string())
+            .data(json!({"index": index, "op": "reset"}).to_string()),
     }
-    Event::default()
-        .event("change")
-        .id(change.index.to_string())
-        .data(data.to_string())
-}
-
-fn reset_event(index: u64) -> Event {
-    Event::default()
-        .event("reset")
-        .id(index.to_string())
-        .data(json!({"index": index, "op": "reset"}).to_string())
 }

@@ -1,82 +1,21 @@
-//! Cluster status, health, readiness, metrics, and the snapshot trigger.
+//! Cluster status, health, readiness, metrics, membership and the snapshot trigger, over
+//! [`crate::service::cluster`].
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use openraft::ServerState;
 use serde_json::json;
 
-use super::error::ApiError;
-use super::{read_json, require, Http};
-use crate::auth::Scope;
-
-fn role(state: ServerState) -> &'static str {
-    match state {
-        ServerState::Leader => "leader",
-        ServerState::Follower => "follower",
-        ServerState::Candidate => "candidate",
-        ServerState::Learner => "learner",
-        ServerState::Shutdown => "shutdown",
-    }
-}
+use super::{credential, read_json, Http, ReadOptions};
+use crate::service::cluster::{self as service, Status};
+use crate::service::{Admin, ServiceError};
 
 /// This node, the leader, the term, the indexes and every member.
 #[utoipa::path(get, path = "/api/cluster", responses((status = 200, description = "cluster status")))]
-pub async fn status(State(http): State<Http>) -> Json<serde_json::Value> {
-    let app = &http.app;
-    let metrics = app.raft.metrics().borrow().clone();
-    let membership = metrics.membership_config.membership();
-    let voters: Vec<u64> = membership.voter_ids().collect();
-    let members: Vec<_> = membership
-        .nodes()
-        .map(|(id, node)| {
-            json!({
-                "id": id,
-                "grpc_addr": node.grpc_addr,
-                "http_addr": node.http_addr,
-                "incarnation": node.incarnation,
-                "voter": voters.contains(id),
-                "leader": metrics.current_leader == Some(*id),
-            })
-        })
-        .collect();
-    let learners: Vec<u64> = membership.learner_ids().collect();
-    // Only the leader knows how far each follower has replicated.
-    let last_log = metrics.last_log_index.unwrap_or(0);
-    let lag: serde_json::Map<String, serde_json::Value> = metrics
-        .replication
-        .as_ref()
-        .map(|replication| {
-            replication
-                .iter()
-                .filter(|(id, _)| **id != app.node_id)
-                .map(|(id, matched)| {
-                    let matched = matched.map_or(0, |m| m.index);
-                    (id.to_string(), json!(last_log.saturating_sub(matched)))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let identity = app.identity.get();
-    Json(json!({
-        "node_id": app.node_id,
-        "cluster_id": identity.cluster_id,
-        "incarnation": identity.incarnation,
-        "role": role(metrics.state),
-        "leader": metrics.current_leader,
-        "term": metrics.current_term,
-        "last_applied": app.applied_index(),
-        "last_log_index": metrics.last_log_index,
-        "snapshot_index": metrics.snapshot.map(|s| s.index),
-        "purged_index": metrics.purged.map(|p| p.index),
-        "stale": app.is_stale(),
-        "members": members,
-        "learners": learners,
-        "follower_lag": lag,
-        "outbox": app.outbox.len(),
-    }))
+pub async fn status(State(http): State<Http>) -> Json<Status> {
+    Json(service::status(&http.app))
 }
 
 /// A node to add.
@@ -94,25 +33,26 @@ pub struct AddMember {
     learner: bool,
 }
 
-/// Adds a member (admin key); any node hands the change to the leader. Idempotent. The node
-/// at `grpc_addr` is asked who it is and admitted as the incarnation that answers; it must
-/// already belong to this cluster (started with `--join`), so this promotes a learner.
+/// Adds a member (admin key); any node hands the change to the leader. Idempotent.
 #[utoipa::path(post, path = "/api/cluster/members", request_body = AddMember,
     responses((status = 200, description = "member added (or already there)"), (status = 409, description = "refused"), (status = 503, description = "no leader or quorum")))]
 pub async fn add_member(
     State(http): State<Http>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<Response, ServiceError> {
     let app = &http.app;
-    require(app, &headers, Scope::Admin, "change the membership")?;
+    let admin = Admin::check(app, credential(&headers), "change the membership")?;
     let add: AddMember = read_json(&headers, body, 64 * 1024).await?;
-    if add.id == 0 {
-        return Err(ApiError::WrongShape("id must be a positive number".into()));
-    }
-    app.add_member(add.id, &add.grpc_addr, &add.http_addr, add.learner)
-        .await?;
-    Ok(Json(json!({ "ok": true, "id": add.id })).into_response())
+    let id = add.id;
+    let add = service::AddMember {
+        id,
+        grpc_addr: add.grpc_addr,
+        http_addr: add.http_addr,
+        learner: add.learner,
+    };
+    service::add_member(app, &admin, add).await?;
+    Ok(Json(json!({ "ok": true, "id": id })).into_response())
 }
 
 /// Removes a voter or a learner (admin key); any node hands the change to the leader.
@@ -122,43 +62,33 @@ pub async fn remove_member(
     State(http): State<Http>,
     headers: HeaderMap,
     Path(id): Path<u64>,
-) -> Result<Response, ApiError> {
-    require(&http.app, &headers, Scope::Admin, "change the membership")?;
-    http.app.remove_member(id).await?;
+) -> Result<Response, ServiceError> {
+    let admin = Admin::check(&http.app, credential(&headers), "change the membership")?;
+    service::remove_member(&http.app, &admin, id).await?;
     Ok(Json(json!({ "ok": true, "removed": id })).into_response())
 }
 
 /// Digests of this node's directory and receipt log at its applied index (admin key), so an
 /// operator or the chaos harness can check that nodes converged.
-#[utoipa::path(get, path = "/api/cluster/digest", responses((status = 200, description = "`{index, rows, rows_sha256, receipts, receipts_sha256}`"), (status = 401, description = "no admin key")))]
-pub async fn digest(State(http): State<Http>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let app = &http.app;
-    require(app, &headers, Scope::Admin, "read cluster digests")?;
-    let (index, rows, rows_sha256) = {
-        let catalogue = app.catalogue.read();
-        (app.applied_index(), catalogue.len(), catalogue.digest())
-    };
-    let (receipts, receipts_sha256) = app.receipts.digest().map_err(ApiError::internal)?;
-    Ok(Json(json!({
-        "index": index,
-        "rows": rows,
-        "rows_sha256": rows_sha256,
-        "receipts": receipts,
-        "receipts_sha256": receipts_sha256,
-    }))
-    .into_response())
+#[utoipa::path(get, path = "/api/cluster/digest", params(ReadOptions), responses((status = 200, description = "`{index, rows, rows_sha256, receipts, receipts_sha256}`"), (status = 401, description = "no admin key")))]
+pub async fn digest(
+    State(http): State<Http>,
+    headers: HeaderMap,
+    Query(read): Query<ReadOptions>,
+) -> Result<Json<service::Digest>, ServiceError> {
+    let admin = Admin::check(&http.app, credential(&headers), "read cluster digests")?;
+    let fresh = read.freshness(&headers)?;
+    Ok(Json(service::digest(&http.app, &admin, &fresh).await?))
 }
 
 /// Builds a snapshot now and purges the log behind it (admin key).
 #[utoipa::path(post, path = "/api/cluster/snapshot", responses((status = 202, description = "snapshot started"), (status = 401, description = "no admin key")))]
-pub async fn snapshot(State(http): State<Http>, headers: HeaderMap) -> Result<Response, ApiError> {
-    require(&http.app, &headers, Scope::Admin, "trigger snapshots")?;
-    http.app
-        .raft
-        .trigger()
-        .snapshot()
-        .await
-        .map_err(|e| ApiError::internal(format!("snapshot trigger: {e}")))?;
+pub async fn snapshot(
+    State(http): State<Http>,
+    headers: HeaderMap,
+) -> Result<Response, ServiceError> {
+    let admin = Admin::check(&http.app, credential(&headers), "trigger snapshots")?;
+    service::snapshot(&http.app, &admin).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({ "ok": true, "snapshot": "started" })),
@@ -172,34 +102,16 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({ "ok": true }))
 }
 
-/// Readiness: a leader is known and reachable, and this node has applied every entry it
-/// knows to be committed.
-async fn ready(app: &crate::app::App) -> (bool, serde_json::Value) {
-    let leader = app.leader();
-    let applied = app.applied_index();
-    let committed = app
-        .raft
-        .with_raft_state(|state| state.committed.map_or(0, |c| c.index))
-        .await
-        .unwrap_or(u64::MAX);
-    let stale = app.is_stale();
-    let ready = leader.is_some() && !stale && applied >= committed;
-    (
-        ready,
-        json!({ "ready": ready, "leader": leader, "stale": stale, "applied": applied, "committed": committed }),
-    )
-}
-
 /// Readiness for load balancers: 200 when ready, 503 otherwise.
 #[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, description = "not ready")))]
 pub async fn readyz(State(http): State<Http>) -> Response {
-    let (ready, body) = ready(&http.app).await;
-    let status = if ready {
+    let readiness = service::readiness(&http.app).await;
+    let status = if readiness.ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, Json(body)).into_response()
+    (status, Json(readiness)).into_response()
 }
 
 /// Prometheus text exposition.
@@ -232,7 +144,7 @@ pub async fn metrics(State(http): State<Http>) -> Response {
     );
     metrics::gauge!(crate::metrics::RESOLVER_INDEX_BYTES, "node" => node.clone())
         .set(index_bytes as f64);
-    let (is_ready, _) = ready(app).await;
+    let is_ready = service::readiness(app).await.ready;
     metrics::gauge!(crate::metrics::READY, "node" => node.clone()).set(if is_ready {
         1.0
     } else {

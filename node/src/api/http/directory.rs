@@ -1,30 +1,22 @@
 //! `/api/directory`: list (paged, with the field schema), get, upsert (one row or an atomic
-//! array), delete, counts.
-
-use std::collections::HashSet;
-use std::sync::OnceLock;
+//! array), delete, counts, over [`crate::service::directory`].
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use utoipa::IntoParams;
 
-use super::error::ApiError;
-use super::{read_barrier, read_json, require, Http, ReadOptions, INDEX_HEADER};
-use crate::app::Written;
-use crate::auth::Scope;
-use crate::catalogue::row::{Row, RowInput, RowRuleError};
+use super::{
+    credential, header_freshness, read_json, request_id, written_headers, Http, ReadOptions,
+};
+use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::Counts;
-use crate::dispatch::builtins::BUILTINS;
-use crate::raft::{Command, CommandResult};
-use crate::store::state_machine::now_ms;
-
-const PAGE_DEFAULT: usize = 100;
-const PAGE_MAX: usize = 1_000;
+use crate::service::directory::{self as service, field_schema, Put};
+use crate::service::{Admin, ServiceError};
 
 /// Paging and filtering of `GET /api/directory`.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -46,37 +38,6 @@ pub struct DeleteQuery {
     if_version: Option<u64>,
 }
 
-/// The field schema embedded in listings, so a client learns the row's shape from the data.
-fn field_schema() -> &'static Value {
-    static SCHEMA: OnceLock<Value> = OnceLock::new();
-    SCHEMA.get_or_init(|| {
-        json!({
-            "key": "string, ^[A-Z_][A-Z0-9_]{0,63}$, unique",
-            "type": "http | mcp | static | builtin",
-            "target": "http: \"METHOD URL\" with {arg} placeholders; mcp: \"URL#tool\"; static: empty; builtin: its name",
-            "category": "string, at most 64 characters",
-            "content": "leading '# FIELD: value' lines (WHAT, ARGS, RETURNS, EXAMPLE, AUTH, RISK, ERRORS, SEE) then the payload; at most 64 KiB",
-            "args_schema": "optional JSON Schema of the arguments, enforced on invoke",
-            "auth": "public | key (default key)",
-            "risk": "read | write | destructive (default read)",
-            "enabled": "boolean, default true",
-            "planner_visible": "boolean, default true",
-            "pins": "phrases for which this row is the canonical answer",
-            "demote": "boolean: rank below peers",
-            "version": "set by the server: the Raft log index of the last write; send if_version to write conditionally",
-            "created_at": "set by the server",
-            "updated_at": "set by the server",
-        })
-    })
-}
-
-fn with_index(mut response: Response, index: u64) -> Response {
-    response
-        .headers_mut()
-        .insert(INDEX_HEADER, HeaderValue::from(index));
-    response
-}
-
 /// One page of rows.
 #[utoipa::path(get, path = "/api/directory", params(ListQuery, ReadOptions),
     responses((status = 200, description = "`{rows, count, next_cursor, index, schema}`")))]
@@ -85,20 +46,22 @@ pub async fn list(
     headers: HeaderMap,
     Query(query): Query<ListQuery>,
     Query(read): Query<ReadOptions>,
-) -> Result<Response, ApiError> {
-    let app = &http.app;
-    read_barrier(app, &headers, &read).await?;
-    let limit = query.limit.unwrap_or(PAGE_DEFAULT).clamp(1, PAGE_MAX);
-    let (rows, next) =
-        app.catalogue
-            .read()
-            .page(query.category.as_deref(), query.cursor.as_deref(), limit);
-    let rows: Vec<&Row> = rows.iter().map(AsRef::as_ref).collect();
+) -> Result<Response, ServiceError> {
+    let fresh = read.freshness(&headers)?;
+    let page = service::list(
+        &http.app,
+        &fresh,
+        query.category.as_deref(),
+        query.cursor.as_deref(),
+        query.limit,
+    )
+    .await?;
+    let rows: Vec<&Row> = page.rows.iter().map(AsRef::as_ref).collect();
     Ok(Json(json!({
         "rows": rows,
         "count": rows.len(),
-        "next_cursor": next,
-        "index": app.applied_index(),
+        "next_cursor": page.next_cursor,
+        "index": page.index,
         "schema": field_schema(),
     }))
     .into_response())
@@ -112,14 +75,9 @@ pub async fn get_row(
     headers: HeaderMap,
     Path(key): Path<String>,
     Query(read): Query<ReadOptions>,
-) -> Result<Json<Row>, ApiError> {
-    let app = &http.app;
-    read_barrier(app, &headers, &read).await?;
-    let row = app
-        .catalogue
-        .read()
-        .get(&key)
-        .ok_or_else(|| ApiError::NotFound(format!("no row with key {key:?}")))?;
+) -> Result<Json<Row>, ServiceError> {
+    let fresh = read.freshness(&headers)?;
+    let row = service::get(&http.app, &fresh, &key).await?;
     Ok(Json((*row).clone()))
 }
 
@@ -129,9 +87,9 @@ pub async fn counts(
     State(http): State<Http>,
     headers: HeaderMap,
     Query(read): Query<ReadOptions>,
-) -> Result<Json<Counts>, ApiError> {
-    read_barrier(&http.app, &headers, &read).await?;
-    Ok(Json(http.app.catalogue.read().counts()))
+) -> Result<Json<Counts>, ServiceError> {
+    let fresh = read.freshness(&headers)?;
+    Ok(Json(service::counts(&http.app, &fresh).await?))
 }
 
 /// A row, or an array of rows written atomically.
@@ -153,51 +111,24 @@ pub async fn upsert(
     State(http): State<Http>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<Response, ServiceError> {
     let app = &http.app;
-    require(app, &headers, Scope::Admin, "write the directory")?;
+    let admin = Admin::check(app, credential(&headers), "write the directory")?;
     let body: UpsertBody = read_json(&headers, body, app.config.limits.max_body_bytes).await?;
-    let (rows, bulk) = match body {
-        UpsertBody::One(value) => (vec![parse_row(value, None)?], false),
-        UpsertBody::Many(values) => {
-            if values.is_empty() {
-                return Err(ApiError::WrongShape("the array of rows is empty".into()));
-            }
-            let rows = values
-                .into_iter()
-                .enumerate()
-                .map(|(i, v)| parse_row(v, Some(i)))
-                .collect::<Result<Vec<_>, _>>()?;
-            (rows, true)
-        }
+    let put = match body {
+        UpsertBody::One(value) => Put::One(value),
+        UpsertBody::Many(values) => Put::Many(values),
     };
-    let mut seen = HashSet::new();
-    for (position, row) in rows.iter().enumerate() {
-        row.validate(&BUILTINS)
-            .map_err(|source| rule(source, bulk.then_some(position)))?;
-        if !seen.insert(row.key.as_str()) {
-            return Err(ApiError::Rule(RowRuleError::DuplicateKey {
-                key: row.key.clone(),
-            }));
-        }
-    }
-    let Written { result, index } = app
-        .write(Command::PutRows {
-            at_ms: now_ms(),
-            rows,
-        })
-        .await?;
-    let outcomes = match result {
-        CommandResult::Put { rows } => rows,
-        other => return Err(conflict_or_internal(other)),
-    };
-    let response = if bulk {
+    let written = service::put(app, &admin, request_id(&headers)?, put).await?;
+    let outcomes = &written.outcomes;
+    let response = if written.bulk {
         let created = outcomes.iter().filter(|o| o.created).count();
         (
             StatusCode::OK,
             Json(json!({
                 "ok": true, "count": outcomes.len(), "created": created,
-                "updated": outcomes.len() - created, "version": index,
+                "updated": outcomes.len() - created,
+                "version": outcomes.first().map_or(written.logged.index, |o| o.version),
                 "updated_at": outcomes.first().map(|o| o.updated_at.clone()),
             })),
         )
@@ -215,36 +146,7 @@ pub async fn upsert(
         )
             .into_response()
     };
-    Ok(with_index(response, index))
-}
-
-fn parse_row(value: Value, position: Option<usize>) -> Result<RowInput, ApiError> {
-    serde_json::from_value(value).map_err(|e| match position {
-        Some(i) => ApiError::WrongShape(format!("row {i} of the bulk write: {e}")),
-        None => ApiError::WrongShape(e.to_string()),
-    })
-}
-
-fn rule(source: RowRuleError, position: Option<usize>) -> ApiError {
-    match position {
-        Some(position) => ApiError::BulkRule { position, source },
-        None => ApiError::Rule(source),
-    }
-}
-
-fn conflict_or_internal(result: CommandResult) -> ApiError {
-    match result {
-        CommandResult::Conflict {
-            key,
-            expected,
-            actual,
-        } => ApiError::Conflict {
-            key,
-            expected,
-            actual: actual.map_or_else(|| "none".to_owned(), |v| v.to_string()),
-        },
-        other => ApiError::internal(format!("unexpected apply result {other:?}")),
-    }
+    Ok(written_headers(response, written.logged))
 }
 
 /// Delete a row (admin key). Its receipts stay.
@@ -256,28 +158,14 @@ pub async fn delete_row(
     headers: HeaderMap,
     Path(key): Path<String>,
     Query(query): Query<DeleteQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, ServiceError> {
     let app = &http.app;
-    require(app, &headers, Scope::Admin, "write the directory")?;
-    // The existence check reads this node's copy: let it catch up with the caller first.
-    read_barrier(app, &headers, &ReadOptions::default()).await?;
-    if app.catalogue.read().get(&key).is_none() {
-        return Err(ApiError::NotFound(format!("no row with key {key:?}")));
-    }
-    let Written { result, index } = app
-        .write(Command::DeleteRow {
-            key: key.clone(),
-            if_version: query.if_version,
-        })
-        .await?;
-    match result {
-        CommandResult::Deleted { deleted: 0 } => {
-            Err(ApiError::NotFound(format!("no row with key {key:?}")))
-        }
-        CommandResult::Deleted { deleted } => Ok(with_index(
-            Json(json!({ "ok": true, "deleted": deleted })).into_response(),
-            index,
-        )),
-        other => Err(conflict_or_internal(other)),
-    }
+    let admin = Admin::check(app, credential(&headers), "write the directory")?;
+    let fresh = header_freshness(&headers)?;
+    let id = request_id(&headers)?;
+    let deleted = service::delete(app, &admin, &fresh, id, &key, query.if_version).await?;
+    Ok(written_headers(
+        Json(json!({ "ok": true, "deleted": deleted.deleted })).into_response(),
+        deleted.logged,
+    ))
 }

@@ -1,5 +1,5 @@
 //! `POST /api/directory/import-mcp`: wrap an upstream MCP server, one row per tool (admin
-//! key). The import runs on the node: see [`crate::dispatch::import`].
+//! key), over [`crate::service::import`].
 
 use axum::body::Body;
 use axum::extract::State;
@@ -8,10 +8,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::error::ApiError;
-use super::{read_json, require, Http, INDEX_HEADER};
-use crate::auth::Scope;
+use super::{credential, read_json, Http, INDEX_HEADER};
 use crate::dispatch::import::{self, ImportRequest};
+use crate::service::{Admin, ServiceError};
 
 /// Import (or re-import) an upstream MCP server's tools as rows (admin key).
 #[utoipa::path(post, path = "/api/directory/import-mcp", request_body = ImportRequest,
@@ -24,17 +23,17 @@ pub async fn import_mcp(
     State(http): State<Http>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<Response, ServiceError> {
     let app = &http.app;
-    require(app, &headers, Scope::Admin, "import MCP tools")?;
+    let admin = Admin::check(app, credential(&headers), "import MCP tools")?;
     let request: ImportRequest =
         read_json(&headers, body, app.config.limits.max_body_bytes).await?;
-    let report = import::import(app, request).await?;
+    let report = crate::service::import::import_mcp(app, &admin, request).await?;
     let version = report.version;
     let mut body = json!({ "ok": true });
     if let (Some(map), Value::Object(fields)) = (
         body.as_object_mut(),
-        serde_json::to_value(&report).map_err(ApiError::internal)?,
+        serde_json::to_value(&report).map_err(ServiceError::internal)?,
     ) {
         map.extend(fields);
     }

@@ -1,5 +1,7 @@
 //! The HTTP protocol of DESIGN §3 on axum: dispatch (ask, contract, invoke, confirm), the
 //! directory, receipts, cluster status, health and metrics, and the OpenAPI description.
+//! Handlers only translate: query, headers and body to a [`crate::service`] call, its answer
+//! to JSON, its error to a status (`error.rs`).
 //!
 //! Every answer carries `x-rowcall-index`: the write's index for writes, otherwise the index
 //! this node had applied when it answered.
@@ -7,7 +9,7 @@
 mod changes;
 mod cluster;
 mod directory;
-pub(crate) mod dispatch;
+mod dispatch;
 pub mod error;
 mod import;
 mod openapi;
@@ -15,7 +17,7 @@ mod receipts;
 mod share;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{MatchedPath, Request, State};
@@ -28,9 +30,9 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use self::error::ApiError;
 use crate::app::App;
-use crate::auth::{Principal, Scope};
+use crate::raft::{BadRequestId, RequestId};
+use crate::service::{Freshness, Logged, ServiceError};
 
 /// Header carrying the applied (or written) index.
 pub const INDEX_HEADER: &str = "x-rowcall-index";
@@ -38,6 +40,35 @@ pub const INDEX_HEADER: &str = "x-rowcall-index";
 pub const STALE_HEADER: &str = "x-rowcall-stale";
 /// Header asking a read to wait until this node applied an index.
 pub const MIN_INDEX_HEADER: &str = "x-rowcall-min-index";
+/// Header naming a write request, so a retry is answered with the first outcome.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Header on a write answered with the outcome of an earlier attempt of the same request.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// The request id of a write: the client's `Idempotency-Key`, or a fresh one.
+fn request_id(headers: &HeaderMap) -> Result<RequestId, ServiceError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(RequestId::generate());
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|key| RequestId::parse(key).ok())
+        .ok_or_else(|| ServiceError::BadRequest {
+            message: BadRequestId.to_string(),
+            hint: "send a fresh UUID as Idempotency-Key, and the same one on every retry of one write",
+        })
+}
+
+/// Stamps a write's answer: its index, and whether it replays an earlier attempt.
+fn written_headers(mut response: Response, logged: Logged) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(INDEX_HEADER, HeaderValue::from(logged.index));
+    if logged.replayed.is_some() {
+        headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    response
+}
 
 /// State of the HTTP layer.
 #[derive(Clone)]
@@ -90,8 +121,8 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle, stop: watch::Receiver<bo
         .with_state(state)
 }
 
-async fn not_found() -> ApiError {
-    ApiError::NotFound("no such endpoint; GET /api/openapi.json lists them".into())
+async fn not_found() -> ServiceError {
+    ServiceError::NotFound("no such endpoint; GET /api/openapi.json lists them".into())
 }
 
 /// Records request metrics and stamps `x-rowcall-index` on answers that lack it.
@@ -180,61 +211,9 @@ async fn json_rejection(response: Response) -> Response {
     Response::from_parts(parts, axum::body::Body::from(body.to_string()))
 }
 
-/// The credential presented in `Authorization: Bearer` or `x-terminal-key`, if any.
-pub(crate) fn presented_credential(headers: &HeaderMap) -> Option<&str> {
-    if let Some(value) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    {
-        let value = value.trim();
-        let token = value
-            .strip_prefix("Bearer ")
-            .or_else(|| value.strip_prefix("bearer "))
-            .unwrap_or(value);
-        return Some(token.trim());
-    }
-    headers
-        .get("x-terminal-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-}
-
-/// The principal behind the request's credential: `Ok(None)` when none was sent,
-/// 401 when one was sent but is not recognised.
-fn principal(app: &App, headers: &HeaderMap) -> Result<Option<Principal>, ApiError> {
-    match presented_credential(headers) {
-        None | Some("") => Ok(None),
-        Some(token) => app
-            .credentials
-            .identify(token)
-            .map(Some)
-            .ok_or(ApiError::Unauthorized {
-                needed: "a valid credential",
-            }),
-    }
-}
-
-/// Requires a credential allowing `scope`.
-fn require(
-    app: &App,
-    headers: &HeaderMap,
-    scope: Scope,
-    action: &'static str,
-) -> Result<Principal, ApiError> {
-    let needed = match scope {
-        Scope::Admin => "the admin key",
-        Scope::Invoke => "an invoke key",
-        Scope::Mcp => "an MCP token",
-    };
-    let principal = principal(app, headers)?.ok_or(ApiError::Unauthorized { needed })?;
-    if principal.allows(scope) {
-        Ok(principal)
-    } else {
-        Err(ApiError::Forbidden {
-            name: principal.name,
-            action,
-        })
-    }
+/// The credential the request presents, if any.
+fn credential(headers: &HeaderMap) -> Option<&str> {
+    crate::api::presented_credential(headers)
 }
 
 /// Reads a JSON body: checks the content type, refuses a declared length over the limit
@@ -243,42 +222,29 @@ async fn read_json<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
-) -> Result<T, ApiError> {
+) -> Result<T, ServiceError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let essence = content_type.split(';').next().unwrap_or("").trim();
     if !essence.eq_ignore_ascii_case("application/json") {
-        return Err(ApiError::UnsupportedMediaType(content_type.to_owned()));
+        return Err(ServiceError::UnsupportedMediaType(content_type.to_owned()));
     }
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
-        return Err(ApiError::TooLarge { limit });
+        return Err(ServiceError::TooLarge { limit });
     }
     let bytes = axum::body::to_bytes(body, limit)
         .await
-        .map_err(|_| ApiError::TooLarge { limit })?;
+        .map_err(|_| ServiceError::TooLarge { limit })?;
     serde_json::from_slice(&bytes).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => ApiError::WrongShape(e.to_string()),
-        _ => ApiError::MalformedJson(e.to_string()),
+        serde_json::error::Category::Data => ServiceError::WrongShape(e.to_string()),
+        _ => ServiceError::MalformedJson(e.to_string()),
     })
-}
-
-/// Base URL for links in answers: the configured public URL, else the request's Host.
-pub(crate) fn base_url(app: &App, headers: &HeaderMap) -> String {
-    if let Some(url) = &app.config.node.public_url {
-        return url.trim_end_matches('/').to_owned();
-    }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
-        .map_or_else(|| app.config.node.http.to_string(), str::to_owned);
-    format!("http://{host}")
 }
 
 /// How fresh a read must be.
@@ -293,44 +259,31 @@ pub struct ReadOptions {
     consistency: Option<String>,
 }
 
-/// Waits, bounded, until this node may answer a read as the client asks: after it applied
-/// `min_index` (read-your-writes across nodes), and for `consistency=linearizable` after it
-/// applied the leader's quorum-confirmed read index.
-async fn read_barrier(app: &App, headers: &HeaderMap, read: &ReadOptions) -> Result<(), ApiError> {
-    let wait = Duration::from_millis(app.config.limits.min_index_wait_ms);
-    match read.consistency.as_deref() {
-        None | Some("default") | Some("any") => {}
-        Some("linearizable") => {
-            app.linearizable_index(wait)
-                .await
-                .map_err(|e| ApiError::NoReadIndex(e.to_string()))?;
-        }
-        Some(other) => {
-            return Err(ApiError::BadRequest {
-                message: format!("unknown consistency {other:?}"),
-                hint: "consistency=linearizable, or leave it out",
+impl ReadOptions {
+    /// The freshness a read asks for: the larger of `min_index` and the
+    /// `x-rowcall-min-index` header, and the consistency.
+    fn freshness(self, headers: &HeaderMap) -> Result<Freshness, ServiceError> {
+        let from_header = headers
+            .get(MIN_INDEX_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.trim()
+                    .parse::<u64>()
+                    .map_err(|_| ServiceError::BadRequest {
+                        message: format!("{MIN_INDEX_HEADER} must be a whole number, not {v:?}"),
+                        hint: "send back the x-rowcall-index of an earlier answer",
+                    })
             })
-        }
-    }
-    let from_header = headers
-        .get(MIN_INDEX_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.trim().parse::<u64>().map_err(|_| ApiError::BadRequest {
-                message: format!("{MIN_INDEX_HEADER} must be a whole number, not {v:?}"),
-                hint: "send back the x-rowcall-index of an earlier answer",
-            })
-        })
-        .transpose()?;
-    let Some(wanted) = from_header.max(read.min_index) else {
-        return Ok(());
-    };
-    if app.wait_applied(wanted, wait).await {
-        Ok(())
-    } else {
-        Err(ApiError::Behind {
-            wanted,
-            applied: app.applied_index(),
+            .transpose()?;
+        Ok(Freshness {
+            min_index: from_header.max(self.min_index),
+            consistency: self.consistency,
         })
     }
+}
+
+/// The freshness of a request without read options in its query (writes and invocations):
+/// only the `x-rowcall-min-index` header.
+fn header_freshness(headers: &HeaderMap) -> Result<Freshness, ServiceError> {
+    ReadOptions::default().freshness(headers)
 }

@@ -1,4 +1,5 @@
-//! Receipts: the forensic view (admin key) and the public brochure page.
+//! Receipts: the forensic view (admin key) and the public brochure page, over
+//! [`crate::service::receipts`].
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -8,10 +9,10 @@ use serde::Deserialize;
 use serde_json::json;
 use utoipa::IntoParams;
 
-use super::error::ApiError;
-use super::{read_barrier, require, Http, ReadOptions};
-use crate::auth::Scope;
-use crate::dispatch::receipt::{valid_receipt_id, Receipt};
+use super::{credential, Http, ReadOptions};
+use crate::model::receipt::Receipt;
+use crate::service::receipts as service;
+use crate::service::{Admin, ServiceError};
 
 /// Which row's receipts.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -31,18 +32,11 @@ pub async fn by_id(
     headers: HeaderMap,
     Path(id): Path<String>,
     Query(read): Query<ReadOptions>,
-) -> Result<Json<Receipt>, ApiError> {
+) -> Result<Json<Receipt>, ServiceError> {
     let app = &http.app;
-    require(app, &headers, Scope::Admin, "read forensic receipts")?;
-    read_barrier(app, &headers, &read).await?;
-    let found = if valid_receipt_id(&id) {
-        app.receipts.get(&id).map_err(ApiError::internal)?
-    } else {
-        None
-    };
-    found
-        .map(Json)
-        .ok_or_else(|| ApiError::NotFound(format!("no receipt {id:?}")))
+    let admin = Admin::check(app, credential(&headers), "read forensic receipts")?;
+    let fresh = read.freshness(&headers)?;
+    Ok(Json(service::get(app, &admin, &fresh, &id).await?))
 }
 
 /// The receipts of one row, newest first (admin key). They outlive the row.
@@ -53,15 +47,11 @@ pub async fn by_key(
     headers: HeaderMap,
     Query(query): Query<ByKeyQuery>,
     Query(read): Query<ReadOptions>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, ServiceError> {
     let app = &http.app;
-    require(app, &headers, Scope::Admin, "read forensic receipts")?;
-    read_barrier(app, &headers, &read).await?;
-    let limit = query.limit.unwrap_or(50).clamp(1, 1_000);
-    let receipts = app
-        .receipts
-        .by_key(&query.key, limit)
-        .map_err(ApiError::internal)?;
+    let admin = Admin::check(app, credential(&headers), "read forensic receipts")?;
+    let fresh = read.freshness(&headers)?;
+    let receipts = service::by_key(app, &admin, &fresh, &query.key, query.limit).await?;
     Ok(
         Json(json!({ "key": query.key, "count": receipts.len(), "receipts": receipts }))
             .into_response(),
@@ -89,13 +79,8 @@ fn escape(text: &str) -> String {
 pub async fn public_page(
     State(http): State<Http>,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let receipt = if valid_receipt_id(&id) {
-        http.app.receipts.get(&id).map_err(ApiError::internal)?
-    } else {
-        None
-    };
-    let Some(r) = receipt else {
+) -> Result<Response, ServiceError> {
+    let Some(r) = service::lookup(&http.app, &id)? else {
         let page = format!(
             "<!doctype html><meta charset=utf-8><title>Unknown receipt</title>\
              <h1>Unknown receipt</h1><p>No invocation <code>{}</code> is recorded here.</p>",

@@ -1,21 +1,20 @@
-//! `/api/share`: mint and revoke share tokens (admin key). A token lets anyone holding it
-//! invoke one `key`-auth row until it expires (`GET /api/dispatch?invoke=K&share=T`).
+//! `/api/share`: mint and revoke share tokens (admin key), over [`crate::service::share`]. A
+//! token lets anyone holding it invoke one `key`-auth row until it expires
+//! (`GET /api/dispatch?invoke=K&share=T`).
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::error::ApiError;
-use super::{base_url, read_json, require, Http, INDEX_HEADER};
-use crate::auth::Scope;
-use crate::dispatch::share::{self, SecretError};
-use crate::raft::Command;
-use crate::store::state_machine::{format_ms, now_ms};
+use super::{credential, read_json, request_id, written_headers, Http};
+use crate::api::base_url;
+use crate::service::share as service;
+use crate::service::{Admin, ServiceError};
 
 /// The body of `POST /api/share`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -28,15 +27,6 @@ pub struct MintBody {
     ttl_secs: Option<u64>,
 }
 
-impl From<SecretError> for ApiError {
-    fn from(e: SecretError) -> Self {
-        match e {
-            SecretError::Write(write) => Self::Write(write),
-            other => Self::internal(other),
-        }
-    }
-}
-
 /// Mint a share token for one row (admin key).
 #[utoipa::path(post, path = "/api/share", request_body = MintBody,
     responses((status = 200, description = "`{ok, token, id, key, expires_at, run_now}`"),
@@ -46,36 +36,19 @@ pub async fn mint(
     State(http): State<Http>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<Response, ServiceError> {
     let app = &http.app;
-    require(app, &headers, Scope::Admin, "mint share tokens")?;
+    let admin = Admin::check(app, credential(&headers), "mint share tokens")?;
     let body: MintBody = read_json(&headers, body, app.config.limits.max_body_bytes).await?;
-    if app.catalogue.read().get(&body.key).is_none() {
-        return Err(ApiError::NotFound(format!(
-            "no row with key {:?}",
-            body.key
-        )));
-    }
-    let limits = &app.config.share;
-    let ttl = body.ttl_secs.unwrap_or(limits.default_ttl_secs);
-    if ttl == 0 || ttl > limits.max_ttl_secs {
-        return Err(ApiError::WrongShape(format!(
-            "ttl_secs must be 1 to {}",
-            limits.max_ttl_secs
-        )));
-    }
-    let secret = share::ensure_secret(app).await?;
-    let id = share::new_token_id();
-    let expires = share::now_secs() + ttl;
-    let token = secret.mint(&id, &body.key, expires);
     let base = base_url(app, &headers);
+    let minted = service::mint(app, &admin, &base, &body.key, body.ttl_secs).await?;
     Ok(Json(json!({
         "ok": true,
-        "token": token,
-        "id": id,
-        "key": body.key,
-        "expires_at": format_ms(expires * 1000),
-        "run_now": format!("{base}/api/dispatch?invoke={}&share={token}", body.key),
+        "token": minted.token,
+        "id": minted.id,
+        "key": minted.key,
+        "expires_at": minted.expires_at,
+        "run_now": minted.run_now,
     }))
     .into_response())
 }
@@ -89,29 +62,10 @@ pub async fn revoke(
     State(http): State<Http>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, ServiceError> {
     let app = &http.app;
-    require(app, &headers, Scope::Admin, "revoke share tokens")?;
-    // A whole token `st1.<id>.…` names its id second.
-    let id = match id.split('.').collect::<Vec<_>>()[..] {
-        ["st1", token_id, ..] => token_id.to_owned(),
-        _ => id,
-    };
-    if !share::valid_token_id(&id) {
-        return Err(ApiError::BadRequest {
-            message: format!("{id:?} is not a share token id"),
-            hint: "the id is the `id` of POST /api/share (sh + 10 characters), or send the whole token",
-        });
-    }
-    let written = app
-        .write(Command::RevokeShare {
-            id: id.clone(),
-            at_ms: now_ms(),
-        })
-        .await?;
-    let mut response = Json(json!({ "ok": true, "revoked": id })).into_response();
-    response
-        .headers_mut()
-        .insert(INDEX_HEADER, HeaderValue::from(written.index));
-    Ok(response)
+    let admin = Admin::check(app, credential(&headers), "revoke share tokens")?;
+    let (id, logged) = service::revoke(app, &admin, request_id(&headers)?, &id).await?;
+    let response = Json(json!({ "ok": true, "revoked": id })).into_response();
+    Ok(written_headers(response, logged))
 }

@@ -17,13 +17,13 @@ use tokio::sync::{broadcast, watch};
 
 use super::tools::{self, compact_tools, cursor_after, parse_cursor, row_tool};
 use super::Mode;
-use crate::api::http::base_url;
-use crate::api::http::dispatch::{answer_ask, contract_json, find_row, invoke_key, MAX_LIMIT};
-use crate::api::http::error::ApiError;
+use crate::api::base_url;
 use crate::app::App;
 use crate::auth::{Principal, Scope};
 use crate::catalogue::feed::Change;
 use crate::dispatch::InvokeInput;
+use crate::service::dispatch::{contract_json, find_row, invoke_as, rank, MAX_LIMIT};
+use crate::service::ServiceError;
 
 const ROWS_INSTRUCTIONS: &str = "Each tool is one capability of the rowcall catalogue. \
     Results carry a proof; its confirm address checks the receipt without a credential.";
@@ -72,7 +72,8 @@ impl Projection {
         result
     }
 
-    /// Runs a row through the HTTP invoke path, as the caller the auth layer identified.
+    /// Runs a row through the service's invoke path, as the caller the auth layer
+    /// identified.
     async fn invoke(
         &self,
         caller: Option<Principal>,
@@ -80,12 +81,17 @@ impl Projection {
         key: &str,
         input: InvokeInput,
     ) -> CallToolResult {
-        match invoke_key(&self.app, caller, Scope::Mcp, base, key, input).await {
-            Ok(invocation) if invocation.status.is_success() => {
-                CallToolResult::structured(invocation.body)
+        match invoke_as(&self.app, caller, Scope::Mcp, base, key, input).await {
+            Ok(invocation) => {
+                let failed = invocation.failure.is_some();
+                let body = serde_json::to_value(invocation.answer).unwrap_or(Value::Null);
+                if failed {
+                    CallToolResult::structured_error(body)
+                } else {
+                    CallToolResult::structured(body)
+                }
             }
-            Ok(invocation) => CallToolResult::structured_error(invocation.body),
-            Err(refused) => CallToolResult::structured_error(refused.wire().1),
+            Err(refused) => CallToolResult::structured_error(refused.body()),
         }
     }
 
@@ -99,12 +105,11 @@ impl Projection {
         let text = |field: &str| args.get(field).and_then(Value::as_str);
         let missing = |field: &'static str| {
             CallToolResult::structured_error(
-                ApiError::BadRequest {
+                ServiceError::BadRequest {
                     message: format!("argument {field:?} (a string) is required"),
                     hint: "see the tool's inputSchema",
                 }
-                .wire()
-                .1,
+                .body(),
             )
         };
         Ok(match name {
@@ -117,7 +122,7 @@ impl Projection {
                     .and_then(Value::as_u64)
                     .map_or(5, |n| usize::try_from(n).unwrap_or(MAX_LIMIT))
                     .clamp(1, MAX_LIMIT);
-                let answer = answer_ask(&self.app, base, query, limit);
+                let answer = rank(&self.app, base, query, limit);
                 CallToolResult::structured(serde_json::to_value(answer).unwrap_or(Value::Null))
             }
             tools::CONTRACT => {
@@ -126,7 +131,7 @@ impl Projection {
                 };
                 match find_row(&self.app, key) {
                     Ok(row) => CallToolResult::structured(contract_json(&row, base)),
-                    Err(e) => CallToolResult::structured_error(e.wire().1),
+                    Err(e) => CallToolResult::structured_error(e.body()),
                 }
             }
             tools::INVOKE => {
@@ -144,9 +149,7 @@ impl Projection {
                     },
                     (Some(_), _) => {
                         return Ok(CallToolResult::structured_error(
-                            ApiError::WrongShape("args must be a JSON object".into())
-                                .wire()
-                                .1,
+                            ServiceError::WrongShape("args must be a JSON object".into()).body(),
                         ))
                     }
                 };

@@ -8,7 +8,7 @@
 //!             ├─ Sessions (in memory; any node rebuilds a session it has not seen — sessions.rs)
 //!             └─ Projection (one per session — handler.rs)
 //!                  tools/list ── catalogue (key order, pages, opaque cursors — tools.rs)
-//!                  tools/call ── api::http::dispatch::invoke_key (auth, validation, receipt)
+//!                  tools/call ── service::dispatch::invoke_as (auth, validation, receipt)
 //!                  list_changed ◄── catalogue change feed ◄── state machine apply
 //! ```
 //!
@@ -38,7 +38,7 @@ use tokio::sync::watch;
 
 use self::handler::Projection;
 use self::sessions::{RecognisedIds, Sessions};
-use crate::api::http::presented_credential;
+use crate::api::presented_credential;
 use crate::app::App;
 use crate::auth::Scope;
 use crate::config::Config;

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::raft::NodeId;
+use super::NodeId;
 
 /// The leader a follower last counted contact from.
 #[derive(Debug, Clone, Copy)]

@@ -16,7 +16,7 @@ use rand::Rng as _;
 use rowcall_proto::raft::Sender;
 use serde::{Deserialize, Serialize};
 
-use crate::raft::NodeId;
+use super::NodeId;
 
 /// The file that holds a data folder's identity.
 pub const IDENTITY_FILE: &str = "identity.json";

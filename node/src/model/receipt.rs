@@ -113,8 +113,13 @@ pub struct Confirmation {
     pub input_sha256: String,
     /// SHA-256 of the output.
     pub output_sha256: String,
-    /// The Raft log index that recorded it.
-    pub index: u64,
+    /// The Raft log index that recorded it; absent while it waits in the outbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+    /// `pending` while it waits in the outbox of the node that ran it (it confirms there
+    /// now, everywhere once the cluster heals); absent once committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
 }
 
 impl From<&Receipt> for Confirmation {
@@ -127,7 +132,8 @@ impl From<&Receipt> for Confirmation {
             ok: r.ok,
             input_sha256: r.input_sha256.clone(),
             output_sha256: r.output_sha256.clone(),
-            index: r.index,
+            index: Some(r.index),
+            status: None,
         }
     }
 }

@@ -1,0 +1,7 @@
+//! Values every layer shares — receipts, share tokens, the clock format — kept below the
+//! store, Raft, dispatch and the front ends so that none of them imports upward. Nothing
+//! here depends on another rowcall module.
+
+pub mod receipt;
+pub mod share;
+pub mod time;

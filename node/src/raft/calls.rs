@@ -1,0 +1,95 @@
+//! What rowcall's own cluster calls carry between nodes (write forwarding, join, remove, read
+//! index, hello) and how they fail. Both ends of the transport and the node above them share these.
+
+use serde::{Deserialize, Serialize};
+
+use super::{CommandResult, NodeId, NodeInfo, RequestId};
+
+/// Why a write did not take effect, or may not have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum WriteError {
+    /// Not committed: no quorum or no leader, and nothing was proposed. Try again later.
+    #[error("the cluster cannot take writes now: {reason}")]
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+    /// Proposed, but no answer came in time: it may commit yet, or may never. Retrying with
+    /// the same request id is safe (a repeat is answered with the first outcome).
+    #[error("the outcome of request {request_id} is unknown: {reason}")]
+    OutcomeUnknown {
+        /// The request id to retry with.
+        request_id: RequestId,
+        /// What was waited for.
+        reason: String,
+    },
+    /// The node asked to apply a forwarded write does not lead.
+    #[error("this node does not lead (leader: {leader:?})")]
+    NotLeader {
+        /// The leader, if known.
+        leader: Option<NodeId>,
+    },
+    /// Raft stopped: the node is shutting down or storage failed.
+    #[error("raft stopped: {0}")]
+    Fatal(String),
+}
+
+/// A write a follower forwarded, as the leader applied it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Forwarded {
+    /// What applying it did.
+    pub result: CommandResult,
+    /// Its log index.
+    pub index: u64,
+}
+
+/// What a node says about itself when asked (`Hello`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Its id.
+    pub node_id: NodeId,
+    /// Its incarnation.
+    pub incarnation: String,
+    /// Its cluster, once it founded or joined one.
+    pub cluster_id: Option<String>,
+    /// Whether it holds a membership (it is, or was, a member of a running cluster).
+    pub member: bool,
+    /// The leader it knows of.
+    pub leader: Option<NodeId>,
+    /// Whether it is waiting to found a cluster (started with `--bootstrap` and peers).
+    pub founding: bool,
+}
+
+/// A node asking to become a member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinRequest {
+    /// Its id.
+    pub id: NodeId,
+    /// How to reach it.
+    pub node: NodeInfo,
+    /// Join as a learner (a read replica that never votes).
+    pub learner: bool,
+}
+
+/// Why a membership change or a read index failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum MembershipError {
+    /// No leader could be reached, or no quorum.
+    #[error("cluster unavailable: {reason}")]
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+    /// The leader refused the change.
+    #[error("refused: {reason}")]
+    Rejected {
+        /// Why.
+        reason: String,
+    },
+    /// The node asked is not the leader (it moved while the call was under way).
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader {
+        /// The leader, if known.
+        leader: Option<NodeId>,
+    },
+}

@@ -1,0 +1,240 @@
+//! The cluster as operators see it: status, readiness, convergence digests, membership
+//! changes and snapshots. Any node answers; membership changes go to the leader.
+
+use std::collections::BTreeMap;
+
+use openraft::ServerState;
+use serde::Serialize;
+
+use super::{read_barrier, Admin, Freshness, ServiceError};
+use crate::app::App;
+use crate::raft::NodeId;
+
+/// A member of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Member {
+    /// Its id.
+    pub id: NodeId,
+    /// Its gRPC address (Raft and the public gRPC API).
+    pub grpc_addr: String,
+    /// Its HTTP address.
+    pub http_addr: String,
+    /// The incarnation (data folder) the membership admitted.
+    pub incarnation: String,
+    /// Whether it votes (else a learner).
+    pub voter: bool,
+    /// Whether it leads, as this node knows.
+    pub leader: bool,
+}
+
+/// This node's view of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Status {
+    /// This node.
+    pub node_id: NodeId,
+    /// The cluster it belongs to (none before it founded or joined one).
+    pub cluster_id: Option<String>,
+    /// Its data folder's incarnation.
+    pub incarnation: String,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub role: &'static str,
+    /// The leader, if known.
+    pub leader: Option<NodeId>,
+    /// The current term.
+    pub term: u64,
+    /// The index this node has applied.
+    pub last_applied: u64,
+    /// The last index in its log.
+    pub last_log_index: Option<u64>,
+    /// The index of its last snapshot.
+    pub snapshot_index: Option<u64>,
+    /// The index up to which its log is purged.
+    pub purged_index: Option<u64>,
+    /// Whether it is cut off from the leader or a quorum (answers are then stale).
+    pub stale: bool,
+    /// Every member, voters and learners.
+    pub members: Vec<Member>,
+    /// The learners' ids.
+    pub learners: Vec<NodeId>,
+    /// On the leader: how many entries each other member is behind.
+    pub follower_lag: BTreeMap<NodeId, u64>,
+    /// Receipts in this node's outbox, waiting for a quorum.
+    pub outbox: usize,
+}
+
+fn role(state: ServerState) -> &'static str {
+    match state {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
+/// This node, the leader, the term, the indexes and every member.
+pub fn status(app: &App) -> Status {
+    let metrics = app.raft.metrics().borrow().clone();
+    let membership = metrics.membership_config.membership();
+    let voters: Vec<u64> = membership.voter_ids().collect();
+    let members = membership
+        .nodes()
+        .map(|(id, node)| Member {
+            id: *id,
+            grpc_addr: node.grpc_addr.clone(),
+            http_addr: node.http_addr.clone(),
+            incarnation: node.incarnation.clone(),
+            voter: voters.contains(id),
+            leader: metrics.current_leader == Some(*id),
+        })
+        .collect();
+    // Only the leader knows how far each follower has replicated.
+    let last_log = metrics.last_log_index.unwrap_or(0);
+    let follower_lag = metrics
+        .replication
+        .as_ref()
+        .map(|replication| {
+            replication
+                .iter()
+                .filter(|(id, _)| **id != app.node_id)
+                .map(|(id, matched)| {
+                    let matched = matched.map_or(0, |m| m.index);
+                    (*id, last_log.saturating_sub(matched))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let identity = app.identity.get();
+    Status {
+        node_id: app.node_id,
+        cluster_id: identity.cluster_id,
+        incarnation: identity.incarnation,
+        role: role(metrics.state),
+        leader: metrics.current_leader,
+        term: metrics.current_term,
+        last_applied: app.applied_index(),
+        last_log_index: metrics.last_log_index,
+        snapshot_index: metrics.snapshot.map(|s| s.index),
+        purged_index: metrics.purged.map(|p| p.index),
+        stale: app.is_stale(),
+        members,
+        learners: membership.learner_ids().collect(),
+        follower_lag,
+        outbox: app.outbox.len(),
+    }
+}
+
+/// Whether this node should get traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Readiness {
+    /// A leader is known and reachable, and this node applied all it knows is committed.
+    pub ready: bool,
+    /// The leader, if known.
+    pub leader: Option<NodeId>,
+    /// Whether it is cut off from the leader or a quorum.
+    pub stale: bool,
+    /// The index it applied.
+    pub applied: u64,
+    /// The commit index it knows.
+    pub committed: u64,
+}
+
+/// Readiness: a leader is known and reachable, and this node has applied every entry it
+/// knows to be committed.
+pub async fn readiness(app: &App) -> Readiness {
+    let leader = app.leader();
+    let applied = app.applied_index();
+    let committed = app
+        .raft
+        .with_raft_state(|state| state.committed.map_or(0, |c| c.index))
+        .await
+        .unwrap_or(u64::MAX);
+    let stale = app.is_stale();
+    Readiness {
+        ready: leader.is_some() && !stale && applied >= committed,
+        leader,
+        stale,
+        applied,
+        committed,
+    }
+}
+
+/// A node to add.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddMember {
+    /// The new node's id (positive).
+    pub id: NodeId,
+    /// Its gRPC address (`host:port`).
+    pub grpc_addr: String,
+    /// Its HTTP address (`host:port`).
+    pub http_addr: String,
+    /// Add it as a learner (read replica) instead of a voter.
+    pub learner: bool,
+}
+
+/// Adds a member; any node hands the change to the leader. Adding a member twice is
+/// harmless. The node at `grpc_addr` is asked who it is and admitted as the incarnation that
+/// answers; it must already belong to this cluster (started with `--join`), so this
+/// promotes a learner to a voter.
+pub async fn add_member(app: &App, _admin: &Admin, add: AddMember) -> Result<(), ServiceError> {
+    if add.id == 0 {
+        return Err(ServiceError::WrongShape(
+            "id must be a positive number".into(),
+        ));
+    }
+    app.add_member(add.id, &add.grpc_addr, &add.http_addr, add.learner)
+        .await?;
+    Ok(())
+}
+
+/// Removes a voter or a learner; any node hands the change to the leader.
+pub async fn remove_member(app: &App, _admin: &Admin, id: NodeId) -> Result<(), ServiceError> {
+    Ok(app.remove_member(id).await?)
+}
+
+/// Digests of this node's directory and receipt log at its applied index, so an operator
+/// (or the chaos harness) can check that nodes converged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Digest {
+    /// The applied index the digests are at.
+    pub index: u64,
+    /// How many rows.
+    pub rows: usize,
+    /// SHA-256 over the rows in key order.
+    pub rows_sha256: String,
+    /// How many receipts.
+    pub receipts: usize,
+    /// SHA-256 over the receipts.
+    pub receipts_sha256: String,
+}
+
+/// The digests of this node's state, once it has applied what `freshness` asks for (so a
+/// convergence check can name the index every node must have reached).
+pub async fn digest(
+    app: &App,
+    _admin: &Admin,
+    freshness: &Freshness,
+) -> Result<Digest, ServiceError> {
+    read_barrier(app, freshness).await?;
+    let (index, rows, rows_sha256) = {
+        let catalogue = app.catalogue.read();
+        (app.applied_index(), catalogue.len(), catalogue.digest())
+    };
+    let (receipts, receipts_sha256) = app.receipts.digest().map_err(ServiceError::internal)?;
+    Ok(Digest {
+        index,
+        rows,
+        rows_sha256,
+        receipts,
+        receipts_sha256,
+    })
+}
+
+/// Builds a snapshot now (in the background) and purges the log behind it.
+pub async fn snapshot(app: &App, _admin: &Admin) -> Result<(), ServiceError> {
+    app.raft
+        .trigger()
+        .snapshot()
+        .await
+        .map_err(|e| ServiceError::internal(format!("snapshot trigger: {e}")))
+}

@@ -1,0 +1,233 @@
+//! The directory: list (paged), get, counts, put (one row, or many written atomically) and
+//! delete. Writes need the admin key ([`Admin`]) and a quorum, and carry a request id (a
+//! client's idempotency key), so a retried write is answered with its first outcome.
+
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::{json, Value};
+
+use super::{read_barrier, Admin, Freshness, Logged, ServiceError};
+use crate::app::App;
+use crate::catalogue::row::{Row, RowInput, RowRuleError};
+use crate::catalogue::Counts;
+use crate::dispatch::builtins::BUILTINS;
+use crate::model::time::now_ms;
+use crate::raft::{Command, CommandResult, PutOutcome, Request, RequestId};
+
+/// Rows per page unless told otherwise.
+pub const PAGE_DEFAULT: usize = 100;
+/// Most rows per page.
+pub const PAGE_MAX: usize = 1_000;
+
+/// The field schema embedded in listings, so a client learns the row's shape from the data.
+pub fn field_schema() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        json!({
+            "key": "string, ^[A-Z_][A-Z0-9_]{0,63}$, unique",
+            "type": "http | mcp | static | builtin",
+            "target": "http: \"METHOD URL\" with {arg} placeholders; mcp: \"URL#tool\"; static: empty; builtin: its name",
+            "category": "string, at most 64 characters",
+            "content": "leading '# FIELD: value' lines (WHAT, ARGS, RETURNS, EXAMPLE, AUTH, RISK, ERRORS, SEE) then the payload; at most 64 KiB",
+            "args_schema": "optional JSON Schema of the arguments, enforced on invoke",
+            "auth": "public | key (default key)",
+            "risk": "read | write | destructive (default read)",
+            "enabled": "boolean, default true",
+            "planner_visible": "boolean, default true",
+            "pins": "phrases for which this row is the canonical answer",
+            "demote": "boolean: rank below peers",
+            "version": "set by the server: the Raft log index of the last write; send if_version to write conditionally",
+            "created_at": "set by the server",
+            "updated_at": "set by the server",
+        })
+    })
+}
+
+/// One page of rows, in key order.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// The rows.
+    pub rows: Vec<Arc<Row>>,
+    /// Where the next page starts, if there is one.
+    pub next_cursor: Option<String>,
+    /// The index this node had applied when it answered.
+    pub index: u64,
+}
+
+/// A page of at most `limit` rows (default 100, at most 1000) after `cursor`, only of
+/// `category` (case-insensitive) if given.
+pub async fn list(
+    app: &App,
+    freshness: &Freshness,
+    category: Option<&str>,
+    cursor: Option<&str>,
+    limit: Option<usize>,
+) -> Result<Page, ServiceError> {
+    read_barrier(app, freshness).await?;
+    let limit = limit.unwrap_or(PAGE_DEFAULT).clamp(1, PAGE_MAX);
+    let (rows, next_cursor) = app.catalogue.read().page(category, cursor, limit);
+    Ok(Page {
+        rows,
+        next_cursor,
+        index: app.applied_index(),
+    })
+}
+
+/// One row.
+pub async fn get(app: &App, freshness: &Freshness, key: &str) -> Result<Arc<Row>, ServiceError> {
+    read_barrier(app, freshness).await?;
+    super::dispatch::find_row(app, key)
+}
+
+/// The four counts of DESIGN §2.3.
+pub async fn counts(app: &App, freshness: &Freshness) -> Result<Counts, ServiceError> {
+    read_barrier(app, freshness).await?;
+    Ok(app.catalogue.read().counts())
+}
+
+/// A write of one row, or of many at once.
+#[derive(Debug, Clone)]
+pub enum Put {
+    /// One row (as JSON, checked here).
+    One(Value),
+    /// Rows written atomically: all or none.
+    Many(Vec<Value>),
+}
+
+/// What a put did.
+#[derive(Debug, Clone)]
+pub struct PutAnswer {
+    /// One outcome per row, in the order given (each row's new version is the write's
+    /// first index, also for a replay).
+    pub outcomes: Vec<PutOutcome>,
+    /// Where the write is in the log.
+    pub logged: Logged,
+    /// Whether it was a bulk write ([`Put::Many`]).
+    pub bulk: bool,
+}
+
+/// Inserts or replaces rows after checking every rule of DESIGN §2.1; a bulk write names
+/// the position of the row that broke one.
+pub async fn put(
+    app: &App,
+    _admin: &Admin,
+    request_id: RequestId,
+    put: Put,
+) -> Result<PutAnswer, ServiceError> {
+    let (rows, bulk) = match put {
+        Put::One(value) => (vec![parse_row(value, None)?], false),
+        Put::Many(values) => {
+            if values.is_empty() {
+                return Err(ServiceError::WrongShape(
+                    "the array of rows is empty".into(),
+                ));
+            }
+            let rows = values
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| parse_row(v, Some(i)))
+                .collect::<Result<Vec<_>, _>>()?;
+            (rows, true)
+        }
+    };
+    let mut seen = HashSet::new();
+    for (position, row) in rows.iter().enumerate() {
+        row.validate(&BUILTINS)
+            .map_err(|source| rule(source, bulk.then_some(position)))?;
+        if !seen.insert(row.key.as_str()) {
+            return Err(ServiceError::Rule(RowRuleError::DuplicateKey {
+                key: row.key.clone(),
+            }));
+        }
+    }
+    let command = Command::PutRows {
+        at_ms: now_ms(),
+        rows,
+    };
+    let written = app
+        .submit(Request::with_id(request_id, command), app.write_timeout())
+        .await?;
+    let logged = Logged::from(&written);
+    match written.result {
+        CommandResult::Put { rows } => Ok(PutAnswer {
+            outcomes: rows,
+            logged,
+            bulk,
+        }),
+        other => Err(conflict_or_internal(other)),
+    }
+}
+
+fn parse_row(value: Value, position: Option<usize>) -> Result<RowInput, ServiceError> {
+    serde_json::from_value(value).map_err(|e| match position {
+        Some(i) => ServiceError::WrongShape(format!("row {i} of the bulk write: {e}")),
+        None => ServiceError::WrongShape(e.to_string()),
+    })
+}
+
+fn rule(source: RowRuleError, position: Option<usize>) -> ServiceError {
+    match position {
+        Some(position) => ServiceError::BulkRule { position, source },
+        None => ServiceError::Rule(source),
+    }
+}
+
+fn conflict_or_internal(result: CommandResult) -> ServiceError {
+    match result {
+        CommandResult::RequestIdReused { request_id, index } => ServiceError::RequestIdReused {
+            request_id: request_id.to_string(),
+            index,
+        },
+        CommandResult::Conflict {
+            key,
+            expected,
+            actual,
+        } => ServiceError::Conflict {
+            key,
+            expected,
+            actual: actual.map_or_else(|| "none".to_owned(), |v| v.to_string()),
+        },
+        other => ServiceError::internal(format!("unexpected apply result {other:?}")),
+    }
+}
+
+/// What a delete did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deleted {
+    /// How many rows went (1).
+    pub deleted: u32,
+    /// Where the write is in the log.
+    pub logged: Logged,
+}
+
+/// Deletes row `key` (only if its version is `if_version`, when given). Its receipts stay.
+/// 404 when there is no such row.
+pub async fn delete(
+    app: &App,
+    _admin: &Admin,
+    freshness: &Freshness,
+    request_id: RequestId,
+    key: &str,
+    if_version: Option<u64>,
+) -> Result<Deleted, ServiceError> {
+    // The existence check reads this node's copy: let it catch up with the caller first.
+    read_barrier(app, freshness).await?;
+    let missing = || ServiceError::NotFound(format!("no row with key {key:?}"));
+    if app.catalogue.read().get(key).is_none() {
+        return Err(missing());
+    }
+    let command = Command::DeleteRow {
+        key: key.to_owned(),
+        if_version,
+    };
+    let written = app
+        .submit(Request::with_id(request_id, command), app.write_timeout())
+        .await?;
+    let logged = Logged::from(&written);
+    match written.result {
+        CommandResult::Deleted { deleted: 0 } => Err(missing()),
+        CommandResult::Deleted { deleted } => Ok(Deleted { deleted, logged }),
+        other => Err(conflict_or_internal(other)),
+    }
+}

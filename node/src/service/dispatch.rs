@@ -1,0 +1,584 @@
+//! Dispatch, the four calls of the protocol: ask (ranked candidates), contract (what one row
+//! does and how to call it), invoke (run it: auth, arguments, receipt) and confirm (check a
+//! receipt without a credential).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
+
+use super::error::{run_error_parts, ErrorDetail, ErrorKind, ServiceError};
+use super::{identify, read_barrier, Freshness};
+use crate::app::App;
+use crate::auth::{Principal, Scope};
+use crate::catalogue::row::{Auth, Row};
+use crate::dispatch::{self as run, share, InvokeInput, Invoked, ProofStatus};
+use crate::model::receipt::{valid_receipt_id, Confirmation};
+use crate::model::share::{new_token_id, now_secs};
+
+/// Candidates an ask returns unless told otherwise.
+pub const DEFAULT_LIMIT: usize = 5;
+/// Most candidates an ask returns.
+pub const MAX_LIMIT: usize = 50;
+
+/// One ranked candidate.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Candidate {
+    /// The row's key.
+    pub key: String,
+    /// Its score (rounded to two decimals).
+    pub score: f64,
+    /// Its WHAT line.
+    pub what: String,
+    /// The query terms that matched.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub why: Vec<String>,
+}
+
+/// The best candidate, with what to do next.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Best {
+    /// The row's key.
+    pub key: String,
+    /// Its score.
+    pub score: f64,
+    /// The address of its contract.
+    pub contract: String,
+    /// A link that runs it by GET: public rows, or with a share token for a caller who
+    /// could run it anyway.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_now: Option<String>,
+    /// One line saying how to run it.
+    pub r#do: String,
+}
+
+/// The answer to an ask.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AskAnswer {
+    /// The request as asked.
+    pub ask: String,
+    /// How many candidates follow.
+    pub count: usize,
+    /// The index this node had applied when it answered.
+    pub index: u64,
+    /// The first candidate, with what to do next.
+    pub best: Option<Best>,
+    /// Ranked candidates; weak matches are cut, not padded.
+    pub candidates: Vec<Candidate>,
+    /// Said when nothing matched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<&'static str>,
+}
+
+/// Ranked candidates for `ask` (at most `limit`, default 5, at most 50), after the read
+/// barrier. A caller holding an invoke or admin credential gets a `run_now` link with a share
+/// token on a `key`-auth best candidate.
+pub async fn ask(
+    app: &App,
+    freshness: &Freshness,
+    credential: Option<&str>,
+    base: &str,
+    ask: &str,
+    limit: Option<usize>,
+) -> Result<AskAnswer, ServiceError> {
+    read_barrier(app, freshness).await?;
+    let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
+    let mut answer = rank(app, base, ask, limit);
+    if let Some(best) = answer.best.as_mut() {
+        share_run_now(app, credential, base, best).await;
+    }
+    Ok(answer)
+}
+
+/// The row `key`, or 404.
+pub fn find_row(app: &App, key: &str) -> Result<Arc<Row>, ServiceError> {
+    app.catalogue
+        .read()
+        .get(key)
+        .ok_or_else(|| ServiceError::NotFound(format!("no row with key {key:?}")))
+}
+
+fn round(score: f32) -> f64 {
+    (f64::from(score) * 100.0).round() / 100.0
+}
+
+/// Ranks the catalogue for `ask`: the answer without a read barrier or share links (the MCP
+/// search tool's).
+pub fn rank(app: &App, base: &str, ask: &str, limit: usize) -> AskAnswer {
+    let started = Instant::now();
+    let (hits, index) = {
+        let catalogue = app.catalogue.read();
+        (catalogue.ask(ask, limit), app.applied_index())
+    };
+    metrics::histogram!(crate::metrics::ASK_SECONDS).record(started.elapsed().as_secs_f64());
+    let best = hits.first().map(|(hit, row)| {
+        let key = &row.key;
+        let run_now = (row.auth == Auth::Public)
+            .then(|| format!("{base}/api/dispatch?invoke={key}"));
+        let r#do = if run_now.is_some() {
+            format!("GET run_now, or POST {{\"key\":\"{key}\"}} to /api/dispatch")
+        } else {
+            format!("POST {{\"key\":\"{key}\"}} to /api/dispatch with Authorization: Bearer <invoke key>")
+        };
+        Best {
+            key: key.clone(),
+            score: round(hit.score),
+            contract: format!("{base}/api/dispatch?key={key}"),
+            run_now,
+            r#do,
+        }
+    });
+    let candidates: Vec<Candidate> = hits
+        .iter()
+        .map(|(hit, row)| Candidate {
+            key: row.key.clone(),
+            score: round(hit.score),
+            what: row.docs().what().to_owned(),
+            why: hit.matched.clone(),
+        })
+        .collect();
+    AskAnswer {
+        ask: ask.to_owned(),
+        count: candidates.len(),
+        index,
+        hint: candidates
+            .is_empty()
+            .then_some("nothing matched well; try other words, or browse GET /api/directory"),
+        best,
+        candidates,
+    }
+}
+
+/// A contract as answered: JSON for programs, Markdown for models.
+#[derive(Debug, Clone)]
+pub enum Contract {
+    /// `format=json` (the default).
+    Json(Value),
+    /// `format=markdown`.
+    Markdown(String),
+}
+
+/// The contract of row `key` in `format` (`json`, the default, or `markdown`), after the
+/// read barrier.
+pub async fn contract(
+    app: &App,
+    freshness: &Freshness,
+    base: &str,
+    key: &str,
+    format: Option<&str>,
+) -> Result<Contract, ServiceError> {
+    read_barrier(app, freshness).await?;
+    let row = find_row(app, key)?;
+    match format {
+        Some("markdown") | Some("md") => Ok(Contract::Markdown(contract_markdown(&row, base))),
+        None | Some("json") => Ok(Contract::Json(contract_json(&row, base))),
+        Some(other) => Err(ServiceError::BadRequest {
+            message: format!("unknown format {other:?}"),
+            hint: "format=markdown or format=json",
+        }),
+    }
+}
+
+/// An example of arguments that satisfies `schema` (required properties, by type).
+pub fn example_args(schema: &Value) -> Value {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return json!({});
+    };
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut out = Map::new();
+    for (name, prop) in props {
+        if !required.contains(&name.as_str()) && !required.is_empty() {
+            continue;
+        }
+        out.insert(name.clone(), example_value(prop));
+    }
+    Value::Object(out)
+}
+
+fn example_value(prop: &Value) -> Value {
+    if let Some(v) = prop
+        .get("default")
+        .or_else(|| prop.get("examples").and_then(|e| e.get(0)))
+    {
+        return v.clone();
+    }
+    if let Some(first) = prop.get("enum").and_then(|e| e.get(0)) {
+        return first.clone();
+    }
+    let kind = match prop.get("type") {
+        Some(Value::Array(types)) => types.iter().find_map(Value::as_str).unwrap_or("string"),
+        Some(Value::String(t)) => t.as_str(),
+        _ => "string",
+    };
+    match kind {
+        "integer" => json!(prop.get("minimum").and_then(Value::as_i64).unwrap_or(1)),
+        "number" => json!(prop.get("minimum").and_then(Value::as_f64).unwrap_or(1.0)),
+        "boolean" => json!(true),
+        "array" => json!([]),
+        "object" => example_args(prop),
+        "null" => Value::Null,
+        _ => json!("example"),
+    }
+}
+
+fn invoke_body_example(row: &Row) -> Value {
+    match &row.args_schema {
+        Some(schema) => json!({ "key": row.key, "args": example_args(schema) }),
+        None => json!({ "key": row.key }),
+    }
+}
+
+fn troubleshooting(row: &Row) -> Vec<Value> {
+    let mut rows = vec![
+        json!({"status": 404, "cause": "the key is unknown or was deleted", "fix": "ask again: GET /api/dispatch?ask=..."}),
+        json!({"status": 422, "cause": "the arguments do not match args_schema; nothing ran", "fix": "compare with args_example; the error lists each violation by JSON pointer"}),
+        json!({"status": 403, "cause": "the row is disabled", "fix": "an operator must enable it (POST /api/directory)"}),
+        json!({"status": 503, "cause": "the cluster could not commit the receipt", "fix": "retry after Retry-After seconds"}),
+    ];
+    if row.auth == Auth::Key {
+        rows.insert(0, json!({"status": 401, "cause": "no or unknown credential", "fix": "send Authorization: Bearer <invoke key>"}));
+    }
+    rows
+}
+
+/// The JSON contract of `row`, its links under `base`.
+pub fn contract_json(row: &Row, base: &str) -> Value {
+    let docs = row.docs();
+    let key = &row.key;
+    let mut headers = json!({ "Content-Type": "application/json" });
+    if row.auth == Auth::Key {
+        headers["Authorization"] = json!("Bearer <invoke key>");
+    }
+    let mut contract = json!({
+        "key": key,
+        "what": docs.what(),
+        "type": row.kind,
+        "category": row.category,
+        "auth": row.auth,
+        "risk": row.risk,
+        "enabled": row.enabled,
+        "version": row.version,
+        "updated_at": row.updated_at,
+        "invoke": {
+            "method": "POST",
+            "url": format!("{base}/api/dispatch"),
+            "headers": headers,
+            "body": invoke_body_example(row),
+        },
+        "troubleshooting": troubleshooting(row),
+        "ledger": format!("{base}/api/receipts?key={key}"),
+        "repair": format!("{base}/api/directory/{key}"),
+    });
+    let fields: Map<String, Value> = docs
+        .fields
+        .iter()
+        .filter(|(f, _)| *f != "WHAT")
+        .map(|(f, v)| (f.to_ascii_lowercase(), json!(v)))
+        .collect();
+    if !fields.is_empty() {
+        contract["docs"] = Value::Object(fields);
+    }
+    if let Some(schema) = &row.args_schema {
+        contract["args_schema"] = schema.clone();
+        contract["args_example"] = example_args(schema);
+    }
+    if row.auth == Auth::Public {
+        contract["run_now"] = json!(format!("{base}/api/dispatch?invoke={key}"));
+    }
+    contract
+}
+
+fn contract_markdown(row: &Row, base: &str) -> String {
+    let docs = row.docs();
+    let key = &row.key;
+    let mut md = String::new();
+    let _ = writeln!(md, "# {key}\n\n{}\n", docs.what());
+    let _ = writeln!(
+        md,
+        "- type: {} · category: {} · auth: {} · risk: {} · version: {}{}",
+        row.kind,
+        if row.category.is_empty() {
+            "-"
+        } else {
+            &row.category
+        },
+        row.auth.as_str(),
+        row.risk.as_str(),
+        row.version,
+        if row.enabled { "" } else { " · DISABLED" },
+    );
+    for (field, value) in docs.fields.iter().filter(|(f, _)| *f != "WHAT") {
+        let _ = writeln!(md, "- {}: {value}", field.to_ascii_lowercase());
+    }
+    let _ = writeln!(
+        md,
+        "\n## Invoke\n\n`POST {base}/api/dispatch`{}\n",
+        if row.auth == Auth::Key {
+            " with `Authorization: Bearer <invoke key>`"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(md, "```json\n{}\n```", invoke_body_example(row));
+    if row.auth == Auth::Public {
+        let _ = writeln!(md, "\nOr run now: `GET {base}/api/dispatch?invoke={key}`");
+    }
+    if let Some(schema) = &row.args_schema {
+        let _ = writeln!(md, "\n## Arguments (JSON Schema)\n\n```json\n{schema}\n```");
+    }
+    let _ = writeln!(
+        md,
+        "\n## Troubleshooting\n\n| status | cause | fix |\n|---|---|---|"
+    );
+    for t in troubleshooting(row) {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} |",
+            t["status"],
+            t["cause"].as_str().unwrap_or(""),
+            t["fix"].as_str().unwrap_or("")
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nLedger: {base}/api/receipts?key={key} · Repair: {base}/api/directory/{key}"
+    );
+    md
+}
+
+/// Runs row `key` for whoever holds `credential` or the share token `share` (a share token
+/// stands in for an invoke key, for its one row; a bad one is a 401 with the reason even
+/// where no credential is needed). A session that just wrote the row runs the version it
+/// wrote: the read barrier comes first.
+pub async fn invoke(
+    app: &App,
+    freshness: &Freshness,
+    credential: Option<&str>,
+    share: Option<&str>,
+    base: &str,
+    key: &str,
+    input: InvokeInput,
+) -> Result<Invocation, ServiceError> {
+    read_barrier(app, freshness).await?;
+    let caller = match share {
+        Some(token) => {
+            let grant = share::verify_for(app, token, key)?;
+            Some(Principal {
+                name: format!("share:{}", grant.id),
+                scope: Scope::Invoke,
+            })
+        }
+        None => identify(app, credential)?,
+    };
+    invoke_as(app, caller, Scope::Invoke, base, key, input).await
+}
+
+/// Gives a `key`-auth best candidate a `run_now` link with a share token when the asker
+/// presented an admin or invoke credential (so could run it anyway). Without a quorum to
+/// create the cluster's first secret, the link is left out.
+async fn share_run_now(app: &App, credential: Option<&str>, base: &str, best: &mut Best) {
+    let allowed = identify(app, credential)
+        .ok()
+        .flatten()
+        .is_some_and(|p| p.allows(Scope::Invoke));
+    let key_auth = app
+        .catalogue
+        .read()
+        .get(&best.key)
+        .is_some_and(|row| row.auth == Auth::Key);
+    if best.run_now.is_some() || !allowed || !key_auth {
+        return;
+    }
+    let secret = match share::ensure_secret(app).await {
+        Ok(secret) => secret,
+        Err(e) => {
+            tracing::warn!(error = %e, "no share secret; run_now left out");
+            return;
+        }
+    };
+    let expires = now_secs() + app.config.share.link_ttl_secs;
+    let token = secret.mint(&new_token_id(), &best.key, expires);
+    let key = &best.key;
+    best.run_now = Some(format!("{base}/api/dispatch?invoke={key}&share={token}"));
+    best.r#do = format!(
+        "GET run_now (its share token expires at {}), or POST {{\"key\":\"{key}\"}} to /api/dispatch with Authorization: Bearer <invoke key>",
+        crate::model::time::format_ms(expires * 1000)
+    );
+}
+
+/// The proof of an invocation: where its receipt is and how to check it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Proof {
+    /// The receipt id (`inv_…`).
+    pub invocation_id: String,
+    /// The receipt's log index; absent while it waits in the outbox.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+    /// `committed`, or `pending` (in this node's outbox until the cluster heals).
+    pub status: &'static str,
+    /// The forensic receipt (admin key).
+    pub receipt: String,
+    /// The keyless check.
+    pub confirm: String,
+    /// The public brochure page.
+    pub public_receipt: String,
+}
+
+/// The answer to an invocation: `{ok, key, result | error, proof}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InvokeAnswer {
+    /// Whether the row ran successfully.
+    pub ok: bool,
+    /// The row.
+    pub key: String,
+    /// What it returned (when `ok`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why it failed (when not `ok`); the receipt records the failure too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
+    /// The receipt.
+    pub proof: Proof,
+}
+
+/// A finished invocation, successful or not: over HTTP a status and the answer, over MCP a
+/// tool result (`isError` when it failed).
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// `{ok, key, result | error, proof}`.
+    pub answer: InvokeAnswer,
+    /// The class of the runner's failure, when it failed.
+    pub failure: Option<ErrorKind>,
+    /// The receipt's log index when it is committed (not while it waits in the outbox).
+    pub committed_index: Option<u64>,
+}
+
+/// Runs row `key` for the holder of `caller`, the one invocation path of every front end:
+/// the same auth rule, argument validation and receipt. `scope` is the credential that lets
+/// its holder run `auth: key` rows on the calling interface (invoke keys over HTTP and gRPC,
+/// MCP tokens over MCP); the admin key always does.
+pub async fn invoke_as(
+    app: &App,
+    caller: Option<Principal>,
+    scope: Scope,
+    base: &str,
+    key: &str,
+    input: InvokeInput,
+) -> Result<Invocation, ServiceError> {
+    let row = find_row(app, key)?;
+    let caller = match (row.auth, caller) {
+        (_, Some(p)) if p.allows(scope) => p.name,
+        (Auth::Public, _) => "public".to_owned(),
+        (Auth::Key, None) => {
+            return Err(ServiceError::Unauthorized {
+                needed: "an invoke key",
+            })
+        }
+        (Auth::Key, Some(p)) => {
+            return Err(ServiceError::Forbidden {
+                name: p.name,
+                action: "invoke key-auth rows",
+            })
+        }
+    };
+    let invoked = run::invoke(app, row, input, caller).await?;
+    Ok(invocation(key, base, invoked))
+}
+
+fn invocation(key: &str, base: &str, invoked: Invoked) -> Invocation {
+    let Invoked {
+        receipt,
+        result,
+        error,
+        status,
+    } = invoked;
+    let id = &receipt.id;
+    // Not in the log yet when pending: no index; it confirms on this node now, everywhere
+    // after healing.
+    let committed_index = (status == ProofStatus::Committed).then_some(receipt.index);
+    let proof = Proof {
+        invocation_id: id.clone(),
+        index: committed_index,
+        status: status.as_str(),
+        receipt: format!("{base}/api/receipts/{id}"),
+        confirm: format!("{base}/api/dispatch?confirm={id}"),
+        public_receipt: format!("{base}/receipt/{id}"),
+    };
+    let (failure, error) = match error {
+        None => (None, None),
+        Some(e) => {
+            let (kind, code) = run_error_parts(&e);
+            let detail = ErrorDetail {
+                code,
+                message: e.to_string(),
+                hint: "the receipt records this failure; see the contract for the arguments",
+                request_id: None,
+                violations: Vec::new(),
+            };
+            (Some(kind), Some(detail))
+        }
+    };
+    Invocation {
+        answer: InvokeAnswer {
+            ok: failure.is_none(),
+            key: key.to_owned(),
+            result,
+            error,
+            proof,
+        },
+        failure,
+        committed_index,
+    }
+}
+
+/// The public fields of receipt `id`, without a credential: committed receipts on every
+/// node, and one still in this node's outbox (`status: pending`, no index). `None` for an
+/// unknown id (or one that is not an id at all).
+pub async fn confirm(
+    app: &App,
+    freshness: &Freshness,
+    id: &str,
+) -> Result<Option<Confirmation>, ServiceError> {
+    read_barrier(app, freshness).await?;
+    if !valid_receipt_id(id) {
+        return Ok(None);
+    }
+    Ok(
+        match run::find_receipt(app, id).map_err(ServiceError::internal)? {
+            Some((receipt, ProofStatus::Committed)) => Some(Confirmation::from(&receipt)),
+            // Ran here while the cluster had no quorum: durable in this node's outbox.
+            Some((receipt, ProofStatus::Pending)) => Some(Confirmation {
+                index: None,
+                status: Some("pending".to_owned()),
+                ..Confirmation::from(&receipt)
+            }),
+            None => None,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_args_satisfy_their_schema() {
+        let schema = json!({"type": "object", "properties": {
+            "name": {"type": "string"}, "count": {"type": "integer", "minimum": 3},
+            "mode": {"enum": ["fast", "slow"]}, "tags": {"type": "array"}, "opt": {"type": "boolean"}},
+            "required": ["name", "count", "mode", "tags"]});
+        let example = example_args(&schema);
+        assert!(
+            run::schema_violations(&schema, &example).is_empty(),
+            "{example}"
+        );
+        assert!(example.get("opt").is_none());
+    }
+}

@@ -1,0 +1,110 @@
+//! The directory's change feed, for caches and anything else that mirrors the catalogue:
+//! from an index, replay what this node retains, then follow live changes. When it cannot
+//! replay (the index is older than it retains, or than its last restart or snapshot
+//! install), or the follower is too slow to keep up, the feed says `Reset`: read the
+//! directory again, then keep following.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use futures_util::Stream;
+use tokio::sync::{broadcast, watch};
+
+use crate::app::App;
+use crate::catalogue::feed::{Backlog, Change, ChangeOp};
+use crate::catalogue::row::Row;
+
+/// One event of the feed.
+#[derive(Debug, Clone)]
+pub enum FeedEvent {
+    /// A row was put or deleted at `change.index`.
+    Change {
+        /// What changed.
+        change: Change,
+        /// The row as it is when the event is sent, for a put (absent if it was deleted
+        /// since).
+        row: Option<Arc<Row>>,
+    },
+    /// Changes were missed: read the directory again (it is at least at `index`).
+    Reset {
+        /// The index this node had applied.
+        index: u64,
+    },
+}
+
+impl FeedEvent {
+    /// The log index the event is at: a follower resumes after it.
+    pub fn index(&self) -> u64 {
+        match self {
+            Self::Change { change, .. } => change.index,
+            Self::Reset { index } => *index,
+        }
+    }
+}
+
+struct Follow {
+    app: Arc<App>,
+    backlog: VecDeque<Change>,
+    reset_first: bool,
+    changes: broadcast::Receiver<Change>,
+    stop: watch::Receiver<bool>,
+}
+
+/// The feed from after index `since` (live changes only without it), until `stop` turns
+/// true or the node stops applying.
+pub fn follow(
+    app: Arc<App>,
+    since: Option<u64>,
+    stop: watch::Receiver<bool>,
+) -> impl Stream<Item = FeedEvent> + Send + 'static {
+    let (backlog, changes) = {
+        let catalogue = app.catalogue.read();
+        catalogue.watch(since, app.applied_index())
+    };
+    let (backlog, reset_first) = match backlog {
+        Backlog::Changes(changes) => (VecDeque::from(changes), false),
+        Backlog::Reset => (VecDeque::new(), true),
+    };
+    let follow = Follow {
+        app,
+        backlog,
+        reset_first,
+        changes,
+        stop,
+    };
+    futures_util::stream::unfold(follow, |mut follow| async move {
+        if std::mem::take(&mut follow.reset_first) {
+            let index = follow.app.applied_index();
+            return Some((FeedEvent::Reset { index }, follow));
+        }
+        if let Some(change) = follow.backlog.pop_front() {
+            let event = event(&follow.app, change);
+            return Some((event, follow));
+        }
+        let event = tokio::select! {
+            received = follow.changes.recv() => match received {
+                Ok(change) => event(&follow.app, change),
+                // Dropped changes cannot be replayed from the channel: start over.
+                Err(broadcast::error::RecvError::Lagged(_)) => FeedEvent::Reset {
+                    index: follow.app.applied_index(),
+                },
+                Err(broadcast::error::RecvError::Closed) => return None,
+            },
+            _ = follow.stop.wait_for(|stopped| *stopped) => return None,
+        };
+        Some((event, follow))
+    })
+}
+
+fn event(app: &App, change: Change) -> FeedEvent {
+    match change.op {
+        ChangeOp::Reset => FeedEvent::Reset {
+            index: change.index,
+        },
+        ChangeOp::Put => {
+            let row = app.catalogue.read().get(&change.key);
+            FeedEvent::Change { change, row }
+        }
+        ChangeOp::Delete => FeedEvent::Change { change, row: None },
+    }
+}

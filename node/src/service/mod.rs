@@ -1,0 +1,179 @@
+//! The operations every front end serves, transport-neutral: ask, contract, invoke and
+//! confirm; directory reads, writes and the change feed; receipts; share tokens; the MCP
+//! importer; cluster status and membership. Each is a plain function over the node
+//! ([`App`]) taking typed requests and returning a typed answer or the one
+//! [`ServiceError`].
+//!
+//! ```text
+//!   HTTP (api::http) ─┐   wire format ⇄ typed request / answer,
+//!   MCP  (api::mcp)  ─┼─► ServiceError ⇄ status, in one place per front end
+//!   gRPC (api::grpc) ─┘
+//!                     ▼
+//!   service::{dispatch, directory, feed, receipts, share, import, cluster}
+//!     ├─ authorize (credential → Principal, Admin) and wait for freshness (min index)
+//!     └─► catalogue (reads) · app::App::write (Raft) · dispatch::invoke (runners, receipt)
+//! ```
+//!
+//! Front ends only translate: what an operation checks, in which order, and what it answers
+//! is decided here, so every front end gives the same answer to the same request.
+
+pub mod cluster;
+pub mod directory;
+pub mod dispatch;
+pub mod error;
+pub mod feed;
+pub mod import;
+pub mod receipts;
+pub mod share;
+
+use std::time::Duration;
+
+pub use self::error::{ErrorDetail, ErrorKind, ServiceError};
+use crate::app::{App, Written};
+use crate::auth::{Principal, Scope};
+
+/// The principal behind `credential`: `Ok(None)` when none was presented (or an empty one),
+/// 401 when one was presented but is not recognised.
+pub fn identify(app: &App, credential: Option<&str>) -> Result<Option<Principal>, ServiceError> {
+    match credential {
+        None | Some("") => Ok(None),
+        Some(token) => {
+            app.credentials
+                .identify(token)
+                .map(Some)
+                .ok_or(ServiceError::Unauthorized {
+                    needed: "a valid credential",
+                })
+        }
+    }
+}
+
+/// Requires a credential allowing `scope`; `action` names the call in the 403.
+pub fn require(
+    app: &App,
+    credential: Option<&str>,
+    scope: Scope,
+    action: &'static str,
+) -> Result<Principal, ServiceError> {
+    let needed = match scope {
+        Scope::Admin => "the admin key",
+        Scope::Invoke => "an invoke key",
+        Scope::Mcp => "an MCP token",
+    };
+    let principal = identify(app, credential)?.ok_or(ServiceError::Unauthorized { needed })?;
+    if principal.allows(scope) {
+        Ok(principal)
+    } else {
+        Err(ServiceError::Forbidden {
+            name: principal.name,
+            action,
+        })
+    }
+}
+
+/// Proof that the caller presented the admin key: the operations that change the directory,
+/// the membership or share tokens, or read forensic data, take one, so no front end can
+/// reach them without the check.
+#[derive(Debug, Clone)]
+pub struct Admin(Principal);
+
+impl Admin {
+    /// Checks that `credential` is the admin key; `action` names the call in the 403.
+    pub fn check(
+        app: &App,
+        credential: Option<&str>,
+        action: &'static str,
+    ) -> Result<Self, ServiceError> {
+        require(app, credential, Scope::Admin, action).map(Self)
+    }
+
+    /// Who it is.
+    pub fn principal(&self) -> &Principal {
+        &self.0
+    }
+}
+
+/// How fresh a read must be: the read-your-writes contract of DESIGN §3.1.
+#[derive(Debug, Clone, Default)]
+pub struct Freshness {
+    /// Wait (bounded) until this node has applied this index.
+    pub min_index: Option<u64>,
+    /// `linearizable`: confirm with the leader and a quorum first (read index); `default`,
+    /// `any` or nothing: answer from what this node has.
+    pub consistency: Option<String>,
+}
+
+impl Freshness {
+    /// Only after this node applied `min_index`, if given.
+    pub fn at_least(min_index: Option<u64>) -> Self {
+        Self {
+            min_index,
+            consistency: None,
+        }
+    }
+}
+
+/// Waits, bounded, until this node may answer a read as the caller asks: after it applied
+/// `min_index` (read-your-writes across nodes), and for `consistency=linearizable` after it
+/// applied the leader's quorum-confirmed read index. `behind` (503) when it has not in time.
+pub async fn read_barrier(app: &App, freshness: &Freshness) -> Result<(), ServiceError> {
+    let wait = Duration::from_millis(app.config.limits.min_index_wait_ms);
+    match freshness.consistency.as_deref() {
+        None | Some("default") | Some("any") => {}
+        Some("linearizable") => {
+            app.linearizable_index(wait)
+                .await
+                .map_err(|e| ServiceError::NoReadIndex(e.to_string()))?;
+        }
+        Some(other) => {
+            return Err(ServiceError::BadRequest {
+                message: format!("unknown consistency {other:?}"),
+                hint: "consistency=linearizable, or leave it out",
+            })
+        }
+    }
+    let Some(wanted) = freshness.min_index else {
+        return Ok(());
+    };
+    if app.wait_applied(wanted, wait).await {
+        Ok(())
+    } else {
+        Err(ServiceError::Behind {
+            wanted,
+            applied: app.applied_index(),
+        })
+    }
+}
+
+/// Where a write is in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Logged {
+    /// The index to wait for before reading the write (front ends send it back as the
+    /// answer's index).
+    pub index: u64,
+    /// When the write repeated a request id the cluster remembers: the index of the first
+    /// attempt, whose outcome this is.
+    pub replayed: Option<u64>,
+}
+
+impl From<&Written> for Logged {
+    fn from(written: &Written) -> Self {
+        Self {
+            index: written.index,
+            replayed: written.replayed,
+        }
+    }
+}
+
+/// Base URL for links in answers (contracts, `run_now`, receipts): the configured public
+/// URL, else the HTTP host the caller addressed (its `Host` header), else this node's HTTP
+/// address as configured.
+pub fn base_url(app: &App, host: Option<&str>) -> String {
+    if let Some(url) = &app.config.node.public_url {
+        return url.trim_end_matches('/').to_owned();
+    }
+    let host = host
+        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
+        .map_or_else(|| app.config.node.http.to_string(), str::to_owned);
+    format!("http://{host}")
+}

@@ -1,0 +1,546 @@
+//! State machine unit tests: request ids, staged publication, receipts, timestamps,
+//! snapshots, and commands no apply may panic or fail on.
+
+use std::time::Duration;
+
+use openraft::storage::RaftSnapshotBuilder;
+use openraft::{CommittedLeaderId, EntryPayload};
+
+use super::*;
+use crate::config::SyncMode;
+use crate::model::share::ShareSecret;
+use crate::model::time::MAX_MS;
+
+fn entry(index: u64, request: Request) -> Entry {
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(request),
+    }
+}
+
+/// A state machine on its own folder, and the catalogue it publishes to.
+fn machine(dir: &std::path::Path) -> (StateMachine, SharedCatalogue, Durable) {
+    let storage = Durable::open(dir, SyncMode::Fdatasync).unwrap();
+    let catalogue = SharedCatalogue::default();
+    let sm = StateMachine::open(&storage, catalogue.clone()).unwrap();
+    (sm, catalogue, storage)
+}
+
+fn input(key: &str, content: &str) -> RowInput {
+    serde_json::from_value(serde_json::json!({
+        "key": key, "type": "static", "content": content,
+    }))
+    .unwrap()
+}
+
+fn put(at_ms: u64, rows: Vec<RowInput>) -> Command {
+    Command::PutRows { at_ms, rows }
+}
+
+fn id(text: &str) -> RequestId {
+    RequestId::parse(text).unwrap()
+}
+
+fn receipt(id: &str, output: &str) -> Receipt {
+    Receipt {
+        id: id.into(),
+        key: "ECHO".into(),
+        row_version: 1,
+        caller: "public".into(),
+        input_sha256: String::new(),
+        output_sha256: String::new(),
+        ok: true,
+        error: None,
+        started_at: format_ms(0),
+        duration_ms: 1,
+        served_by: 1,
+        called: None,
+        upstream_status: None,
+        input: "{}".into(),
+        output: output.into(),
+        input_truncated: false,
+        output_truncated: false,
+        store_cap_bytes: 16,
+        index: 0,
+    }
+}
+
+fn append(receipt: Receipt) -> Command {
+    Command::AppendReceipt {
+        receipt: Box::new(receipt),
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_request_id_is_answered_with_the_first_outcome_and_applied_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, catalogue, _) = machine(dir.path());
+    let mut create = input("ONCE", "# WHAT: first\n");
+    create.if_version = Some(0);
+    let first = sm
+        .apply([entry(
+            1,
+            Request::with_id(id("k-1"), put(1_000, vec![create.clone()])),
+        )])
+        .await
+        .unwrap();
+    // The retry comes through another node: another clock, same rows, same key.
+    let again = sm
+        .apply([entry(
+            2,
+            Request::with_id(id("k-1"), put(9_000, vec![create.clone()])),
+        )])
+        .await
+        .unwrap();
+    assert_eq!(
+        again[0],
+        CommandResult::Replayed {
+            index: 1,
+            first: Box::new(first[0].clone())
+        },
+        "an if_version retry of a write that won gets its first outcome, not a conflict"
+    );
+    let row = catalogue.read().get("ONCE").unwrap();
+    assert_eq!(
+        (row.version, row.updated_at.as_str()),
+        (1, format_ms(1_000).as_str())
+    );
+
+    // The same key for a different request is refused, and changes nothing.
+    let other = sm
+        .apply([entry(
+            3,
+            Request::with_id(
+                id("k-1"),
+                put(9_000, vec![input("ONCE", "# WHAT: other\n")]),
+            ),
+        )])
+        .await
+        .unwrap();
+    assert_eq!(
+        other[0],
+        CommandResult::RequestIdReused {
+            request_id: id("k-1"),
+            index: 1
+        }
+    );
+    assert_eq!(catalogue.read().get("ONCE").unwrap().version, 1);
+
+    // Two attempts in one batch: the second sees the first.
+    let both = sm
+        .apply([
+            entry(
+                4,
+                Request::with_id(id("k-2"), put(10, vec![input("TWICE", "")])),
+            ),
+            entry(
+                5,
+                Request::with_id(id("k-2"), put(11, vec![input("TWICE", "")])),
+            ),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        matches!(both[1], CommandResult::Replayed { index: 4, .. }),
+        "{both:?}"
+    );
+    assert_eq!(catalogue.read().get("TWICE").unwrap().version, 4);
+}
+
+#[tokio::test]
+async fn remembered_request_ids_travel_in_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, _) = machine(&dir.path().join("a"));
+    sm.apply([entry(
+        1,
+        Request::with_id(
+            id("snap-key"),
+            Command::DeleteRow {
+                key: "GONE".into(),
+                if_version: None,
+            },
+        ),
+    )])
+    .await
+    .unwrap();
+    let snapshot = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let (mut other, _, _) = machine(&dir.path().join("b"));
+    other
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    let again = other
+        .apply([entry(
+            2,
+            Request::with_id(
+                id("snap-key"),
+                Command::DeleteRow {
+                    key: "GONE".into(),
+                    if_version: None,
+                },
+            ),
+        )])
+        .await
+        .unwrap();
+    assert!(
+        matches!(again[0], CommandResult::Replayed { index: 1, .. }),
+        "{again:?}"
+    );
+}
+
+#[tokio::test]
+async fn later_entries_of_a_batch_see_earlier_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, catalogue, _) = machine(dir.path());
+    let mut create = input("BATCHED", "# WHAT: v1\n");
+    create.if_version = Some(0);
+    let mut update = input("BATCHED", "# WHAT: v2\n");
+    update.if_version = Some(1);
+    let results = sm
+        .apply([
+            entry(1, Request::new(put(1, vec![create]))),
+            entry(2, Request::new(put(2, vec![update]))),
+            entry(
+                3,
+                Request::new(Command::DeleteRow {
+                    key: "BATCHED".into(),
+                    if_version: Some(2),
+                }),
+            ),
+            entry(
+                4,
+                Request::new(Command::DeleteRow {
+                    key: "BATCHED".into(),
+                    if_version: None,
+                }),
+            ),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        matches!(results[0], CommandResult::Put { .. }),
+        "{results:?}"
+    );
+    assert!(
+        matches!(results[1], CommandResult::Put { .. }),
+        "{results:?}"
+    );
+    assert_eq!(results[2], CommandResult::Deleted { deleted: 1 });
+    assert_eq!(results[3], CommandResult::Deleted { deleted: 0 });
+    assert!(catalogue.read().get("BATCHED").is_none());
+    assert_eq!(catalogue.index(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_catalogue_shows_a_batch_only_once_it_is_durable_and_with_its_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, catalogue, storage) = machine(dir.path());
+    sm.apply([entry(1, Request::new(put(1, vec![input("EARLY", "")])))])
+        .await
+        .unwrap();
+    let tree = sm.tree.clone();
+    let applied = sm.applied_index();
+    storage.slow_down(Duration::from_millis(300));
+    let applying = tokio::spawn(async move {
+        sm.apply([entry(2, Request::new(put(2, vec![input("LATE", "")])))])
+            .await
+            .unwrap();
+    });
+    // The batch is in sled (not yet durable: its sync is slowed) ...
+    while !tree.contains_key(row_key("LATE")).unwrap() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // ... and neither the row, the index nor the watch shows it yet.
+    {
+        let shown = catalogue.read();
+        assert!(shown.get("LATE").is_none(), "shown before it is durable");
+        assert_eq!(catalogue.index(), 1);
+    }
+    assert_eq!(*applied.borrow(), 1);
+    applying.await.unwrap();
+    let shown = catalogue.read();
+    assert_eq!(shown.get("LATE").unwrap().version, 2);
+    assert_eq!(catalogue.index(), 2, "the index is published with the rows");
+}
+
+#[tokio::test]
+async fn updated_at_never_goes_backwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, catalogue, _) = machine(dir.path());
+    sm.apply([entry(
+        1,
+        Request::new(put(5_000, vec![input("CLOCKS", "")])),
+    )])
+    .await
+    .unwrap();
+    // A proposer whose clock is two seconds behind writes the row again.
+    let results = sm
+        .apply([entry(
+            2,
+            Request::new(put(3_000, vec![input("CLOCKS", "# WHAT: again\n")])),
+        )])
+        .await
+        .unwrap();
+    let row = catalogue.read().get("CLOCKS").unwrap();
+    assert_eq!(row.version, 2);
+    assert_eq!(row.updated_at, format_ms(5_000));
+    assert_eq!(row.created_at, format_ms(5_000));
+    let CommandResult::Put { rows } = &results[0] else {
+        panic!("{results:?}")
+    };
+    assert_eq!(
+        rows[0].updated_at,
+        format_ms(5_000),
+        "the answer says so too"
+    );
+}
+
+#[tokio::test]
+async fn a_different_receipt_under_a_taken_id_is_refused_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, _) = machine(dir.path());
+    let first = receipt("inv_0000000001", "one");
+    let results = sm
+        .apply([
+            entry(1, Request::new(append(first.clone()))),
+            // The same receipt again (an outbox retry), and another one under its id, both
+            // in the same batch and in a later one.
+            entry(2, Request::new(append(first.clone()))),
+            entry(3, Request::new(append(receipt("inv_0000000001", "two")))),
+        ])
+        .await
+        .unwrap();
+    let later = sm
+        .apply([entry(
+            4,
+            Request::new(append(receipt("inv_0000000001", "three"))),
+        )])
+        .await
+        .unwrap();
+    let appended = CommandResult::ReceiptAppended {
+        id: first.id.clone(),
+        index: 1,
+    };
+    let taken = CommandResult::ReceiptIdTaken {
+        id: first.id.clone(),
+    };
+    assert_eq!(results, [appended.clone(), appended, taken.clone()]);
+    assert_eq!(later, [taken]);
+    let stored = sm.receipts().get(&first.id).unwrap().unwrap();
+    assert_eq!((stored.output.as_str(), stored.index), ("one", 1));
+}
+
+#[test]
+fn times_past_year_9999_are_held_at_its_last_millisecond() {
+    assert_eq!(format_ms(u64::MAX), "9999-12-31T23:59:59.999Z");
+    assert_eq!(format_ms(MAX_MS + 1), "9999-12-31T23:59:59.999Z");
+    assert_eq!(format_ms(0), "1970-01-01T00:00:00.000Z");
+    assert_eq!(parse_ms(&format_ms(1_234_567)), Some(1_234_567));
+}
+
+#[tokio::test]
+async fn no_command_makes_apply_panic_or_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, catalogue, _) = machine(dir.path());
+    let odd_keys = ["", "a/b", "\u{0}", "ÜBER", &"K".repeat(10_000)];
+    let mut requests: Vec<Command> = odd_keys
+        .iter()
+        .map(|key| put(u64::MAX, vec![input(key, "# WHAT: \u{0}\n# ARGS\n\n{")]))
+        .collect();
+    let mut duplicate = input("TWICE_IN_ONE", "");
+    duplicate.if_version = Some(u64::MAX);
+    requests.extend([
+        put(u64::MAX, vec![]),
+        put(0, vec![input("DUP", "a"), input("DUP", "b")]),
+        put(7, vec![duplicate]),
+        Command::DeleteRow {
+            key: String::new(),
+            if_version: Some(0),
+        },
+        Command::DeleteRow {
+            key: "NOPE".into(),
+            if_version: None,
+        },
+        append(Receipt {
+            key: String::new(),
+            ..receipt("", "")
+        }),
+        append(Receipt {
+            key: "a/b".into(),
+            started_at: "not a time".into(),
+            ..receipt("inv_x/\u{0}", "")
+        }),
+        Command::RevokeShare {
+            id: String::new(),
+            at_ms: u64::MAX,
+        },
+        Command::SetShareSecret {
+            secret: ShareSecret::generate(),
+        },
+    ]);
+    let count = requests.len() as u64;
+    let entries: Vec<Entry> = requests
+        .into_iter()
+        .zip(1..)
+        .map(|(command, index)| entry(index, Request::new(command)))
+        .collect();
+    let results = sm.apply(entries).await.unwrap();
+    assert_eq!(results.len() as u64, count);
+    assert_eq!(catalogue.index(), count);
+    let row = catalogue.read().get("ÜBER").unwrap();
+    assert_eq!(row.updated_at, "9999-12-31T23:59:59.999Z");
+    // And the machine keeps applying, and snapshots what it holds.
+    sm.apply([entry(
+        count + 1,
+        Request::new(put(1, vec![input("AFTER", "")])),
+    )])
+    .await
+    .unwrap();
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_first_share_secret_wins_and_travels_with_revocations_in_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, _) = machine(&dir.path().join("a"));
+    let (first, second) = (ShareSecret::generate(), ShareSecret::generate());
+    let set = |secret: &ShareSecret| {
+        Request::new(Command::SetShareSecret {
+            secret: secret.clone(),
+        })
+    };
+    // Two proposals in one batch and a third later: the first applied stays.
+    sm.apply([entry(1, set(&first)), entry(2, set(&second))])
+        .await
+        .unwrap();
+    sm.apply([
+        entry(3, set(&second)),
+        entry(
+            4,
+            Request::new(Command::RevokeShare {
+                id: "sh0123456789".into(),
+                at_ms: 7,
+            }),
+        ),
+    ])
+    .await
+    .unwrap();
+    let reader = sm.receipts();
+    assert_eq!(reader.share_secret().unwrap(), Some(first.clone()));
+    assert!(reader.share_revoked("sh0123456789").unwrap());
+    assert!(!reader.share_revoked("sh9999999999").unwrap());
+
+    let snapshot = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let (mut other, _, _) = machine(&dir.path().join("b"));
+    other
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    let reader = other.receipts();
+    assert_eq!(reader.share_secret().unwrap(), Some(first));
+    assert!(reader.share_revoked("sh0123456789").unwrap());
+}
+
+#[tokio::test]
+async fn a_build_that_finishes_after_a_newer_install_never_replaces_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut follower, catalogue, _) = machine(&dir.path().join("follower"));
+    follower
+        .apply([entry(1, Request::new(put(1, vec![input("OLD", "")])))])
+        .await
+        .unwrap();
+    // A build starts at index 1 ...
+    let mut slow_build = follower.get_snapshot_builder().await;
+
+    // ... while the leader's snapshot at index 3 is installed.
+    let (mut leader, _, _) = machine(&dir.path().join("leader"));
+    leader
+        .apply([
+            entry(1, Request::new(put(1, vec![input("OLD", "")]))),
+            entry(2, Request::new(put(2, vec![input("NEW", "")]))),
+            entry(3, Request::new(append(receipt("inv_0000000003", "r")))),
+        ])
+        .await
+        .unwrap();
+    let newer = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    follower
+        .install_snapshot(&newer.meta, newer.snapshot)
+        .await
+        .unwrap();
+    assert_eq!(catalogue.index(), 3);
+
+    let built = slow_build.build_snapshot().await.unwrap();
+    assert_eq!(built.meta.last_log_id.map(|l| l.index), Some(1));
+    let current = follower.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(
+        current.meta.last_log_id.map(|l| l.index),
+        Some(3),
+        "the older build did not replace the installed snapshot"
+    );
+    // Meta and data are one value: the data is the state at the meta's index.
+    let body: SnapshotBody = serde_json::from_slice(current.snapshot.get_ref()).unwrap();
+    let keys: Vec<&str> = body.rows.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, ["NEW", "OLD"]);
+    assert_eq!(body.receipts.len(), 1);
+
+    // A newer build does replace it.
+    follower
+        .apply([entry(4, Request::new(put(4, vec![input("NEWEST", "")])))])
+        .await
+        .unwrap();
+    let _ = follower
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let current = follower.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.meta.last_log_id.map(|l| l.index), Some(4));
+}
+
+#[tokio::test]
+async fn receipts_show_only_up_to_the_published_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, _) = machine(dir.path());
+    let reader = sm.receipts();
+    // Stored in sled by hand at an index the machine has not published.
+    let mut early = receipt("inv_00000000aa", "x");
+    early.index = 9;
+    sm.tree
+        .insert(receipt_key(&early.id), serde_json::to_vec(&early).unwrap())
+        .unwrap();
+    assert!(reader.get(&early.id).unwrap().is_none());
+    sm.apply((1..=9).map(|i| {
+        entry(
+            i,
+            Request::new(Command::DeleteRow {
+                key: "X".into(),
+                if_version: None,
+            }),
+        )
+    }))
+    .await
+    .unwrap();
+    assert!(reader.get(&early.id).unwrap().is_some());
+    let (count, _) = reader.digest().unwrap();
+    assert_eq!(count, 1);
+}
