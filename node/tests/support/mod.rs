@@ -95,6 +95,23 @@ pub async fn get_json(http: &reqwest::Client, url: &str) -> serde_json::Value {
     response.json().await.expect("a JSON answer")
 }
 
+/// Invokes row `key` on the node at `url` (no credential: public rows); the status and the
+/// JSON answer, or `None` when no answer came (the node is down or went down meanwhile).
+pub async fn invoke(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+) -> Option<(reqwest::StatusCode, serde_json::Value)> {
+    let response = http
+        .post(format!("{url}/api/dispatch"))
+        .json(&serde_json::json!({ "key": key }))
+        .send()
+        .await
+        .ok()?;
+    let status = response.status();
+    Some((status, response.json().await.ok()?))
+}
+
 /// Polls `/readyz` until it answers 200.
 pub async fn wait_ready(http: &reqwest::Client, url: &str) {
     for _ in 0..400 {
