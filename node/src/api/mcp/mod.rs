@@ -225,7 +225,7 @@ async fn end_session(request: Request, next: Next) -> Response {
     }
     let mut response = next.run(request).await;
     if response.status() == StatusCode::ACCEPTED {
-        // mutated
+        *response.status_mut() = StatusCode::NO_CONTENT;
     }
     response
 }

@@ -132,7 +132,7 @@ fn subschema(value: &Value) -> Value {
 /// 22 bytes in every listing, for a hint clients hardly act on.
 fn annotations(risk: Risk) -> ToolAnnotations {
     match risk {
-        Risk::Read => ToolAnnotations::new().read_only(true).destructive(false).idempotent(true).open_world(false),
+        Risk::Read => ToolAnnotations::new().read_only(true),
         Risk::Write => ToolAnnotations::new().destructive(false),
         Risk::Destructive => ToolAnnotations::new().destructive(true),
     }
