@@ -4,7 +4,8 @@
 //! a tool call runs through dispatch and carries a receipt that confirms; a failing call is
 //! `isError`, an unknown tool a protocol error; a bad token gets 401 with a Bearer
 //! challenge, a foreign Origin 403, an unknown protocol version 400; ending a session with
-//! DELETE answers 204. On a 3-node cluster, a
+//! DELETE answers 204; a client that reconnects its stream with `Last-Event-ID` gets the
+//! events it missed, once. On a 3-node cluster, a
 //! session on node 1 gets `list_changed` when rows are inserted, hidden and deleted through
 //! other nodes, and its next `tools/list` shows each change; a session opened on one node is
 //! answered by another. Compact mode's `tools/list` is byte-for-byte the same before and
@@ -439,6 +440,129 @@ async fn list_changed_follows_applied_entries_on_every_node() {
     let answer = sse_message(response, |m| m.get("id") == Some(&json!(2))).await;
     assert!(answer["result"]["tools"].is_array(), "{answer}");
     client.cancel().await.unwrap();
+}
+
+/// The events of an SSE response, as a client reads them.
+struct SseEvents {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl SseEvents {
+    fn new(response: reqwest::Response) -> Self {
+        assert_eq!(response.status(), 200);
+        Self {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event carrying a JSON-RPC message, as (event id, message); priming and
+    /// keep-alive events carry none and are skipped.
+    async fn next_message(&mut self) -> (Option<String>, Value) {
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let event: String = self.buffer.drain(..end + 2).collect();
+                let (mut id, mut data) = (None, None);
+                for line in event.lines() {
+                    if let Some(value) = line.strip_prefix("id:") {
+                        id = Some(value.trim().to_owned());
+                    } else if let Some(value) = line.strip_prefix("data:") {
+                        data = serde_json::from_str::<Value>(value.trim()).ok();
+                    }
+                }
+                if let Some(message) = data {
+                    return (id, message);
+                }
+            }
+            let chunk = tokio::time::timeout(WITHIN, self.response.chunk())
+                .await
+                .expect("SSE event in time")
+                .unwrap()
+                .expect("stream ended");
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_reconnecting_client_gets_the_events_it_missed_once() {
+    let node = common::start(false).await;
+    let (http, url) = (&node.http, format!("{}/api/mcp", node.url));
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = http
+            .post(&url)
+            .bearer_auth(ADMIN)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}});
+    let response = post(None, initialize).await.unwrap();
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert!(post(Some(&session), initialized)
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+    let listen = |last_event_id: Option<&str>| {
+        let mut request = http
+            .get(&url)
+            .bearer_auth(ADMIN)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        request.send()
+    };
+    let insert = |key: &str| {
+        let row = json!({"key": key, "type": "static", "auth": "public",
+                         "content": "# WHAT: A row that changes the projection\n\n{}"});
+        put_row(http, &node.url, row)
+    };
+    let list_changed = |(id, message): (Option<String>, Value)| {
+        assert_eq!(
+            message["method"], "notifications/tools/list_changed",
+            "{message}"
+        );
+        id.expect("every event has an id")
+    };
+
+    // The client sees one change, then loses its stream; a change happens meanwhile.
+    let mut stream = SseEvents::new(listen(None).await.unwrap());
+    insert("FIRST_ROW").await;
+    let seen = list_changed(stream.next_message().await);
+    drop(stream);
+    insert("MISSED_ROW").await;
+
+    // Reconnecting with the last id it saw, it gets the missed change and not the seen one
+    // again; the stream then goes on with the next change, and nothing comes twice.
+    let mut resumed = SseEvents::new(listen(Some(&seen)).await.unwrap());
+    let missed = list_changed(resumed.next_message().await);
+    insert("LATER_ROW").await;
+    let later = list_changed(resumed.next_message().await);
+    assert_ne!(missed, seen, "the seen event came again");
+    assert_ne!(later, missed, "the missed event came twice");
+    assert_ne!(later, seen);
+
+    // An id this node cannot have (the session's stream on another node) is answered by one
+    // list_changed: the client re-lists from the replicated catalogue.
+    let foreign = format!("{session}:common/999");
+    let mut elsewhere = SseEvents::new(listen(Some(&foreign)).await.unwrap());
+    list_changed(elsewhere.next_message().await);
+    node.handle.shutdown().await;
 }
 
 /// Bulk writes of this many rows.

@@ -6,6 +6,7 @@
 //!     └─ authenticate (Bearer: an MCP token or the admin key; else 401 + WWW-Authenticate)
 //!         └─ rmcp StreamableHttpService: Host / Origin (403) / MCP-Protocol-Version (400)
 //!             ├─ Sessions (in memory; any node rebuilds a session it has not seen — sessions.rs)
+//!             │    └─ Replay (event ids, Last-Event-ID resumption, bounded buffers — replay.rs)
 //!             └─ Projection (one per session — handler.rs)
 //!                  tools/list ── catalogue (key order, pages, opaque cursors — tools.rs)
 //!                  tools/call ── service::dispatch::invoke_as (auth, validation, receipt)
@@ -21,6 +22,7 @@
 //! node *applies* an entry that changes the projection — whichever node took the write.
 
 mod handler;
+mod replay;
 mod sessions;
 pub mod tools;
 
