@@ -72,14 +72,7 @@ SCENARIO_TIMEOUT=120
 
 TARGET="${CARGO_TARGET_DIR:-target}"
 SUITE="$TARGET/mcp-conformance"
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+source tests/interop/common.sh
 
 if ! command -v npm >/dev/null; then
     echo "== conformance: installing Node.js and npm (Debian)"
@@ -111,10 +104,6 @@ for scenario in $(printf '%s\n' "${!EXCLUDED[@]}" | sort); do
     echo "  - $scenario: ${EXCLUDED[$scenario]}"
 done
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
 if [ ${#URLS[@]} -eq 0 ]; then
     echo "== conformance: building rowcall-node"
     cargo build --quiet -p rowcall-node
@@ -124,11 +113,7 @@ if [ ${#URLS[@]} -eq 0 ]; then
         "$TARGET/debug/rowcall-node" --id 1 --http "127.0.0.1:$HTTP" --grpc "127.0.0.1:$GRPC" \
         --data "$WORK/node" >"$WORK/node.log" 2>&1 &
     PIDS+=($!)
-    for _ in $(seq 1 300); do
-        if curl -fsS "http://127.0.0.1:$HTTP/readyz" >/dev/null 2>&1; then break; fi
-        sleep 0.1
-    done
-    curl -fsS "http://127.0.0.1:$HTTP/readyz" >/dev/null || { cat "$WORK/node.log" >&2; exit 1; }
+    wait_ready "http://127.0.0.1:$HTTP" "$WORK/node.log"
     URLS=("http://127.0.0.1:$HTTP/api/mcp" "http://127.0.0.1:$HTTP/api/mcp/compact")
 fi
 

@@ -108,6 +108,13 @@ fn is_response(event: &ServerSseMessage) -> bool {
     })
 }
 
+/// A `notifications/tools/list_changed` event, not yet numbered.
+fn list_changed() -> ServerSseMessage {
+    ServerSseMessage::from_message(ServerJsonRpcMessage::notification(
+        ServerNotification::ToolListChangedNotification(ToolListChangedNotification::default()),
+    ))
+}
+
 /// Whether `stream_id` is a session's standalone GET stream (rmcp's naming).
 fn is_standalone(stream_id: &str) -> bool {
     stream_id.ends_with(":common")
@@ -145,6 +152,12 @@ pub struct Replay {
 }
 
 impl Replay {
+    /// Numbers and buffers one event of `stream_id`; returns its id.
+    fn append(&self, stream_id: &str, event: &ServerSseMessage) -> EventId {
+        let mut streams = self.streams.lock().expect("replay lock");
+        streams.log(stream_id).append(stream_id, event)
+    }
+
     /// Forgets a session's GET stream (the session ended); live replays of it end too.
     pub fn forget_session(&self, session_id: &str) {
         let mut streams = self.streams.lock().expect("replay lock");
@@ -174,13 +187,8 @@ impl Replay {
         } else if is_standalone(stream_id) {
             // Whatever was missed, one list_changed says all of it; it is buffered like any
             // event, so a client that drops again resumes after it.
-            let notice = ServerSseMessage::from_message(ServerJsonRpcMessage::notification(
-                ServerNotification::ToolListChangedNotification(
-                    ToolListChangedNotification::default(),
-                ),
-            ));
             let log = streams.log(stream_id);
-            log.append(stream_id, &notice);
+            log.append(stream_id, &list_changed());
             let backlog = log.events.back().map(|(_, event)| event.clone());
             (backlog.into_iter().collect(), Some(log.live.subscribe()))
         } else {
@@ -213,12 +221,7 @@ impl EventStore for Replay {
         'c: 'd,
         Self: 'd,
     {
-        let id = self
-            .streams
-            .lock()
-            .expect("replay lock")
-            .log(stream_id)
-            .append(stream_id, event);
+        let id = self.append(stream_id, event);
         Box::pin(async move { Ok(id) })
     }
 
@@ -241,12 +244,6 @@ mod tests {
     use super::*;
     use rmcp::model::{CallToolResult, RequestId, ServerResult};
 
-    fn list_changed() -> ServerSseMessage {
-        ServerSseMessage::from_message(ServerJsonRpcMessage::notification(
-            ServerNotification::ToolListChangedNotification(ToolListChangedNotification::default()),
-        ))
-    }
-
     fn response() -> ServerSseMessage {
         ServerSseMessage::from_message(ServerJsonRpcMessage::response(
             ServerResult::CallToolResult(CallToolResult::success(vec![])),
@@ -265,27 +262,12 @@ mod tests {
     #[tokio::test]
     async fn a_replay_sends_what_follows_the_last_id_once_then_follows_live() {
         let replay = Replay::default();
-        let first = replay
-            .streams
-            .lock()
-            .unwrap()
-            .log("s:common")
-            .append("s:common", &list_changed());
+        let first = replay.append("s:common", &list_changed());
         for _ in 0..2 {
-            replay
-                .streams
-                .lock()
-                .unwrap()
-                .log("s:common")
-                .append("s:common", &list_changed());
+            replay.append("s:common", &list_changed());
         }
         let stream = replay.replay(&first).unwrap();
-        replay
-            .streams
-            .lock()
-            .unwrap()
-            .log("s:common")
-            .append("s:common", &list_changed());
+        replay.append("s:common", &list_changed());
         assert_eq!(
             ids(stream, 3).await,
             ["s:common/1", "s:common/2", "s:common/3"]
@@ -295,12 +277,8 @@ mod tests {
     #[tokio::test]
     async fn a_post_stream_ends_with_its_response_and_a_lost_one_is_gone() {
         let replay = Replay::default();
-        let log = |e: &ServerSseMessage| replay.streams.lock().unwrap().log("p").append("p", e);
-        let priming = log(&ServerSseMessage::from_message(
-            ServerJsonRpcMessage::notification(ServerNotification::ToolListChangedNotification(
-                ToolListChangedNotification::default(),
-            )),
-        ));
+        let log = |event: &ServerSseMessage| replay.append("p", event);
+        let priming = log(&list_changed());
         log(&response());
         let all: Vec<_> = replay.replay(&priming).unwrap().collect().await;
         assert_eq!(all.len(), 1, "the response, then the end");
@@ -318,12 +296,7 @@ mod tests {
         let stream = replay.replay("elsewhere:common/7").unwrap();
         assert_eq!(ids(stream, 1).await, ["elsewhere:common/0"]);
         for _ in 0..EVENTS_PER_STREAM + 2 {
-            replay
-                .streams
-                .lock()
-                .unwrap()
-                .log("s:common")
-                .append("s:common", &list_changed());
+            replay.append("s:common", &list_changed());
         }
         let event = replay.replay("s:common/0").unwrap().next().await.unwrap();
         assert!(matches!(
