@@ -20,7 +20,7 @@ use crate::error::ChaosError;
 use crate::proxy::{Link, LinkState};
 
 /// The admin key every node of a run is started with.
-pub const ADMIN_KEY: &str = "chaos-admin";
+pub const ADMIN_KEY: &str = "chaos-admin-key-0123456789abcdef0123";
 /// Rows every session may invoke.
 pub const SHARED_ROWS: usize = 4;
 /// How long a node may take to become ready.

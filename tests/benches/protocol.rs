@@ -17,7 +17,7 @@ use rowcall_client::dataset::DataSet;
 use rowcall_node::Config;
 use serde_json::{json, Value};
 
-const ADMIN: &str = "bench-admin";
+const ADMIN: &str = "bench-admin-key-0123456789abcdef0123";
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort();

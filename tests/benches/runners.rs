@@ -18,7 +18,7 @@ use axum::routing::get;
 use rowcall_node::Config;
 use serde_json::json;
 
-const ADMIN: &str = "bench-admin";
+const ADMIN: &str = "bench-admin-key-0123456789abcdef0123";
 const ROUNDS: usize = 2_000;
 const WARMUP: usize = 100;
 
