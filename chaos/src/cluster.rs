@@ -284,6 +284,8 @@ impl Cluster {
         }
         command
             .env("ROWCALL_ADMIN_KEY", ADMIN_KEY)
+            // The workload is a load test: quotas would measure themselves, not availability.
+            .env("ROWCALL_RATE_LIMIT", "off")
             .env("ROWCALL_SNAPSHOT_EVERY", self.snapshot_every.to_string())
             .env(
                 "ROWCALL_LOG",

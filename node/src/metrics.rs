@@ -56,6 +56,8 @@ pub const CONNECTIONS_REFUSED_TOTAL: &str = "rowcall_http_connections_refused_to
 pub const CONNECTIONS_OPEN: &str = "rowcall_http_connections_open";
 /// Receipts dropped by the retention policy.
 pub const RECEIPTS_PRUNED_TOTAL: &str = "rowcall_receipts_pruned_total";
+/// Peer messages this node refused, by reason (another cluster, a replaced incarnation, ...).
+pub const PEER_REFUSALS_TOTAL: &str = "rowcall_raft_peer_refusals_total";
 
 /// Installs the process-wide recorder once and returns its handle (in-process test clusters
 /// share it).
@@ -140,5 +142,9 @@ fn describe() {
     describe_counter!(
         WRITES_REPLAYED_TOTAL,
         "Writes answered with the outcome of their first attempt (repeated request id)."
+    );
+    describe_counter!(
+        PEER_REFUSALS_TOTAL,
+        "Peer messages this node refused, by reason (other_cluster, replaced, stale_sender, not_member, not_joined, wrong_node, anonymous)."
     );
 }
