@@ -176,6 +176,16 @@ impl RateLimiter {
 /// The layer: bodies read within their limits, then rates.
 pub async fn limit(State(http): State<Http>, request: Request, next: Next) -> Response {
     let limits = &http.app.config.limits;
+    if let Some(query) = request.uri().query() {
+        if !decodes_to_utf8(query) {
+            // Decoded lossily, such a query would be answered as if it said something else.
+            return ServiceError::BadRequest {
+                message: "the query string is not UTF-8 once percent-decoded".into(),
+                hint: "percent-encode the UTF-8 bytes of each parameter",
+            }
+            .into_response();
+        }
+    }
     let request = match read_body(limits, request).await {
         Ok(request) => request,
         Err(e) => return e.into_response(),
@@ -218,6 +228,34 @@ pub async fn limit(State(http): State<Http>, request: Request, next: Next) -> Re
         }
     }
     next.run(request).await
+}
+
+/// Whether a query string is UTF-8 once its `%XX` escapes are decoded (a `%` not followed
+/// by two hex digits stays as it is, as form decoding leaves it).
+fn decodes_to_utf8(query: &str) -> bool {
+    let bytes = query.as_bytes();
+    if !bytes.contains(&b'%') {
+        return true;
+    }
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escape = (bytes[i] == b'%')
+            .then(|| Some((hex(*bytes.get(i + 1)?)?, hex(*bytes.get(i + 2)?)?)))
+            .flatten();
+        match escape {
+            Some((high, low)) => {
+                decoded.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            None => {
+                decoded.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    std::str::from_utf8(&decoded).is_ok()
 }
 
 /// Reads a request's body whole, within the size limit and the body read timeout, so a slow
@@ -271,6 +309,15 @@ mod tests {
         assert_eq!(of(Method::GET, "/api/directory", None), None);
         assert_eq!(of(Method::POST, "/api/directoryx", None), None);
         assert_eq!(of(Method::POST, "/api/mcp", None), Some(Quota::Ask));
+    }
+
+    #[test]
+    fn queries_must_decode_to_utf8() {
+        assert!(decodes_to_utf8("ask=what+time"));
+        assert!(decodes_to_utf8("ask=caf%C3%A9&x=100%"));
+        assert!(decodes_to_utf8("ask=%zz%4"));
+        assert!(!decodes_to_utf8("ask=%FF%FE%FD"));
+        assert!(!decodes_to_utf8("ask=caf%C3"));
     }
 
     #[test]
