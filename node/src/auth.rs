@@ -193,8 +193,10 @@ mod tests {
             "{err}"
         );
 
-        let mut auth = AuthConfig::default();
-        auth.admin_key = Some(strong.clone());
+        let mut auth = AuthConfig {
+            admin_key: Some(strong.clone()),
+            ..AuthConfig::default()
+        };
         auth.mcp_tokens.insert("agent".into(), "m".repeat(40));
         let creds = Credentials::from_config(&strong, &mut auth).unwrap();
         assert!(creds.identify(&"m".repeat(40)).is_some());
