@@ -45,8 +45,11 @@ fn parse(trace: &str) -> Vec<Call> {
     let mut pending: HashMap<&str, (f64, String)> = HashMap::new();
     let mut calls = Vec::new();
     for line in trace.lines() {
-        let mut words = line.splitn(3, ' ');
-        let (Some(pid), Some(ts), Some(rest)) = (words.next(), words.next(), words.next()) else {
+        // strace pads the pid column to five characters: "812   1796..." and "31337 1796...".
+        let Some((pid, line)) = line.split_once(' ') else {
+            continue;
+        };
+        let Some((ts, rest)) = line.trim_start().split_once(' ') else {
             continue;
         };
         let Ok(ts) = ts.parse::<f64>() else { continue };
@@ -102,6 +105,26 @@ fn result_path(result: &str) -> Option<&str> {
     (close > open).then(|| &result[open + 1..close])
 }
 
+/// How the trace names the node's end of the connection from `client_port`. With the
+/// kernel's socket diagnostics, strace writes `TCP:[node->client]`; without them (as in some
+/// containers) only `TCP:[inode]` or `socket:[inode]`. The `accept4` that took the
+/// connection ties the client's port (decoded from its arguments) to that name either way.
+fn client_socket(calls: &[Call], http_port: u16, client_port: u16) -> Option<String> {
+    let peer = format!("sin_port=htons({client_port})");
+    let accepted = calls
+        .iter()
+        .filter(|c| c.name.starts_with("accept") && c.args.contains(&peer))
+        .find_map(|c| result_path(&c.result).map(str::to_owned));
+    accepted.or_else(|| {
+        let socket = format!(":{http_port}->127.0.0.1:{client_port}]");
+        calls
+            .iter()
+            .map(|c| &c.target)
+            .find(|t| t.starts_with("TCP:[") && t.ends_with(&socket))
+            .cloned()
+    })
+}
+
 /// One acknowledged request: the markers of its data, and the client port it answered.
 struct Ack {
     what: String,
@@ -138,12 +161,13 @@ fn row(key: &str, filler: usize) -> Value {
 
 /// Checks one acknowledgement against the trace; returns how many data writes it covered.
 fn check(ack: &Ack, calls: &[Call], data: &str, http_port: u16) -> usize {
-    let socket = format!(":{http_port}->127.0.0.1:{}]", ack.port);
+    let socket = client_socket(calls, http_port, ack.port)
+        .unwrap_or_else(|| panic!("{}: no accept of port {} in the trace", ack.what, ack.port));
     let answered = calls
         .iter()
-        .filter(|c| c.target.starts_with("TCP:[") && c.target.ends_with(&socket))
+        .filter(|c| c.target == socket)
         .find(|c| c.args.contains("HTTP/1.1 2"))
-        .unwrap_or_else(|| panic!("{}: no answer on port {} in the trace", ack.what, ack.port));
+        .unwrap_or_else(|| panic!("{}: no answer on {socket} in the trace", ack.what));
     let synced = |path: &str, after: f64| {
         calls.iter().any(|c| {
             (c.name == "fsync" || c.name == "fdatasync")
@@ -205,7 +229,7 @@ async fn every_file_written_for_an_acknowledgement_is_fsynced_before_the_answer_
     let trace_arg = trace_path.to_str().unwrap();
     let wrapper = [
         "strace", "-f", "-qq", "-ttt", "-yy", "-s", "1048576", "-o", trace_arg, "-e",
-        "trace=openat,write,pwrite64,writev,pwritev,pwritev2,sendto,sendmsg,fsync,fdatasync,sync_file_range",
+        "trace=accept4,openat,write,pwrite64,writev,pwritev,pwritev2,sendto,sendmsg,fsync,fdatasync,sync_file_range",
     ];
     let args = [
         "--http",
