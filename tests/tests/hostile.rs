@@ -347,6 +347,15 @@ async fn hostile_inputs_are_each_answered_and_memory_stays_bounded() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
 
+    // A read-your-writes index no write ever had: the caller's error, not the node's lag.
+    let r = node
+        .http
+        .get(format!("{directory}?min_index=9223372036854775808"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+
     // Keys and content at and past their limits.
     let key_at = "K".repeat(64);
     let key_past = "K".repeat(65);
