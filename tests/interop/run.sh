@@ -15,8 +15,8 @@ echo "== interop: building rowcall-node"
 cargo build --quiet -p rowcall-node
 BIN="${CARGO_TARGET_DIR:-target}/debug/rowcall-node"
 
-export ROWCALL_ADMIN_KEY=interop-admin-key
-export ROWCALL_MCP_TOKENS=interop=interop-mcp-token
+export ROWCALL_ADMIN_KEY=interop-admin-key-0123456789abcdef012
+export ROWCALL_MCP_TOKENS=interop=interop-mcp-token-0123456789abcdef
 H1=$(free_port) G1=$(free_port) H2=$(free_port) G2=$(free_port)
 # Small pages, so that the SDK follows cursors through the demo catalogue.
 printf '[mcp]\npage_size = 5\n' >"$WORK/rowcall.toml"
@@ -31,4 +31,4 @@ wait_ready "http://127.0.0.1:$H2" "$WORK/node-2.log"
 
 echo "== interop: python SDK against the cluster"
 "$WORK/venv/bin/python" tests/interop/mcp_interop.py \
-    "http://127.0.0.1:$H1" "http://127.0.0.1:$H2" interop-mcp-token "$ROWCALL_ADMIN_KEY"
+    "http://127.0.0.1:$H1" "http://127.0.0.1:$H2" interop-mcp-token-0123456789abcdef "$ROWCALL_ADMIN_KEY"

@@ -121,10 +121,10 @@ async fn notified(rx: &mut mpsc::UnboundedReceiver<()>, what: &str) {
 async fn both_modes_list_every_page_and_calls_run_through_dispatch() {
     let node = common::start_with(true, |config| {
         config.mcp.page_size = 4;
-        config
-            .auth
-            .mcp_tokens
-            .insert("agent".into(), "mcp-token".into());
+        config.auth.mcp_tokens.insert(
+            "agent".into(),
+            "mcp-token-0123456789abcdef0123456789".into(),
+        );
     })
     .await;
     put_row(
@@ -136,9 +136,12 @@ async fn both_modes_list_every_page_and_calls_run_through_dispatch() {
     )
     .await;
 
-    let (client, _) = connect(&format!("{}/api/mcp", node.url), "mcp-token")
-        .await
-        .expect("initialize");
+    let (client, _) = connect(
+        &format!("{}/api/mcp", node.url),
+        "mcp-token-0123456789abcdef0123456789",
+    )
+    .await
+    .expect("initialize");
     let info = client.peer_info().expect("server info");
     assert_eq!(info.server_info.as_ref().unwrap().name, "rowcall");
     assert!(info.capabilities.tools.as_ref().unwrap().list_changed == Some(true));
