@@ -315,11 +315,12 @@ pub fn raft_service(
     InterceptedService::new(service, auth)
 }
 
+/// What a node shows its peers and asks of them: TLS material and the cluster secret.
+type PeerCredentials = (Option<Arc<PeerTls>>, Option<Arc<ClusterSecret>>);
+
 /// Peer TLS and the cluster secret from the configuration. A node whose gRPC listener is
 /// reachable from other hosts must have TLS, unless the operator insists otherwise.
-fn peer_auth(
-    config: &Config,
-) -> anyhow::Result<(Option<Arc<PeerTls>>, Option<Arc<ClusterSecret>>)> {
+fn peer_auth(config: &Config) -> anyhow::Result<PeerCredentials> {
     let cluster = &config.cluster;
     let tls = match &cluster.tls {
         Some(files) => Some(Arc::new(PeerTls::load(files)?)),

@@ -149,13 +149,16 @@ async fn a_caller_without_peer_credentials_gets_nothing_through_and_changes_noth
         .ca_certificate(Certificate::from_pem(ca.ca_pem()))
         .domain_name("127.0.0.1");
     let secret = ClusterSecret::new(CLUSTER_SECRET).unwrap();
+    let wrong = ClusterSecret::new(&CLUSTER_SECRET.replace('0', "1")).unwrap();
     let (cert, key) = ca.issue("intruder-with-a-certificate");
     let with_certificate = trusting.clone().identity(Identity::from_pem(cert, key));
 
-    // No certificate, no secret; a certificate but no secret; the secret but no certificate.
+    // No certificate, no secret; a certificate but no secret; a certificate and another
+    // cluster's secret; the secret but no certificate.
     let attempts = [
         ("no credentials", trusting.clone(), None),
-        ("certificate only", with_certificate, None),
+        ("certificate only", with_certificate.clone(), None),
+        ("certificate, wrong secret", with_certificate, Some(&wrong)),
         ("secret only", trusting, Some(&secret)),
     ];
     for (what, tls, secret) in attempts {
@@ -217,6 +220,7 @@ async fn the_leader_refuses_forwarded_writes_the_http_rules_refuse() {
     let cluster = Cluster::start(3, 0).await;
     let leader = cluster.leader().await;
     let member = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
+    cluster.converge(cluster.applied(leader)).await;
     let (_, _, status) = cluster.get(leader, "/api/cluster").await;
     let before = digests(&cluster).await;
     let mut client = RaftServiceClient::new(channel(&cluster, leader, None).await.unwrap());
