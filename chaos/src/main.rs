@@ -13,8 +13,9 @@ use rowcall_chaos::RunOptions;
 #[command(name = "rowcall-chaos", version, about)]
 struct Flags {
     /// Scenario: kill-leader, kill-follower, pause-leader, pause-follower, isolate-leader,
-    /// split, one-way, lost-answers, slow, lossy, rolling-restart, wipe-rejoin, ci; a
-    /// comma-separated combination; or all.
+    /// split, one-way, lost-answers, slow, lossy, rolling-restart, wipe-rejoin,
+    /// wipe-rejoin-unsafe, minority-stale (5 nodes), snapshot-storm, ci; a comma-separated
+    /// combination; or all.
     #[arg(long)]
     scenario: String,
     /// Cluster size.

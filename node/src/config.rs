@@ -501,6 +501,12 @@ impl Config {
                 reason: format!("{every:?} is not a whole number"),
             })?;
         }
+        if let Some(keep) = get("ROWCALL_KEEP_AFTER_SNAPSHOT") {
+            self.raft.keep_after_snapshot = keep.parse().map_err(|_| ConfigError::Env {
+                name: "ROWCALL_KEEP_AFTER_SNAPSHOT",
+                reason: format!("{keep:?} is not a whole number"),
+            })?;
+        }
         Ok(())
     }
 }
