@@ -69,6 +69,52 @@ pub struct ClusterOptions {
     pub snapshot_every: u64,
     /// Seed for the proxies' jitter and loss.
     pub seed: u64,
+    /// Peers talk mutual TLS with certificates made for this run, and show a cluster secret.
+    pub tls: bool,
+}
+
+/// The cluster secret of a `--tls` run.
+const CLUSTER_SECRET: &str = "chaos-cluster-secret-0123456789abcdef";
+
+/// Flags for peer TLS: a CA and one certificate for 127.0.0.1 (every node listens there),
+/// made for this run under `dir` with rcgen. Test material only: it lives in the run's
+/// output folder.
+fn peer_tls_flags(dir: &Path) -> Result<Vec<String>, ChaosError> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
+        KeyPair, KeyUsagePurpose,
+    };
+    let setup = |e: rcgen::Error| ChaosError::Setup {
+        what: "peer TLS certificates".into(),
+        detail: e.to_string(),
+    };
+    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(setup)?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let issuer =
+        CertifiedIssuer::self_signed(ca, KeyPair::generate().map_err(setup)?).map_err(setup)?;
+    let mut node = CertificateParams::new(vec!["127.0.0.1".to_owned()]).map_err(setup)?;
+    node.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let key = KeyPair::generate().map_err(setup)?;
+    let cert = node.signed_by(&key, &issuer).map_err(setup)?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| ChaosError::io(format!("create {}", dir.display()), e))?;
+    let mut flags = Vec::new();
+    for (flag, file, pem) in [
+        ("--peer-ca", "ca.crt", issuer.pem()),
+        ("--peer-cert", "node.crt", cert.pem()),
+        ("--peer-key", "node.key", key.serialize_pem()),
+    ] {
+        let path = dir.join(file);
+        std::fs::write(&path, pem)
+            .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
+        flags.push(flag.to_owned());
+        flags.push(path.display().to_string());
+    }
+    Ok(flags)
 }
 
 /// One node: its addresses, folders and process.
@@ -112,6 +158,8 @@ pub struct Cluster {
     snapshot_every: u64,
     /// When set, nodes (re)started from now on snapshot this often.
     storm: Option<SnapshotStorm>,
+    /// Peer TLS flags, with the cluster secret, for a `--tls` run.
+    peer_tls: Option<Vec<String>>,
     /// The nodes, index = id - 1.
     pub nodes: Vec<Node>,
     /// The proxies, one per directed link.
@@ -220,6 +268,11 @@ impl Cluster {
             bin: options.bin.clone(),
             snapshot_every: options.snapshot_every,
             storm: None,
+            peer_tls: if options.tls {
+                Some(peer_tls_flags(&options.root.join("tls"))?)
+            } else {
+                None
+            },
             incarnations: Arc::new((0..n).map(|_| AtomicU32::new(0)).collect()),
             nodes,
             links,
@@ -307,6 +360,11 @@ impl Cluster {
         }
         for route in routes {
             command.arg("--peer-route").arg(route);
+        }
+        if let Some(flags) = &self.peer_tls {
+            command
+                .args(flags)
+                .env("ROWCALL_CLUSTER_SECRET", CLUSTER_SECRET);
         }
         let (every, keep) = match self.storm {
             Some(storm) => (storm.every, Some(storm.keep)),
