@@ -404,13 +404,7 @@ impl Cluster {
         let deadline = Instant::now() + READY_WITHIN;
         while Instant::now() < deadline {
             self.check_alive(id)?;
-            let ready = self
-                .http
-                .get(format!("{url}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200);
-            if ready && self.node_id_at(&url).await == Some(id) {
+            if self.is_ready(id).await && self.node_id_at(&url).await == Some(id) {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -551,7 +545,6 @@ impl Cluster {
         };
         let logged_before = std::fs::metadata(&self.node(id).log).map_or(0, |m| m.len());
         self.spawn(id, Some(via))?;
-        let url = self.node(id).url();
         let deadline = Instant::now() + READY_WITHIN;
         let outcome = loop {
             if self.check_alive(id).is_err() {
@@ -566,13 +559,7 @@ impl Cluster {
                     UnsafeRejoin::RefusedSilently
                 };
             }
-            let ready = self
-                .http
-                .get(format!("{url}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200);
-            if ready {
+            if self.is_ready(id).await {
                 break UnsafeRejoin::Accepted;
             }
             if Instant::now() >= deadline {

@@ -17,25 +17,6 @@ use rowcall_proto::raft::{RaftMessage, Sender};
 use serde_json::{json, Value};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-/// Every node's digest of its directory and receipts.
-async fn digests(cluster: &Cluster) -> Vec<Value> {
-    let mut out = Vec::new();
-    for id in cluster.ids() {
-        let digest: Value = cluster
-            .http
-            .get(format!("{}/api/cluster/digest", cluster.url(id)))
-            .header("x-terminal-key", ADMIN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        out.push(digest);
-    }
-    out
-}
-
 /// A gRPC channel to node `id` (TLS when `tls` is given); `None` if it cannot connect.
 async fn channel(cluster: &Cluster, id: u64, tls: Option<ClientTlsConfig>) -> Option<Channel> {
     let grpc = cluster.member(id).grpc;
@@ -142,7 +123,7 @@ async fn a_caller_without_peer_credentials_gets_nothing_through_and_changes_noth
     assert_eq!(written.status(), 201, "the secured cluster works");
     let leader = cluster.leader().await;
     cluster.converge(cluster.applied(leader)).await;
-    let before = digests(&cluster).await;
+    let before = cluster.digests().await;
     let (_, _, status) = cluster.get(leader, "/api/cluster").await;
     let ca = cluster.ca.as_ref().unwrap();
     let trusting = ClientTlsConfig::new()
@@ -182,7 +163,7 @@ async fn a_caller_without_peer_credentials_gets_nothing_through_and_changes_noth
         }
     }
     assert_eq!(
-        digests(&cluster).await,
+        cluster.digests().await,
         before,
         "nothing reached any state machine"
     );
@@ -222,7 +203,7 @@ async fn the_leader_refuses_forwarded_writes_the_http_rules_refuse() {
     let member = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
     cluster.converge(cluster.applied(leader)).await;
     let (_, _, status) = cluster.get(leader, "/api/cluster").await;
-    let before = digests(&cluster).await;
+    let before = cluster.digests().await;
     let mut client = RaftServiceClient::new(channel(&cluster, leader, None).await.unwrap());
 
     let reply = client
@@ -259,6 +240,6 @@ async fn the_leader_refuses_forwarded_writes_the_http_rules_refuse() {
         .await
         .unwrap_err();
     assert_eq!(stranger.code(), tonic::Code::FailedPrecondition);
-    assert_eq!(digests(&cluster).await, before);
+    assert_eq!(cluster.digests().await, before);
     cluster.shutdown().await;
 }

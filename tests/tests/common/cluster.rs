@@ -256,6 +256,25 @@ impl Cluster {
     }
 
     /// GET a JSON document from a node.
+    /// Every running node's digest of its directory and receipts (`/api/cluster/digest`).
+    pub async fn digests(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        for id in self.ids() {
+            let digest = self
+                .http
+                .get(format!("{}/api/cluster/digest", self.url(id)))
+                .header("x-terminal-key", ADMIN)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            out.push(digest);
+        }
+        out
+    }
+
     pub async fn get(
         &self,
         id: u64,
