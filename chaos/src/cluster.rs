@@ -26,6 +26,29 @@ pub const SHARED_ROWS: usize = 4;
 /// How long a node may take to become ready.
 const READY_WITHIN: Duration = Duration::from_secs(30);
 
+/// Snapshot settings that make every node snapshot every few entries and purge its log at
+/// once, so a follower that misses entries must catch up by snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotStorm {
+    /// `ROWCALL_SNAPSHOT_EVERY`.
+    pub every: u64,
+    /// `ROWCALL_KEEP_AFTER_SNAPSHOT`.
+    pub keep: u64,
+}
+
+/// How a wiped node that asked to rejoin under its old id ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnsafeRejoin {
+    /// It exited, and its log names the removal that has to come first.
+    RefusedWithAdvice,
+    /// It exited without saying how to proceed.
+    RefusedSilently,
+    /// It became ready: the cluster let it in.
+    Accepted,
+    /// Neither within the time allowed.
+    Undecided,
+}
+
 /// The name of a shared row.
 pub fn shared_row(i: usize) -> String {
     format!("CHAOS_SHARED_{i}")
@@ -46,6 +69,52 @@ pub struct ClusterOptions {
     pub snapshot_every: u64,
     /// Seed for the proxies' jitter and loss.
     pub seed: u64,
+    /// Peers talk mutual TLS with certificates made for this run, and show a cluster secret.
+    pub tls: bool,
+}
+
+/// The cluster secret of a `--tls` run.
+const CLUSTER_SECRET: &str = "chaos-cluster-secret-0123456789abcdef";
+
+/// Flags for peer TLS: a CA and one certificate for 127.0.0.1 (every node listens there),
+/// made for this run under `dir` with rcgen. Test material only: it lives in the run's
+/// output folder.
+fn peer_tls_flags(dir: &Path) -> Result<Vec<String>, ChaosError> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
+        KeyPair, KeyUsagePurpose,
+    };
+    let setup = |e: rcgen::Error| ChaosError::Setup {
+        what: "peer TLS certificates".into(),
+        detail: e.to_string(),
+    };
+    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(setup)?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let issuer =
+        CertifiedIssuer::self_signed(ca, KeyPair::generate().map_err(setup)?).map_err(setup)?;
+    let mut node = CertificateParams::new(vec!["127.0.0.1".to_owned()]).map_err(setup)?;
+    node.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let key = KeyPair::generate().map_err(setup)?;
+    let cert = node.signed_by(&key, &issuer).map_err(setup)?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| ChaosError::io(format!("create {}", dir.display()), e))?;
+    let mut flags = Vec::new();
+    for (flag, file, pem) in [
+        ("--peer-ca", "ca.crt", issuer.pem()),
+        ("--peer-cert", "node.crt", cert.pem()),
+        ("--peer-key", "node.key", key.serialize_pem()),
+    ] {
+        let path = dir.join(file);
+        std::fs::write(&path, pem)
+            .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
+        flags.push(flag.to_owned());
+        flags.push(path.display().to_string());
+    }
+    Ok(flags)
 }
 
 /// One node: its addresses, folders and process.
@@ -87,6 +156,10 @@ impl Node {
 pub struct Cluster {
     bin: PathBuf,
     snapshot_every: u64,
+    /// When set, nodes (re)started from now on snapshot this often.
+    storm: Option<SnapshotStorm>,
+    /// Peer TLS flags, with the cluster secret, for a `--tls` run.
+    peer_tls: Option<Vec<String>>,
     /// The nodes, index = id - 1.
     pub nodes: Vec<Node>,
     /// The proxies, one per directed link.
@@ -194,6 +267,12 @@ impl Cluster {
         let mut cluster = Cluster {
             bin: options.bin.clone(),
             snapshot_every: options.snapshot_every,
+            storm: None,
+            peer_tls: if options.tls {
+                Some(peer_tls_flags(&options.root.join("tls"))?)
+            } else {
+                None
+            },
             incarnations: Arc::new((0..n).map(|_| AtomicU32::new(0)).collect()),
             nodes,
             links,
@@ -282,11 +361,23 @@ impl Cluster {
         for route in routes {
             command.arg("--peer-route").arg(route);
         }
+        if let Some(flags) = &self.peer_tls {
+            command
+                .args(flags)
+                .env("ROWCALL_CLUSTER_SECRET", CLUSTER_SECRET);
+        }
+        let (every, keep) = match self.storm {
+            Some(storm) => (storm.every, Some(storm.keep)),
+            None => (self.snapshot_every, None),
+        };
+        if let Some(keep) = keep {
+            command.env("ROWCALL_KEEP_AFTER_SNAPSHOT", keep.to_string());
+        }
         command
             .env("ROWCALL_ADMIN_KEY", ADMIN_KEY)
             // The workload is a load test: quotas would measure themselves, not availability.
             .env("ROWCALL_RATE_LIMIT", "off")
-            .env("ROWCALL_SNAPSHOT_EVERY", self.snapshot_every.to_string())
+            .env("ROWCALL_SNAPSHOT_EVERY", every.to_string())
             .env(
                 "ROWCALL_LOG",
                 std::env::var("ROWCALL_LOG")
@@ -315,13 +406,7 @@ impl Cluster {
         let deadline = Instant::now() + READY_WITHIN;
         while Instant::now() < deadline {
             self.check_alive(id)?;
-            let ready = self
-                .http
-                .get(format!("{url}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200);
-            if ready && self.node_id_at(&url).await == Some(id) {
+            if self.is_ready(id).await && self.node_id_at(&url).await == Some(id) {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -427,6 +512,67 @@ impl Cluster {
         self.wait_ready(id).await
     }
 
+    /// Nodes started from now on use `storm`'s snapshot settings (running ones keep theirs
+    /// until restarted).
+    pub fn set_snapshot_storm(&mut self, storm: SnapshotStorm) {
+        self.storm = Some(storm);
+    }
+
+    /// Kills node `id` and wipes its data folder (its incarnation is gone).
+    fn kill_and_wipe(&mut self, id: u64) -> Result<(), ChaosError> {
+        self.kill(id);
+        let data = self.node(id).data.clone();
+        self.log_line(id, "wipe data folder");
+        if data.exists() {
+            std::fs::remove_dir_all(&data)
+                .map_err(|e| ChaosError::io(format!("wipe {}", data.display()), e))?;
+        }
+        self.incarnations[(id - 1) as usize].fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The unsafe procedure an operator (or a StatefulSet) might follow: node `id` is
+    /// killed, wiped and started again with `--join` under its old id, its old self never
+    /// removed. Waits (bounded) to see whether the cluster refused it; the node is left
+    /// stopped either way.
+    pub async fn wipe_and_rejoin_unsafely(&mut self, id: u64) -> Result<UnsafeRejoin, ChaosError> {
+        self.kill_and_wipe(id)?;
+        let Some(via) = self
+            .nodes
+            .iter()
+            .find(|n| n.id != id && n.is_up() && !n.paused)
+            .map(|n| n.grpc)
+        else {
+            return Ok(UnsafeRejoin::Undecided);
+        };
+        let logged_before = std::fs::metadata(&self.node(id).log).map_or(0, |m| m.len());
+        self.spawn(id, Some(via))?;
+        let deadline = Instant::now() + READY_WITHIN;
+        let outcome = loop {
+            if self.check_alive(id).is_err() {
+                // Only what this attempt logged counts.
+                let log = std::fs::read(&self.node(id).log).unwrap_or_default();
+                let said =
+                    String::from_utf8_lossy(log.get(logged_before as usize..).unwrap_or(&[]))
+                        .contains(&format!("DELETE /api/cluster/members/{id}"));
+                break if said {
+                    UnsafeRejoin::RefusedWithAdvice
+                } else {
+                    UnsafeRejoin::RefusedSilently
+                };
+            }
+            if self.is_ready(id).await {
+                break UnsafeRejoin::Accepted;
+            }
+            if Instant::now() >= deadline {
+                break UnsafeRejoin::Undecided;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        self.kill(id);
+        Ok(outcome)
+    }
+
     /// Node `id` loses its disk: killed, removed from the membership, its data folder
     /// wiped, then started fresh with `--join` and waited for.
     pub async fn wipe_and_rejoin(&mut self, id: u64) -> Result<(), ChaosError> {
@@ -458,13 +604,7 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let data = self.node(id).data.clone();
-        self.log_line(id, "wipe data folder");
-        if data.exists() {
-            std::fs::remove_dir_all(&data)
-                .map_err(|e| ChaosError::io(format!("wipe {}", data.display()), e))?;
-        }
-        self.incarnations[(id - 1) as usize].fetch_add(1, Ordering::SeqCst);
+        self.kill_and_wipe(id)?;
         self.join(id, join).await
     }
 
@@ -544,6 +684,33 @@ impl Cluster {
                 .filter_map(|m| m["id"].as_u64())
                 .collect(),
         )
+    }
+
+    /// Node `id`'s `/api/cluster` answer (short timeout).
+    pub async fn status(&self, id: u64) -> Option<Value> {
+        let node = self.node(id);
+        if !node.is_up() || node.paused {
+            return None;
+        }
+        self.http
+            .get(format!("{}/api/cluster", node.url()))
+            .timeout(Duration::from_millis(800))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()
+    }
+
+    /// Whether node `id` answers `/readyz` with 200.
+    pub async fn is_ready(&self, id: u64) -> bool {
+        self.http
+            .get(format!("{}/readyz", self.node(id).url()))
+            .timeout(Duration::from_millis(800))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
     }
 
     /// Members as node `id` sees them.

@@ -97,6 +97,43 @@ pub enum ChaosError {
         /// The node hit instead.
         leader: u64,
     },
+    /// A wiped node that asked to rejoin under its old id, without its old self removed
+    /// first, was let in (issue 10: it must be refused).
+    #[error("node {id} came back on a wiped data folder under its old id, without being removed first, and the cluster let it in")]
+    UnsafeRejoinAccepted {
+        /// The node.
+        id: u64,
+    },
+    /// The unsafe rejoin was not refused the way an operator can act on.
+    #[error("node {id}, wiped and rejoining under its old id, {what}; its log is {log}")]
+    UnsafeRejoinUnclear {
+        /// The node.
+        id: u64,
+        /// What it did instead of exiting with a message naming the removal.
+        what: &'static str,
+        /// Its log file.
+        log: PathBuf,
+    },
+    /// The majority side of a split elected no leader.
+    #[error("the majority side elected no leader within {waited_s} s")]
+    MajorityLeaderless {
+        /// How long we looked.
+        waited_s: u64,
+    },
+    /// A node cut off with a deposed leader kept claiming fresh reads.
+    #[error("node {id}, cut off with the deposed leader, was still not stale (or still ready) {waited_s} s after the majority had a new leader")]
+    NotStale {
+        /// The node.
+        id: u64,
+        /// How long we waited after the new leader appeared.
+        waited_s: u64,
+    },
+    /// The snapshot storm never made a follower catch up by snapshot.
+    #[error("snapshot storm: no restarted follower had to catch up by snapshot ({detail})")]
+    NoSnapshotCatchUp {
+        /// The indexes seen.
+        detail: String,
+    },
     /// Encoding the report.
     #[error("encoding JSON: {0}")]
     Json(#[from] serde_json::Error),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, SnapshotStorm, UnsafeRejoin};
 use crate::error::ChaosError;
 use crate::proxy::{Flow, LinkState};
 
@@ -44,11 +44,21 @@ pub enum FaultKind {
     RollingRestart,
     /// A follower loses its disk: killed, removed, wiped, rejoined with `--join`.
     WipeRejoin,
+    /// A follower loses its disk and comes back with `--join` under its old id without
+    /// being removed first: it must be refused with advice, and nothing lost; then the safe
+    /// procedure brings it back.
+    WipeRejoinUnsafe,
+    /// The leader and one follower are cut from the other three (5 nodes): once the
+    /// majority has a new leader, both must mark reads stale and fail `/readyz`.
+    MinorityStale,
+    /// Every node snapshots every few entries and keeps no log behind it while followers
+    /// are restarted, so they catch up by snapshot.
+    SnapshotStorm,
 }
 
 impl FaultKind {
     /// Every kind, in `all` order.
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 15] = [
         Self::KillLeader,
         Self::KillFollower,
         Self::PauseLeader,
@@ -61,6 +71,9 @@ impl FaultKind {
         Self::Lossy,
         Self::RollingRestart,
         Self::WipeRejoin,
+        Self::WipeRejoinUnsafe,
+        Self::MinorityStale,
+        Self::SnapshotStorm,
     ];
 
     /// Its scenario name.
@@ -78,6 +91,9 @@ impl FaultKind {
             Self::Lossy => "lossy",
             Self::RollingRestart => "rolling-restart",
             Self::WipeRejoin => "wipe-rejoin",
+            Self::WipeRejoinUnsafe => "wipe-rejoin-unsafe",
+            Self::MinorityStale => "minority-stale",
+            Self::SnapshotStorm => "snapshot-storm",
         }
     }
 
@@ -88,11 +104,16 @@ impl FaultKind {
             Self::KillLeader | Self::KillFollower => Duration::from_secs(3),
             // Well above the 1.2 s upper election timeout.
             Self::PauseLeader | Self::PauseFollower => Duration::from_secs(3),
-            Self::IsolateLeader | Self::Split | Self::OneWay | Self::LostAnswers => {
-                Duration::from_secs(4)
-            }
+            Self::IsolateLeader
+            | Self::Split
+            | Self::OneWay
+            | Self::LostAnswers
+            | Self::MinorityStale => Duration::from_secs(4),
             Self::Slow | Self::Lossy => Duration::from_secs(5),
-            Self::RollingRestart | Self::WipeRejoin => Duration::ZERO,
+            Self::RollingRestart
+            | Self::WipeRejoin
+            | Self::WipeRejoinUnsafe
+            | Self::SnapshotStorm => Duration::ZERO,
         }
     }
 
@@ -104,7 +125,8 @@ impl FaultKind {
             | Self::Slow
             | Self::Lossy
             | Self::RollingRestart => 1,
-            Self::WipeRejoin => 3,
+            Self::WipeRejoin | Self::WipeRejoinUnsafe | Self::SnapshotStorm => 3,
+            Self::MinorityStale => 5,
             _ => 2,
         }
     }
@@ -414,6 +436,50 @@ pub async fn inject(cluster: &mut Cluster, kind: FaultKind, epoch: Instant) -> F
             injected_s = since(epoch);
             note(cluster.wipe_and_rejoin(id).await);
         }
+        FaultKind::WipeRejoinUnsafe => {
+            let (id, found) = follower(cluster).await;
+            note(found);
+            targets = vec![id];
+            injected_s = since(epoch);
+            let log = cluster.node(id).log.clone();
+            let unclear = |what| ChaosError::UnsafeRejoinUnclear {
+                id,
+                what,
+                log: log.clone(),
+            };
+            note(match cluster.wipe_and_rejoin_unsafely(id).await {
+                Ok(UnsafeRejoin::RefusedWithAdvice) => Ok(()),
+                Ok(UnsafeRejoin::Accepted) => Err(ChaosError::UnsafeRejoinAccepted { id }),
+                Ok(UnsafeRejoin::RefusedSilently) => {
+                    Err(unclear("exited without naming the removal it needs"))
+                }
+                Ok(UnsafeRejoin::Undecided) => Err(unclear("was neither refused nor let in")),
+                Err(e) => Err(e),
+            });
+            // Then what the refusal advised: remove the old member, join afresh.
+            note(cluster.wipe_and_rejoin(id).await);
+        }
+        FaultKind::MinorityStale => {
+            let (leader, found) = leader_or_first(cluster).await;
+            note(found);
+            let follower = cluster.ids().into_iter().find(|&id| id != leader);
+            let minority: Vec<u64> = std::iter::once(leader).chain(follower).collect();
+            targets = minority.clone();
+            injected_s = since(epoch);
+            cluster.set_links(|from, to| {
+                (minority.contains(&from) != minority.contains(&to)).then(LinkState::blackhole)
+            });
+            let started = Instant::now();
+            note(minority_goes_stale(cluster, &minority).await);
+            // At least as long as a split, so the workload sees the stale side.
+            tokio::time::sleep(hold.saturating_sub(started.elapsed())).await;
+            cluster.heal_links();
+        }
+        FaultKind::SnapshotStorm => {
+            targets = cluster.ids();
+            injected_s = since(epoch);
+            note(snapshot_storm(cluster).await);
+        }
     }
     FaultWindow {
         name: kind.name().to_owned(),
@@ -422,6 +488,108 @@ pub async fn inject(cluster: &mut Cluster, kind: FaultKind, epoch: Instant) -> F
         healed_s: since(epoch),
         problems,
     }
+}
+
+/// How long the sides of a split get to elect a leader and to notice they lost theirs.
+const STALE_WITHIN: Duration = Duration::from_secs(15);
+
+/// Waits until the nodes outside `minority` follow a new leader, then until every node of
+/// `minority` calls itself stale and fails `/readyz`.
+async fn minority_goes_stale(cluster: &Cluster, minority: &[u64]) -> Result<(), ChaosError> {
+    let majority: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| !minority.contains(id))
+        .collect();
+    let deadline = Instant::now() + STALE_WITHIN;
+    loop {
+        let mut led = false;
+        for &id in &majority {
+            let status = cluster.status(id).await;
+            led |= status.is_some_and(|s| {
+                s["leader"].as_u64().is_some_and(|l| majority.contains(&l)) && s["stale"] == false
+            });
+        }
+        if led {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(ChaosError::MajorityLeaderless {
+                waited_s: STALE_WITHIN.as_secs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = Instant::now() + STALE_WITHIN;
+    for &id in minority {
+        loop {
+            let stale = cluster.status(id).await.is_some_and(|s| s["stale"] == true);
+            if stale && !cluster.is_ready(id).await {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(ChaosError::NotStale {
+                    id,
+                    waited_s: STALE_WITHIN.as_secs(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Snapshots every this many entries during a storm, keeping no log behind them.
+const STORM: SnapshotStorm = SnapshotStorm { every: 5, keep: 0 };
+
+/// Restarts every node with [`STORM`]'s settings (followers first, then the leader), then
+/// kills each follower of the new leader for a while and restarts it: the leader has
+/// purged what it missed, so it must catch up by snapshot. Fails if none had to.
+async fn snapshot_storm(cluster: &mut Cluster) -> Result<(), ChaosError> {
+    cluster.set_snapshot_storm(STORM);
+    let (leader, found) = leader_or_first(cluster).await;
+    found?;
+    let order: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|&id| id != leader)
+        .chain([leader])
+        .collect();
+    for id in order {
+        cluster.terminate(id).await?;
+        cluster.restart(id).await?;
+    }
+    let (leader, found) = leader_or_first(cluster).await;
+    found?;
+    let mut seen = Vec::new();
+    for id in cluster.ids().into_iter().filter(|&id| id != leader) {
+        let had = cluster
+            .status(id)
+            .await
+            .and_then(|s| s["last_log_index"].as_u64())
+            .unwrap_or(0);
+        cluster.kill(id);
+        // Long enough for the workload to write a few storms' worth of entries.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let purged = cluster
+            .status(leader)
+            .await
+            .and_then(|s| s["purged_index"].as_u64())
+            .unwrap_or(0);
+        cluster.restart(id).await?;
+        seen.push((id, had, purged));
+    }
+    if seen.iter().any(|&(_, had, purged)| purged > had) {
+        return Ok(());
+    }
+    let detail = seen
+        .iter()
+        .map(|(id, had, purged)| {
+            format!("node {id} had log to {had}, the leader's log was purged to {purged}")
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(ChaosError::NoSnapshotCatchUp { detail })
 }
 
 /// The name of the baseline's window replaying the cluster's window `name`.

@@ -13,8 +13,9 @@ use rowcall_chaos::RunOptions;
 #[command(name = "rowcall-chaos", version, about)]
 struct Flags {
     /// Scenario: kill-leader, kill-follower, pause-leader, pause-follower, isolate-leader,
-    /// split, one-way, lost-answers, slow, lossy, rolling-restart, wipe-rejoin, ci; a
-    /// comma-separated combination; or all.
+    /// split, one-way, lost-answers, slow, lossy, rolling-restart, wipe-rejoin,
+    /// wipe-rejoin-unsafe, minority-stale (5 nodes), snapshot-storm, ci; a comma-separated
+    /// combination; or all.
     #[arg(long)]
     scenario: String,
     /// Cluster size.
@@ -51,6 +52,9 @@ struct Flags {
     /// (failover retries included).
     #[arg(long, default_value_t = 1000)]
     slo_ms: u64,
+    /// Peers talk mutual TLS (certificates made for the run) and show a cluster secret.
+    #[arg(long)]
+    tls: bool,
 }
 
 #[tokio::main]
@@ -69,6 +73,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         baseline: !flags.no_baseline,
         snapshot_every: flags.snapshot_every,
         slo: Duration::from_millis(flags.slo_ms.max(1)),
+        tls: flags.tls,
     };
     // Ctrl-C drops the run, and with it every node process (the cluster's Drop kills them).
     let passed = tokio::select! {

@@ -46,6 +46,8 @@ pub struct RunOptions {
     pub snapshot_every: u64,
     /// An operation counts as available when answered within this.
     pub slo: Duration,
+    /// Peers authenticate each other (mutual TLS and a cluster secret).
+    pub tls: bool,
 }
 
 /// What drives a run's faults.
@@ -175,11 +177,13 @@ async fn run_one(
         proxies: true,
         snapshot_every: options.snapshot_every,
         seed: options.seed,
+        tls: options.tls,
     };
     eprintln!(
-        "== {}: {} nodes, {} s, {} sessions at {} ops/s (logs under {})",
+        "== {}: {} nodes{}, {} s, {} sessions at {} ops/s (logs under {})",
         scenario.name,
         options.nodes,
+        if options.tls { " (peer mTLS)" } else { "" },
         options.duration.as_secs(),
         options.sessions,
         options.rate,

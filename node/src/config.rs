@@ -127,8 +127,9 @@ impl Default for NodeConfig {
 }
 
 /// How a node on a fresh data folder becomes part of a cluster (a node with state ignores
-/// all of this: its data folder says which cluster it belongs to).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// that part: its data folder says which cluster it belongs to), and how peers
+/// authenticate each other.
+#[derive(Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
     /// Found a new cluster. Alone, at once; with `join` peers, only once every peer answers
@@ -141,6 +142,69 @@ pub struct ClusterConfig {
     pub join: Vec<String>,
     /// Join as a learner: a read replica that never votes.
     pub learner: bool,
+    /// Mutual TLS between nodes. Without it a node refuses to bind gRPC to a non-loopback
+    /// address unless `insecure_peers` is set.
+    pub tls: Option<PeerTlsConfig>,
+    /// The cluster secret every peer must show (at least 32 characters; the same on every
+    /// node). `ROWCALL_CLUSTER_SECRET` sets it too.
+    pub secret: Option<String>,
+    /// A file holding the cluster secret.
+    pub secret_file: Option<PathBuf>,
+    /// Run gRPC on a non-loopback address without peer TLS (warned about at start): anyone
+    /// who reaches the port could then act as a peer.
+    pub insecure_peers: bool,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    // Never print the secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("bootstrap", &self.bootstrap)
+            .field("join", &self.join)
+            .field("learner", &self.learner)
+            .field("tls", &self.tls)
+            .field("secret", &self.secret.as_ref().map(|_| ".."))
+            .field("secret_file", &self.secret_file)
+            .field("insecure_peers", &self.insecure_peers)
+            .finish()
+    }
+}
+
+impl ClusterConfig {
+    /// The cluster secret, from the setting or its file.
+    pub fn read_secret(&self) -> Result<Option<String>, ConfigError> {
+        if let Some(secret) = &self.secret {
+            return Ok(Some(secret.clone()));
+        }
+        let Some(path) = &self.secret_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Some(text.trim().to_owned()))
+    }
+}
+
+/// Mutual TLS between nodes: PEM files, read again when they change (so certificates can be
+/// renewed without a restart).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerTlsConfig {
+    /// The cluster's CA certificate: peers must present a certificate it signed.
+    pub ca_file: PathBuf,
+    /// This node's certificate (chain), signed by the CA, naming the host peers dial.
+    pub cert_file: PathBuf,
+    /// This node's private key.
+    pub key_file: PathBuf,
+    /// How often to look for changed files, in seconds.
+    #[serde(default = "reload_secs")]
+    pub reload_secs: u64,
+}
+
+fn reload_secs() -> u64 {
+    10
 }
 
 /// Credentials. Secrets may also come from files (`admin_key_file`). Every secret must have
@@ -574,6 +638,9 @@ impl Config {
         if let Some(list) = get("ROWCALL_MCP_ALLOWED_ORIGINS") {
             self.mcp.allowed_origins = split_list(&list);
         }
+        if let Some(secret) = get("ROWCALL_CLUSTER_SECRET").filter(|s| !s.is_empty()) {
+            self.cluster.secret = Some(secret);
+        }
         if let Some(routes) = get("ROWCALL_PEER_ROUTES") {
             self.node
                 .peer_routes
@@ -625,6 +692,12 @@ impl Config {
             self.raft.snapshot_every = every.parse().map_err(|_| ConfigError::Env {
                 name: "ROWCALL_SNAPSHOT_EVERY",
                 reason: format!("{every:?} is not a whole number"),
+            })?;
+        }
+        if let Some(keep) = get("ROWCALL_KEEP_AFTER_SNAPSHOT") {
+            self.raft.keep_after_snapshot = keep.parse().map_err(|_| ConfigError::Env {
+                name: "ROWCALL_KEEP_AFTER_SNAPSHOT",
+                reason: format!("{keep:?} is not a whole number"),
             })?;
         }
         Ok(())

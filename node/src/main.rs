@@ -31,6 +31,22 @@ struct Flags {
     /// Join as a learner: a read replica that never votes.
     #[arg(long, requires = "join")]
     learner: bool,
+    /// The cluster's CA certificate (PEM): with --peer-cert and --peer-key, peers talk
+    /// mutual TLS. Required when gRPC listens on a non-loopback address.
+    #[arg(long, value_name = "FILE", requires_all = ["peer_cert", "peer_key"])]
+    peer_ca: Option<PathBuf>,
+    /// This node's certificate (PEM), signed by the cluster's CA.
+    #[arg(long, value_name = "FILE", requires = "peer_ca")]
+    peer_cert: Option<PathBuf>,
+    /// This node's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "peer_ca")]
+    peer_key: Option<PathBuf>,
+    /// A file holding the cluster secret (or ROWCALL_CLUSTER_SECRET).
+    #[arg(long, value_name = "FILE")]
+    cluster_secret_file: Option<PathBuf>,
+    /// Listen for peers on a non-loopback address without TLS (warned about at start).
+    #[arg(long)]
+    insecure_peers: bool,
     /// Found a new cluster on a fresh data folder. With --join peers: only once every peer
     /// answers and none belongs to a cluster (else join theirs).
     #[arg(long)]
@@ -82,6 +98,23 @@ impl Flags {
         }
         if self.bootstrap {
             config.cluster.bootstrap = true;
+        }
+        if let (Some(ca_file), Some(cert_file), Some(key_file)) =
+            (self.peer_ca, self.peer_cert, self.peer_key)
+        {
+            config.cluster.tls = Some(rowcall_node::config::PeerTlsConfig {
+                ca_file,
+                cert_file,
+                key_file,
+                reload_secs: config.cluster.tls.as_ref().map_or(10, |t| t.reload_secs),
+            });
+        }
+        if let Some(file) = self.cluster_secret_file {
+            config.cluster.secret = None;
+            config.cluster.secret_file = Some(file);
+        }
+        if self.insecure_peers {
+            config.cluster.insecure_peers = true;
         }
         if let Some(addr) = self.advertise_grpc {
             config.node.advertise_grpc = Some(addr);

@@ -12,6 +12,7 @@ use rowcall_proto::raft::raft_service_server::RaftServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
 
 use crate::api::http;
 use crate::app::App;
@@ -21,11 +22,13 @@ use crate::cluster::enter::{enter, Entered, Plan};
 use crate::config::Config;
 use crate::dispatch::outbox::Outbox;
 use crate::model::time::now_ms;
+use crate::raft::auth::{ClusterSecret, PeerAuth};
 use crate::raft::faults::Faults;
 use crate::raft::identity::LocalIdentity;
 use crate::raft::liveness::Liveness;
 use crate::raft::network::{Network, MAX_MESSAGE_BYTES};
 use crate::raft::service::RaftGrpc;
+use crate::raft::tls::{incoming, PeerTls};
 use crate::raft::{Command, NodeInfo, Raft};
 use crate::store::{Durable, LogStore, StateMachine};
 
@@ -193,6 +196,8 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let config = Arc::new(config);
     let node = &config.node;
 
+    let (tls, secret) = peer_auth(&config)?;
+
     let http_listener = TcpListener::bind(node.http)
         .await
         .with_context(|| format!("binding HTTP on {}", node.http))?;
@@ -218,7 +223,8 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         config.raft.election_timeout_max_ms,
     )));
     let network = Network::new(identity.clone(), options.faults, liveness.clone())
-        .with_routes(node.peer_routes.clone());
+        .with_routes(node.peer_routes.clone())
+        .with_peer_auth(tls.clone(), secret.clone());
     let raft = Raft::new(
         node.id,
         Arc::new(raft_config(&config)?),
@@ -272,21 +278,34 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         http::serve::serve(http_listener, router, &limits, stop).await;
     }));
     let mut stop = shutdown.subscribe();
-    let service = RaftServiceServer::new(RaftGrpc::new(app.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let mut grpc_builder = grpc_server(&config.limits.grpc);
-    tasks.push(tokio::spawn(async move {
-        let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
-        let serve = grpc_builder
-            .add_service(service)
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = stop.wait_for(|s| *s).await;
-            });
-        if let Err(e) = serve.await {
-            tracing::error!(error = %e, "gRPC server stopped");
-        }
-    }));
+    let service = raft_service(app.clone(), PeerAuth::new(secret, tls.is_some()));
+    let router = grpc_server(&config.limits.grpc).add_service(service);
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    tasks.push(match tls.clone() {
+        Some(tls) => tokio::spawn(async move {
+            let serve = router.serve_with_incoming_shutdown(incoming(grpc_listener, tls), stopped);
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "gRPC server stopped");
+            }
+        }),
+        None => tokio::spawn(async move {
+            let plain = tonic::transport::server::TcpIncoming::from(grpc_listener);
+            if let Err(e) = router.serve_with_incoming_shutdown(plain, stopped).await {
+                tracing::error!(error = %e, "gRPC server stopped");
+            }
+        }),
+    });
+    if let Some(tls) = tls {
+        let mut stop = shutdown.subscribe();
+        tasks.push(tokio::spawn(async move {
+            tokio::select! {
+                _ = reload_tls(&tls) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        }));
+    }
 
     let stop = shutdown.subscribe();
     let pruner = app.clone();
@@ -328,6 +347,68 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     }
     tracing::info!(id = node.id, http = %http_addr, grpc = %grpc_addr, "rowcall node serving");
     Ok(handle)
+}
+
+/// The Raft service as peers reach it: every call passes `auth` (the cluster secret and,
+/// with TLS, a client certificate) before its message is read. Mountable beside other
+/// services on the same listener, which bring their own credentials.
+pub fn raft_service(
+    app: Arc<App>,
+    auth: PeerAuth,
+) -> InterceptedService<RaftServiceServer<RaftGrpc>, PeerAuth> {
+    let service = RaftServiceServer::new(RaftGrpc::new(app))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    InterceptedService::new(service, auth)
+}
+
+/// What a node shows its peers and asks of them: TLS material and the cluster secret.
+type PeerCredentials = (Option<Arc<PeerTls>>, Option<Arc<ClusterSecret>>);
+
+/// Peer TLS and the cluster secret from the configuration. A node whose gRPC listener is
+/// reachable from other hosts must have TLS, unless the operator insists otherwise.
+fn peer_auth(config: &Config) -> anyhow::Result<PeerCredentials> {
+    let cluster = &config.cluster;
+    let tls = match &cluster.tls {
+        Some(files) => Some(Arc::new(PeerTls::load(files)?)),
+        None => None,
+    };
+    let secret = match cluster.read_secret()? {
+        Some(secret) => Some(Arc::new(ClusterSecret::new(&secret)?)),
+        None => None,
+    };
+    let grpc = config.node.grpc;
+    if tls.is_none() && !grpc.ip().is_loopback() {
+        let danger = format!(
+            "gRPC listens on {grpc}, which other hosts can reach, without peer TLS: anyone who \
+             reaches it can act as a peer (write rows, forge receipts, join the cluster)"
+        );
+        anyhow::ensure!(
+            cluster.insecure_peers,
+            "{danger}. Configure [cluster.tls] (--peer-ca, --peer-cert, --peer-key; \
+             deploy/tls/make-certs.sh makes them), or bind gRPC to loopback, or pass \
+             --insecure-peers on a network you trust"
+        );
+        tracing::warn!("{danger} (--insecure-peers)");
+        eprintln!("rowcall: WARNING: {danger} (--insecure-peers)");
+    }
+    Ok((tls, secret))
+}
+
+/// Reads the peer TLS files again whenever they change.
+async fn reload_tls(tls: &PeerTls) {
+    let mut tick = tokio::time::interval(tls.reload_every());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match tls.reload() {
+            Ok(true) => tracing::info!("peer TLS files changed: reloaded"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "peer TLS files changed but cannot be used; keeping the previous ones")
+            }
+        }
+    }
 }
 
 /// Writes the demo catalogue once the new cluster has elected itself.

@@ -282,6 +282,20 @@ pub fn valid_key(key: &str) -> bool {
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_')
 }
 
+/// Checks the rows of one write (one, or a bulk write) as DESIGN §2.1 says: every row's
+/// rules, and no key twice. The error names the position of the row that broke one.
+pub fn validate_rows(rows: &[RowInput], builtins: &[&str]) -> Result<(), (usize, RowRuleError)> {
+    let mut seen = std::collections::HashSet::new();
+    for (position, row) in rows.iter().enumerate() {
+        row.validate(builtins).map_err(|e| (position, e))?;
+        if !seen.insert(row.key.as_str()) {
+            let key = row.key.clone();
+            return Err((position, RowRuleError::DuplicateKey { key }));
+        }
+    }
+    Ok(())
+}
+
 impl RowInput {
     /// Checks every rule of DESIGN §2.1 that can be checked without the stored state.
     pub fn validate(&self, builtins: &[&str]) -> Result<(), RowRuleError> {

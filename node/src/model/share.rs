@@ -39,6 +39,12 @@ impl std::fmt::Debug for ShareSecret {
 }
 
 impl ShareSecret {
+    /// Whether it has the shape [`ShareSecret::generate`] gives (64 hex characters), so a
+    /// leader can refuse a forwarded secret nobody here made.
+    pub fn is_well_formed(&self) -> bool {
+        self.0.len() == 64 && self.0.bytes().all(|b| b.is_ascii_hexdigit())
+    }
+
     /// A fresh random secret (decided by the proposer, never by apply).
     pub fn generate() -> Self {
         let bytes: [u8; 32] = rand::random();

@@ -23,6 +23,13 @@ pub enum WriteError {
         /// What was waited for.
         reason: String,
     },
+    /// The leader refused a forwarded write that would not have passed the checks of the
+    /// HTTP protocol (or names a time too far from the leader's clock).
+    #[error("the leader refused the write: {reason}")]
+    Refused {
+        /// Which rule it broke.
+        reason: String,
+    },
     /// The node asked to apply a forwarded write does not lead.
     #[error("this node does not lead (leader: {leader:?})")]
     NotLeader {

@@ -4,12 +4,15 @@
 //! not a pure function of the log (ids, timestamps, the receipt's hashes) is decided by the
 //! node that proposes the command, so applying it is deterministic on every node.
 
+pub mod auth;
 pub mod calls;
 pub mod faults;
 pub mod identity;
 pub mod liveness;
 pub mod network;
 pub mod service;
+pub mod tls;
+pub mod validate;
 
 use std::fmt;
 use std::io::Cursor;

@@ -29,10 +29,12 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
+use super::auth::ClusterSecret;
 use super::calls::{Forwarded, Hello, JoinRequest, MembershipError, WriteError};
 use super::faults::{Faults, Verdict};
 use super::identity::LocalIdentity;
 use super::liveness::Liveness;
+use super::tls::{host_of, PeerTls};
 use super::{NodeId, NodeInfo, Request, TypeConfig};
 
 /// Largest gRPC message between nodes (snapshot chunks, bulk writes).
@@ -130,6 +132,12 @@ pub struct Network {
     refusals_logged: Arc<Mutex<HashMap<String, Instant>>>,
     /// The local Raft's metrics (for the voter set), once Raft is started.
     raft: Arc<OnceLock<watch::Receiver<RaftMetrics<NodeId, NodeInfo>>>>,
+    /// Peer TLS, if configured; channels are rebuilt when its files change.
+    tls: Option<Arc<PeerTls>>,
+    /// The TLS generation the cached channels were built with.
+    tls_generation: Arc<Mutex<u64>>,
+    /// The cluster secret sent with every message, if configured.
+    secret: Option<Arc<ClusterSecret>>,
 }
 
 impl Network {
@@ -148,7 +156,21 @@ impl Network {
             liveness,
             refusals_logged: Arc::default(),
             raft: Arc::default(),
+            tls: None,
+            tls_generation: Arc::default(),
+            secret: None,
         }
+    }
+
+    /// Authenticates to peers with `tls` (a client certificate) and `secret`.
+    pub fn with_peer_auth(
+        mut self,
+        tls: Option<Arc<PeerTls>>,
+        secret: Option<Arc<ClusterSecret>>,
+    ) -> Self {
+        self.tls = tls;
+        self.secret = secret;
+        self
     }
 
     /// Gives the transport the Raft it serves (created after the transport), so a leader
@@ -213,24 +235,43 @@ impl Network {
         self.faults.as_ref()
     }
 
+    /// The client for the peer at `addr` (dialled through its route, if any), on a channel
+    /// kept per address; with peer TLS, the peer's certificate must name `addr`'s host.
     fn client(&self, addr: &str) -> Result<RaftServiceClient<Channel>, TransportError> {
-        let addr = self.routes.get(addr).map_or(addr, String::as_str);
+        let dial = self.routes.get(addr).map_or(addr, String::as_str);
+        let bad = |reason: String| TransportError::Protocol {
+            addr: addr.to_owned(),
+            reason,
+        };
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        let channel = match channels.get(addr) {
+        if let Some(tls) = &self.tls {
+            // Renewed certificates: drop the channels built with the old ones.
+            let mut built_with = self
+                .tls_generation
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if *built_with != tls.generation() {
+                channels.clear();
+                *built_with = tls.generation();
+            }
+        }
+        let channel = match channels.get(dial) {
             Some(channel) => channel.clone(),
             None => {
-                let endpoint = Endpoint::from_shared(format!("http://{addr}")).map_err(|e| {
-                    TransportError::Protocol {
-                        addr: addr.to_owned(),
-                        reason: format!("bad address: {e}"),
-                    }
-                })?;
+                let scheme = if self.tls.is_some() { "https" } else { "http" };
+                let mut endpoint = Endpoint::from_shared(format!("{scheme}://{dial}"))
+                    .map_err(|e| bad(format!("bad address: {e}")))?;
+                if let Some(tls) = &self.tls {
+                    endpoint = endpoint
+                        .tls_config(tls.client(host_of(addr)))
+                        .map_err(|e| bad(format!("peer TLS: {e}")))?;
+                }
                 let channel = endpoint
                     .connect_timeout(Duration::from_millis(500))
                     .tcp_nodelay(true)
                     .http2_keep_alive_interval(Duration::from_secs(10))
                     .connect_lazy();
-                channels.insert(addr.to_owned(), channel.clone());
+                channels.insert(dial.to_owned(), channel.clone());
                 channel
             }
         };
@@ -300,6 +341,9 @@ impl Network {
         envelope.leader_quorum_age_ms = quorum_age.map(|age| age.as_millis() as u64);
         let mut request = tonic::Request::new(envelope);
         request.set_timeout(timeout);
+        if let Some(secret) = &self.secret {
+            secret.sign(&mut request);
+        }
         let reply = match method {
             Method::Vote => client.vote(request).await,
             Method::AppendEntries => client.append_entries(request).await,

@@ -18,8 +18,9 @@ use tonic::{Request, Response, Status};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest};
 
 use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
-use super::{NodeId, TypeConfig};
+use super::{validate, NodeId, TypeConfig};
 use crate::app::{App, Proposal};
+use crate::model::time::now_ms;
 
 /// Serves the local node to its peers.
 pub struct RaftGrpc {
@@ -275,9 +276,16 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        let sender = request.get_ref().from.as_ref().map_or(0, |f| f.node_id);
         let request: super::Request = self.open(request, Admission::Member)?;
         let timeout = Duration::from_millis(self.app.config.limits.write_timeout_ms);
-        let result: Result<Forwarded, WriteError> = if self.app.is_cut_off() {
+        let checked = validate::check_forwarded(&request, sender, now_ms());
+        let result: Result<Forwarded, WriteError> = if let Err(refusal) = checked {
+            tracing::warn!(sender, %refusal, "refused a forwarded write");
+            Err(WriteError::Refused {
+                reason: refusal.to_string(),
+            })
+        } else if self.app.is_cut_off() {
             Err(WriteError::Unavailable {
                 reason: "the leader cannot reach a quorum".into(),
             })

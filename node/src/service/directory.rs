@@ -2,14 +2,13 @@
 //! delete. Writes need the admin key ([`Admin`]) and a quorum, and carry a request id (a
 //! client's idempotency key), so a retried write is answered with its first outcome.
 
-use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::{json, Value};
 
 use super::{read_barrier, Admin, Freshness, Logged, ServiceError};
 use crate::app::App;
-use crate::catalogue::row::{Row, RowInput, RowRuleError};
+use crate::catalogue::row::{validate_rows, Row, RowInput, RowRuleError};
 use crate::catalogue::Counts;
 use crate::dispatch::builtins::BUILTINS;
 use crate::model::time::now_ms;
@@ -166,16 +165,10 @@ pub async fn put(
             (rows, true)
         }
     };
-    let mut seen = HashSet::new();
-    for (position, row) in rows.iter().enumerate() {
-        row.validate(&BUILTINS)
-            .map_err(|source| rule(source, bulk.then_some(position)))?;
-        if !seen.insert(row.key.as_str()) {
-            return Err(ServiceError::Rule(RowRuleError::DuplicateKey {
-                key: row.key.clone(),
-            }));
-        }
-    }
+    validate_rows(&rows, &BUILTINS).map_err(|(position, source)| match source {
+        RowRuleError::DuplicateKey { .. } => ServiceError::Rule(source),
+        source => rule(source, bulk.then_some(position)),
+    })?;
     let command = Command::PutRows {
         at_ms: now_ms(),
         rows,

@@ -1,5 +1,10 @@
 //! An in-process cluster on loopback port 0: every node its own data folder, all sharing one
 //! fault-injecting transport so tests can partition, delay and heal links.
+//!
+//! A secured cluster ([`Cluster::start_secured`], or any cluster when the environment sets
+//! `ROWCALL_TEST_PEER_TLS=1`) has its peers talk mutual TLS with certificates from a test CA
+//! and show the cluster secret [`CLUSTER_SECRET`]: `.ci/run` runs the cluster tests both
+//! ways.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,7 +14,11 @@ use rowcall_node::raft::faults::Faults;
 use rowcall_node::{Config, NodeHandle, StartOptions};
 use serde_json::Value;
 
+use super::tls::TestCa;
 use super::{ADMIN, INVOKE};
+
+/// The cluster secret of secured test clusters.
+pub const CLUSTER_SECRET: &str = "test-cluster-secret-0123456789abcdef";
 
 /// One member: its handle while running, and the addresses it keeps across restarts.
 pub struct Member {
@@ -34,6 +43,8 @@ pub struct Cluster {
     pub http: reqwest::Client,
     voters: u64,
     tweak: fn(&mut Config),
+    /// The CA of a secured cluster.
+    pub ca: Option<TestCa>,
 }
 
 /// Polls `check` every 20 ms until it holds or `within` passes.
@@ -80,6 +91,10 @@ impl Cluster {
             _ => config.cluster.bootstrap = true,
         }
         config.cluster.learner = id > self.voters;
+        if let Some(ca) = &self.ca {
+            config.cluster.tls = Some(ca.node(&format!("node-{id}")));
+            config.cluster.secret = Some(CLUSTER_SECRET.into());
+        }
         (self.tweak)(&mut config);
         config
     }
@@ -91,13 +106,26 @@ impl Cluster {
 
     /// [`Cluster::start`] with a configuration tweak applied to every node.
     pub async fn start_with(voters: u64, learners: u64, tweak: fn(&mut Config)) -> Self {
+        let secured = std::env::var_os("ROWCALL_TEST_PEER_TLS").is_some_and(|v| v == "1");
+        Self::start_as(voters, learners, tweak, secured).await
+    }
+
+    /// `voters` voters whose peers authenticate each other (mutual TLS and the secret).
+    pub async fn start_secured(voters: u64) -> Self {
+        Self::start_as(voters, 0, |_| {}, true).await
+    }
+
+    async fn start_as(voters: u64, learners: u64, tweak: fn(&mut Config), secured: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = secured.then(|| TestCa::new(&dir.path().join("tls"), "cluster"));
         let mut cluster = Cluster {
             members: Vec::new(),
             faults: Arc::new(Faults::default()),
-            dir: tempfile::tempdir().unwrap(),
+            dir,
             http: reqwest::Client::new(),
             voters,
             tweak,
+            ca,
         };
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         for id in 1..=voters + learners {
@@ -228,6 +256,25 @@ impl Cluster {
     }
 
     /// GET a JSON document from a node.
+    /// Every running node's digest of its directory and receipts (`/api/cluster/digest`).
+    pub async fn digests(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        for id in self.ids() {
+            let digest = self
+                .http
+                .get(format!("{}/api/cluster/digest", self.url(id)))
+                .header("x-terminal-key", ADMIN)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            out.push(digest);
+        }
+        out
+    }
+
     pub async fn get(
         &self,
         id: u64,

@@ -1,0 +1,326 @@
+//! The leader checks a forwarded write again before it proposes it, as if it had arrived
+//! over HTTP: a peer that passed authentication is still only trusted to send what the
+//! protocol allows. Rows obey DESIGN §2.1, times are near the leader's clock, ids have their
+//! shapes, a receipt is one its sender ran, and a share secret is one a node could have made.
+//! (Only members may forward at all: see [`super::service`].)
+
+use crate::catalogue::row::{valid_key, validate_rows};
+use crate::dispatch::builtins::BUILTINS;
+use crate::model::receipt::valid_receipt_id;
+use crate::model::share::valid_token_id;
+use crate::model::time::parse_ms;
+
+use super::{Command, NodeId, Request, RequestId};
+
+/// How far a time a proposer decided may be from the leader's clock.
+pub const CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
+/// Longest receipt field of free text (caller, error, called, upstream status).
+const MAX_RECEIPT_TEXT: usize = 4 * 1024;
+/// Largest stored input or output a receipt may carry, whatever a node's cap.
+const MAX_RECEIPT_STORE: usize = 1024 * 1024;
+
+/// Why a forwarded write was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A row broke a rule of DESIGN §2.1.
+    #[error("row {position}: {reason}")]
+    Row {
+        /// Its position in the write.
+        position: usize,
+        /// The rule.
+        reason: String,
+    },
+    /// A write of no rows.
+    #[error("a write of no rows")]
+    NoRows,
+    /// A key that no row may have.
+    #[error("key {key:?} is not a valid row key")]
+    Key {
+        /// The key.
+        key: String,
+    },
+    /// A time too far from the leader's clock.
+    #[error("{what} is {at_ms} ms since the epoch, more than {CLOCK_SKEW_MS} ms from the leader's clock ({now_ms})")]
+    Time {
+        /// Which time.
+        what: &'static str,
+        /// The time given.
+        at_ms: u64,
+        /// The leader's clock.
+        now_ms: u64,
+    },
+    /// A receipt that its sender cannot have made.
+    #[error("receipt {id:?}: {reason}")]
+    Receipt {
+        /// Its id.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A share-token id of the wrong shape.
+    #[error("share token id {id:?} has the wrong shape")]
+    TokenId {
+        /// The id.
+        id: String,
+    },
+    /// A share secret no node makes.
+    #[error("the share secret has the wrong shape")]
+    ShareSecret,
+    /// A request id a client could not have sent.
+    #[error("request id: {reason}")]
+    RequestId {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn near(what: &'static str, at_ms: u64, now_ms: u64) -> Result<(), Refusal> {
+    if at_ms.abs_diff(now_ms) > CLOCK_SKEW_MS {
+        return Err(Refusal::Time {
+            what,
+            at_ms,
+            now_ms,
+        });
+    }
+    Ok(())
+}
+
+/// Checks `request`, forwarded by member `sender`, at the leader's time `now_ms`.
+pub fn check_forwarded(request: &Request, sender: NodeId, now_ms: u64) -> Result<(), Refusal> {
+    if let Some(id) = &request.request_id {
+        RequestId::parse(id.as_str()).map_err(|e| Refusal::RequestId {
+            reason: e.to_string(),
+        })?;
+    }
+    match &request.command {
+        Command::PutRows { at_ms, rows } => {
+            if rows.is_empty() {
+                return Err(Refusal::NoRows);
+            }
+            near("the write's time", *at_ms, now_ms)?;
+            validate_rows(rows, &BUILTINS).map_err(|(position, rule)| Refusal::Row {
+                position,
+                reason: rule.to_string(),
+            })
+        }
+        Command::DeleteRow { key, .. } if !valid_key(key) => Err(Refusal::Key { key: key.clone() }),
+        Command::DeleteRow { .. } => Ok(()),
+        Command::AppendReceipt { receipt } => {
+            let fail = |reason: String| Refusal::Receipt {
+                id: receipt.id.clone(),
+                reason,
+            };
+            if !valid_receipt_id(&receipt.id) {
+                return Err(fail("not a receipt id".into()));
+            }
+            if !valid_key(&receipt.key) {
+                return Err(fail(format!("row key {:?} is not valid", receipt.key)));
+            }
+            // A node forwards only the receipts of invocations it ran itself.
+            if receipt.served_by != sender {
+                return Err(fail(format!(
+                    "served by node {}, but forwarded by node {sender}",
+                    receipt.served_by
+                )));
+            }
+            // Receipts may wait in an outbox for long, so only the future is bounded.
+            let started = parse_ms(&receipt.started_at).ok_or_else(|| {
+                fail(format!("started_at {:?} is not a time", receipt.started_at))
+            })?;
+            if started > now_ms + CLOCK_SKEW_MS {
+                return Err(fail(format!(
+                    "started_at {} is in the future",
+                    receipt.started_at
+                )));
+            }
+            let hashes = [&receipt.input_sha256, &receipt.output_sha256];
+            if hashes
+                .iter()
+                .any(|h| h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                return Err(fail("a hash is not 64 hex characters".into()));
+            }
+            let texts = [
+                Some(&receipt.caller),
+                receipt.error.as_ref(),
+                receipt.called.as_ref(),
+                receipt.upstream_status.as_ref(),
+            ];
+            if receipt.caller.is_empty()
+                || texts.iter().flatten().any(|t| t.len() > MAX_RECEIPT_TEXT)
+            {
+                return Err(fail(
+                    "caller, error, called or upstream status is empty or too long".into(),
+                ));
+            }
+            let cap = (receipt.store_cap_bytes as usize).min(MAX_RECEIPT_STORE);
+            if receipt.input.len() > cap || receipt.output.len() > cap {
+                return Err(fail(format!(
+                    "stored input or output is over its cap of {cap} bytes"
+                )));
+            }
+            if receipt.index != 0 {
+                return Err(fail("the index is set by apply, not by the sender".into()));
+            }
+            Ok(())
+        }
+        Command::SetShareSecret { secret } if !secret.is_well_formed() => Err(Refusal::ShareSecret),
+        Command::SetShareSecret { .. } => Ok(()),
+        Command::RotateShareSecret { secret, .. } if !secret.is_well_formed() => {
+            Err(Refusal::ShareSecret)
+        }
+        Command::RotateShareSecret { .. } => Ok(()),
+        // Retention runs on the leader, but a leadership change between its check and its
+        // write forwards the entry; its cut-off can lie in the past only.
+        Command::PruneReceipts { before_ms, .. } if *before_ms > now_ms + CLOCK_SKEW_MS => {
+            Err(Refusal::Time {
+                what: "the retention cut-off",
+                at_ms: *before_ms,
+                now_ms,
+            })
+        }
+        Command::PruneReceipts { .. } => Ok(()),
+        Command::RevokeShare { id, at_ms } => {
+            if !valid_token_id(id) {
+                return Err(Refusal::TokenId { id: id.clone() });
+            }
+            near("the revocation's time", *at_ms, now_ms)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalogue::row::RowInput;
+    use crate::model::receipt::Receipt;
+    use crate::model::share::ShareSecret;
+    use crate::model::time::format_ms;
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    fn row(key: &str) -> RowInput {
+        serde_json::from_value(serde_json::json!({"key": key, "type": "static"})).unwrap()
+    }
+
+    fn put(rows: Vec<RowInput>, at_ms: u64) -> Request {
+        Request::new(Command::PutRows { at_ms, rows })
+    }
+
+    fn receipt(served_by: NodeId) -> Receipt {
+        Receipt {
+            id: "inv_0123456789".into(),
+            key: "ECHO".into(),
+            row_version: 3,
+            caller: "public".into(),
+            input_sha256: "a".repeat(64),
+            output_sha256: "b".repeat(64),
+            ok: true,
+            error: None,
+            started_at: format_ms(NOW - 3_600_000),
+            duration_ms: 1,
+            served_by,
+            called: None,
+            upstream_status: None,
+            input: "{}".into(),
+            output: "{}".into(),
+            input_truncated: false,
+            output_truncated: false,
+            store_cap_bytes: 16 * 1024,
+            index: 0,
+        }
+    }
+
+    #[test]
+    fn rows_are_checked_as_over_http_and_times_near_the_leaders_clock() {
+        assert_eq!(check_forwarded(&put(vec![row("OK")], NOW), 2, NOW), Ok(()));
+        let bad = check_forwarded(&put(vec![row("OK"), row("lower")], NOW), 2, NOW);
+        assert!(
+            matches!(bad, Err(Refusal::Row { position: 1, .. })),
+            "{bad:?}"
+        );
+        let twice = check_forwarded(&put(vec![row("A"), row("A")], NOW), 2, NOW);
+        assert!(
+            matches!(twice, Err(Refusal::Row { position: 1, .. })),
+            "{twice:?}"
+        );
+        assert_eq!(
+            check_forwarded(&put(vec![], NOW), 2, NOW),
+            Err(Refusal::NoRows)
+        );
+        // Past year 9999, or just far off: refused before it reaches the log.
+        let far = check_forwarded(&put(vec![row("OK")], u64::MAX), 2, NOW);
+        assert!(matches!(far, Err(Refusal::Time { .. })), "{far:?}");
+        let late = check_forwarded(&put(vec![row("OK")], NOW - CLOCK_SKEW_MS - 1), 2, NOW);
+        assert!(matches!(late, Err(Refusal::Time { .. })), "{late:?}");
+        let delete = Request::new(Command::DeleteRow {
+            key: "no such shape".into(),
+            if_version: None,
+        });
+        assert!(matches!(
+            check_forwarded(&delete, 2, NOW),
+            Err(Refusal::Key { .. })
+        ));
+    }
+
+    #[test]
+    fn receipts_come_only_from_the_node_that_ran_them_and_secrets_are_well_formed() {
+        let append = |r: Receipt| {
+            Request::new(Command::AppendReceipt {
+                receipt: Box::new(r),
+            })
+        };
+        assert_eq!(check_forwarded(&append(receipt(2)), 2, NOW), Ok(()));
+        let forged = check_forwarded(&append(receipt(3)), 2, NOW);
+        assert!(matches!(forged, Err(Refusal::Receipt { .. })), "{forged:?}");
+        let mut future = receipt(2);
+        future.started_at = format_ms(NOW + 2 * CLOCK_SKEW_MS);
+        assert!(check_forwarded(&append(future), 2, NOW).is_err());
+        let mut indexed = receipt(2);
+        indexed.index = 7;
+        assert!(check_forwarded(&append(indexed), 2, NOW).is_err());
+
+        let made = Request::new(Command::SetShareSecret {
+            secret: ShareSecret::generate(),
+        });
+        assert_eq!(check_forwarded(&made, 2, NOW), Ok(()));
+        let planted: ShareSecret = serde_json::from_value(serde_json::json!("attacker")).unwrap();
+        let planted = Request::new(Command::SetShareSecret { secret: planted });
+        assert_eq!(check_forwarded(&planted, 2, NOW), Err(Refusal::ShareSecret));
+        let rotate = |secret| {
+            Request::new(Command::RotateShareSecret {
+                secret,
+                keep_previous: true,
+            })
+        };
+        assert_eq!(
+            check_forwarded(&rotate(ShareSecret::generate()), 2, NOW),
+            Ok(())
+        );
+        let weak: ShareSecret = serde_json::from_value(serde_json::json!("attacker")).unwrap();
+        assert_eq!(
+            check_forwarded(&rotate(weak), 2, NOW),
+            Err(Refusal::ShareSecret)
+        );
+        let prune = |before_ms| {
+            Request::new(Command::PruneReceipts {
+                before_ms,
+                keep_per_key: 0,
+                limit: 100,
+            })
+        };
+        assert_eq!(check_forwarded(&prune(NOW - 1), 2, NOW), Ok(()));
+        assert!(matches!(
+            check_forwarded(&prune(NOW + 2 * CLOCK_SKEW_MS), 2, NOW),
+            Err(Refusal::Time { .. })
+        ));
+        let revoke = Request::new(Command::RevokeShare {
+            id: "not-a-token".into(),
+            at_ms: NOW,
+        });
+        assert!(matches!(
+            check_forwarded(&revoke, 2, NOW),
+            Err(Refusal::TokenId { .. })
+        ));
+    }
+}

@@ -1,0 +1,245 @@
+//! Peers authenticate each other (issue 11): on a cluster with mutual TLS and a cluster
+//! secret, a raw gRPC client that lacks either — no certificate, no secret, or a certificate
+//! from another CA — gets nothing through Forward, Join, Remove, Vote, AppendEntries or
+//! InstallSnapshot, and the directory and receipts stay exactly as they were. And the leader
+//! checks a forwarded write as the HTTP rules would, even from an authenticated member.
+
+mod common;
+
+use common::cluster::{Cluster, CLUSTER_SECRET};
+use common::tls::TestCa;
+use common::ADMIN;
+use rowcall_node::catalogue::row::RowInput;
+use rowcall_node::raft::auth::ClusterSecret;
+use rowcall_node::raft::{Command, Request};
+use rowcall_proto::raft::raft_service_client::RaftServiceClient;
+use rowcall_proto::raft::{RaftMessage, Sender};
+use serde_json::{json, Value};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+/// A gRPC channel to node `id` (TLS when `tls` is given); `None` if it cannot connect.
+async fn channel(cluster: &Cluster, id: u64, tls: Option<ClientTlsConfig>) -> Option<Channel> {
+    let grpc = cluster.member(id).grpc;
+    let endpoint = match tls {
+        Some(tls) => Endpoint::from_shared(format!("https://{grpc}"))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap(),
+        None => Endpoint::from_shared(format!("http://{grpc}")).unwrap(),
+    };
+    endpoint.connect().await.ok()
+}
+
+/// A message that looks like it comes from member `from` of the cluster `status` describes.
+fn message(status: &Value, from: u64, payload: &Value) -> RaftMessage {
+    let member = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == from)
+        .cloned()
+        .unwrap_or_default();
+    RaftMessage {
+        payload: serde_json::to_vec(payload).unwrap(),
+        from: Some(Sender {
+            cluster_id: status["cluster_id"].as_str().unwrap().to_owned(),
+            node_id: from,
+            incarnation: member["incarnation"].as_str().unwrap_or("").to_owned(),
+        }),
+        to_node: 0,
+        to_incarnation: String::new(),
+        leader_quorum_age_ms: None,
+    }
+}
+
+fn put_far_in_the_future() -> Value {
+    let row: RowInput =
+        serde_json::from_value(json!({"key": "PLANTED", "type": "static", "auth": "public"}))
+            .unwrap();
+    // Past year 9999: once committed, every node would have to apply it.
+    let request = Request::new(Command::PutRows {
+        at_ms: 300_000_000_000_000,
+        rows: vec![row],
+    });
+    serde_json::to_value(request).unwrap()
+}
+
+/// Calls all six peer RPCs; returns each one's name and gRPC status code.
+async fn every_peer_call(
+    channel: Channel,
+    status: &Value,
+    from: u64,
+    secret: Option<&ClusterSecret>,
+) -> Vec<(&'static str, tonic::Code)> {
+    let mut client = RaftServiceClient::new(channel);
+    let vote = json!({"vote": {"leader_id": {"term": 99, "node_id": from}, "committed": false},
+                      "last_log_id": null});
+    let append = json!({"vote": {"leader_id": {"term": 99, "node_id": from}, "committed": true},
+                        "prev_log_id": null, "entries": [], "leader_commit": null});
+    let join = json!({"id": 9, "node": {"grpc_addr": "127.0.0.1:1", "http_addr": "127.0.0.1:2",
+                      "cluster_id": status["cluster_id"], "incarnation": "i-intruder"},
+                      "learner": false});
+    let request = |payload: &Value| {
+        let mut request = tonic::Request::new(message(status, from, payload));
+        if let Some(secret) = secret {
+            secret.sign(&mut request);
+        }
+        request
+    };
+    let code = |r: Result<tonic::Response<RaftMessage>, tonic::Status>| match r {
+        Ok(_) => tonic::Code::Ok,
+        Err(status) => status.code(),
+    };
+    vec![
+        (
+            "Forward(PutRows)",
+            code(client.forward(request(&put_far_in_the_future())).await),
+        ),
+        ("Join", code(client.join(request(&join)).await)),
+        ("Remove", code(client.remove(request(&json!(1))).await)),
+        ("Vote", code(client.vote(request(&vote)).await)),
+        (
+            "AppendEntries",
+            code(client.append_entries(request(&append)).await),
+        ),
+        (
+            "InstallSnapshot",
+            code(client.install_snapshot(request(&append)).await),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_caller_without_peer_credentials_gets_nothing_through_and_changes_nothing() {
+    let cluster = Cluster::start_secured(3).await;
+    let written = cluster
+        .http
+        .post(format!("{}/api/directory", cluster.url(1)))
+        .header("x-terminal-key", ADMIN)
+        .json(&json!({"key": "REAL_ROW", "type": "static", "auth": "public", "content": "# WHAT: real\n\n{}\n"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(written.status(), 201, "the secured cluster works");
+    let leader = cluster.leader().await;
+    cluster.converge(cluster.applied(leader)).await;
+    let before = cluster.digests().await;
+    let (_, _, status) = cluster.get(leader, "/api/cluster").await;
+    let ca = cluster.ca.as_ref().unwrap();
+    let trusting = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca.ca_pem()))
+        .domain_name("127.0.0.1");
+    let secret = ClusterSecret::new(CLUSTER_SECRET).unwrap();
+    let wrong = ClusterSecret::new(&CLUSTER_SECRET.replace('0', "1")).unwrap();
+    let (cert, key) = ca.issue("intruder-with-a-certificate");
+    let with_certificate = trusting.clone().identity(Identity::from_pem(cert, key));
+
+    // No certificate, no secret; a certificate but no secret; a certificate and another
+    // cluster's secret; the secret but no certificate.
+    let attempts = [
+        ("no credentials", trusting.clone(), None),
+        ("certificate only", with_certificate.clone(), None),
+        ("certificate, wrong secret", with_certificate, Some(&wrong)),
+        ("secret only", trusting, Some(&secret)),
+    ];
+    for (what, tls, secret) in attempts {
+        for target in cluster.ids() {
+            let channel = channel(&cluster, target, Some(tls.clone()))
+                .await
+                .expect("the TLS handshake itself is allowed");
+            for (call, code) in every_peer_call(channel, &status, leader, secret).await {
+                assert_eq!(
+                    code,
+                    tonic::Code::Unauthenticated,
+                    "{what}: {call} on node {target}"
+                );
+            }
+        }
+    }
+    // Without TLS at all, no call is even answered.
+    if let Some(plain) = channel(&cluster, leader, None).await {
+        for (call, code) in every_peer_call(plain, &status, leader, Some(&secret)).await {
+            assert_ne!(code, tonic::Code::Ok, "plaintext {call}");
+        }
+    }
+    assert_eq!(
+        cluster.digests().await,
+        before,
+        "nothing reached any state machine"
+    );
+    let (_, _, after) = cluster.get(leader, "/api/cluster").await;
+    assert_eq!(after["members"], status["members"]);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_peer_with_a_certificate_from_another_ca_cannot_join() {
+    let cluster = Cluster::start_secured(3).await;
+    let leader = cluster.leader().await;
+    let (_, _, status) = cluster.get(leader, "/api/cluster").await;
+    let other = TestCa::new(&cluster.dir.path().join("other"), "other");
+    let (cert, key) = other.issue("stranger");
+    let ca = cluster.ca.as_ref().unwrap();
+    // It trusts the cluster's CA and knows the secret; only its certificate is foreign.
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca.ca_pem()))
+        .identity(Identity::from_pem(cert, key))
+        .domain_name("127.0.0.1");
+    let secret = ClusterSecret::new(CLUSTER_SECRET).unwrap();
+    if let Some(channel) = channel(&cluster, leader, Some(tls)).await {
+        for (call, code) in every_peer_call(channel, &status, leader, Some(&secret)).await {
+            assert_ne!(code, tonic::Code::Ok, "{call} with a foreign certificate");
+        }
+    }
+    let (_, _, after) = cluster.get(leader, "/api/cluster").await;
+    assert_eq!(after["members"], status["members"], "nobody joined");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_leader_refuses_forwarded_writes_the_http_rules_refuse() {
+    let cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let member = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
+    cluster.converge(cluster.applied(leader)).await;
+    let (_, _, status) = cluster.get(leader, "/api/cluster").await;
+    let before = cluster.digests().await;
+    let mut client = RaftServiceClient::new(channel(&cluster, leader, None).await.unwrap());
+
+    let reply = client
+        .forward(message(&status, member, &put_far_in_the_future()))
+        .await
+        .expect("a member may forward")
+        .into_inner();
+    let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert!(reply["Err"]["Refused"]["reason"].is_string(), "{reply}");
+
+    // A receipt its sender did not serve is a forgery.
+    let receipt = json!({"id": "inv_0123456789", "key": "ANY", "row_version": 1,
+        "caller": "public", "input_sha256": "a".repeat(64), "output_sha256": "b".repeat(64),
+        "ok": true, "started_at": "2026-01-01T00:00:00.000Z", "duration_ms": 1,
+        "served_by": leader, "input": "{}", "output": "{}", "store_cap_bytes": 16384});
+    let forged = json!({"request_id": "rq_forged", "op": "append_receipt", "receipt": receipt});
+    let reply = client
+        .forward(message(&status, member, &forged))
+        .await
+        .unwrap()
+        .into_inner();
+    let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert!(
+        reply["Err"]["Refused"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("served by"),
+        "{reply}"
+    );
+
+    // Only members may forward at all.
+    let stranger = client
+        .forward(message(&status, 42, &put_far_in_the_future()))
+        .await
+        .unwrap_err();
+    assert_eq!(stranger.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(cluster.digests().await, before);
+    cluster.shutdown().await;
+}
