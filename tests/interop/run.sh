@@ -4,14 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+source tests/interop/common.sh
 
 echo "== interop: python venv with mcp"
 python3 -m venv "$WORK/venv"
@@ -21,20 +14,6 @@ python3 -m venv "$WORK/venv"
 echo "== interop: building rowcall-node"
 cargo build --quiet -p rowcall-node
 BIN="${CARGO_TARGET_DIR:-target}/debug/rowcall-node"
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
-wait_ready() { # url log
-    for _ in $(seq 1 300); do
-        if curl -fsS "$1/readyz" >/dev/null 2>&1; then return 0; fi
-        sleep 0.1
-    done
-    echo "node at $1 never became ready; its log:" >&2
-    cat "$2" >&2
-    return 1
-}
 
 export ROWCALL_ADMIN_KEY=interop-admin-key-0123456789abcdef012
 export ROWCALL_MCP_TOKENS=interop=interop-mcp-token-0123456789abcdef

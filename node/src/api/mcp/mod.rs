@@ -6,6 +6,7 @@
 //!     └─ authenticate (Bearer: an MCP token or the admin key; else 401 + WWW-Authenticate)
 //!         └─ rmcp StreamableHttpService: Host / Origin (403) / MCP-Protocol-Version (400)
 //!             ├─ Sessions (in memory; any node rebuilds a session it has not seen — sessions.rs)
+//!             │    └─ Replay (event ids, Last-Event-ID resumption, bounded buffers — replay.rs)
 //!             └─ Projection (one per session — handler.rs)
 //!                  tools/list ── catalogue (key order, pages, opaque cursors — tools.rs)
 //!                  tools/call ── service::dispatch::invoke_as (auth, validation, receipt)
@@ -21,6 +22,7 @@
 //! node *applies* an entry that changes the projection — whichever node took the write.
 
 mod handler;
+mod replay;
 mod sessions;
 pub mod tools;
 
@@ -28,10 +30,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tokio::sync::watch;
@@ -51,6 +54,20 @@ pub enum Mode {
     Rows,
     /// Search, contract, invoke.
     Compact,
+}
+
+/// Where the compact projection is served (the rows projection is at `/api/mcp`).
+const COMPACT_PATH: &str = "/api/mcp/compact";
+
+impl Mode {
+    /// The mode of the endpoint at `path`.
+    fn of_path(path: &str) -> Self {
+        if path == COMPACT_PATH {
+            Self::Compact
+        } else {
+            Self::Rows
+        }
+    }
 }
 
 /// The MCP routes. `stop` turns true when the node shuts down: open streams then end, so
@@ -73,7 +90,8 @@ pub fn routes<S: Clone + Send + Sync + 'static>(
     ));
     Router::new()
         .route_service("/api/mcp", service(app, Mode::Rows, base.clone()))
-        .route_service("/api/mcp/compact", service(app, Mode::Compact, base))
+        .route_service(COMPACT_PATH, service(app, Mode::Compact, base))
+        .route_layer(middleware::from_fn(end_session))
         .route_layer(middleware::from_fn_with_state(
             (app.clone(), caps),
             authenticate,
@@ -192,7 +210,7 @@ async fn authenticate(
         Some(principal) if principal.allows(Scope::Mcp) => {
             let session = request
                 .headers()
-                .get(SESSION_HEADER)
+                .get(HEADER_SESSION_ID)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
             let holder = principal.name.clone();
@@ -215,7 +233,7 @@ async fn authenticate(
             }
             request.extensions_mut().insert(principal);
             let response = next.run(request).await;
-            match (&session, response.headers().get(SESSION_HEADER)) {
+            match (&session, response.headers().get(HEADER_SESSION_ID)) {
                 // Closed, or an id rmcp did not accept: it holds no session here.
                 (Some(id), _) if closing || response.status() == StatusCode::NOT_FOUND => {
                     caps.closed(id)
@@ -242,8 +260,28 @@ async fn authenticate(
     }
 }
 
-/// The header naming an MCP session.
-const SESSION_HEADER: &str = "mcp-session-id";
+/// A session's DELETE: rmcp answers 202 Accepted, where clients expect 200 or 204 (the
+/// Python SDK logs "Session termination failed: 202"); the session is closed by then, so the
+/// answer is 204. An id this endpoint never issues is 404, as for any other request.
+async fn end_session(request: Request, next: Next) -> Response {
+    if request.method() != Method::DELETE {
+        return next.run(request).await;
+    }
+    let mode = Mode::of_path(request.uri().path());
+    let foreign = request
+        .headers()
+        .get(HEADER_SESSION_ID)
+        .and_then(|id| id.to_str().ok())
+        .is_some_and(|id| !sessions::well_formed(mode, id));
+    if foreign {
+        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+    }
+    let mut response = next.run(request).await;
+    if response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
+}
 
 fn refuse(status: StatusCode, challenge: &'static str, message: String) -> Response {
     let code = if status == StatusCode::FORBIDDEN {

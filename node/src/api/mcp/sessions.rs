@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures_util::Stream;
@@ -32,10 +32,11 @@ use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
 };
 use rmcp::transport::streamable_http_server::session::{
-    RestoreOutcome, ServerSseMessage, SessionId, SessionManager, SessionState, SessionStore,
-    SessionStoreError,
+    EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager, SessionState,
+    SessionStore, SessionStoreError,
 };
 
+use super::replay::Replay;
 use super::Mode;
 
 /// Why a session operation failed.
@@ -71,18 +72,24 @@ pub fn well_formed(mode: Mode, id: &str) -> bool {
     })
 }
 
-/// rmcp's in-memory sessions, with ids minted by rowcall.
+/// rmcp's in-memory sessions, with ids minted by rowcall and resumable streams.
 pub struct Sessions {
     mode: Mode,
     inner: LocalSessionManager,
+    replay: Arc<Replay>,
 }
 
 impl Sessions {
     /// Sessions of one endpoint, dropped from memory after `idle` without a request.
     pub fn new(mode: Mode, idle: std::time::Duration) -> Self {
-        let mut inner = LocalSessionManager::default();
+        let replay = Arc::new(Replay::default());
+        let mut inner = LocalSessionManager::default().with_event_store(replay.clone());
         inner.session_config.keep_alive = Some(idle);
-        Self { mode, inner }
+        Self {
+            mode,
+            inner,
+            replay,
+        }
     }
 }
 
@@ -112,6 +119,7 @@ impl SessionManager for Sessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.replay.forget_session(id);
         Ok(self.inner.close_session(id).await?)
     }
 
@@ -151,6 +159,10 @@ impl SessionManager for Sessions {
         id: SessionId,
     ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
         Ok(self.inner.restore_session(id).await?)
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        Some(self.replay.clone())
     }
 }
 
