@@ -107,9 +107,9 @@ done
 if [ ${#URLS[@]} -eq 0 ]; then
     echo "== conformance: building rowcall-node"
     cargo build --quiet -p rowcall-node
-    TOKEN=conformance-mcp-token-0123456789abcdef0
+    TOKEN=conformance-mcp-token-0123456789abcdef
     HTTP=$(free_port) GRPC=$(free_port)
-    ROWCALL_ADMIN_KEY=conformance-admin-key-0123456789abcdef0 ROWCALL_MCP_TOKENS="conformance=$TOKEN" \
+    ROWCALL_ADMIN_KEY=conformance-admin-key-0123456789abcdef ROWCALL_MCP_TOKENS="conformance=$TOKEN" \
         "$TARGET/debug/rowcall-node" --id 1 --http "127.0.0.1:$HTTP" --grpc "127.0.0.1:$GRPC" \
         --data "$WORK/node" >"$WORK/node.log" 2>&1 &
     PIDS+=($!)
