@@ -7,14 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+source tests/interop/common.sh
 
 echo "== schemathesis: python venv"
 python3 -m venv "$WORK/venv"
@@ -25,18 +18,13 @@ echo "== schemathesis: building rowcall-node"
 cargo build --quiet -p rowcall-node
 BIN="${CARGO_TARGET_DIR:-target}/debug/rowcall-node"
 
-PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-GRPC=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+PORT=$(free_port) GRPC=$(free_port)
 KEY=schemathesis-admin-key-0123456789abcdef
 URL="http://127.0.0.1:$PORT"
 ROWCALL_ADMIN_KEY=$KEY "$BIN" --id 1 --http "127.0.0.1:$PORT" --grpc "127.0.0.1:$GRPC" \
     --data "$WORK/node" >"$WORK/node.log" 2>&1 &
 PIDS+=($!)
-for _ in $(seq 1 300); do
-    if curl -fsS "$URL/readyz" >/dev/null 2>&1; then break; fi
-    sleep 0.1
-done
-curl -fsS "$URL/readyz" >/dev/null || { cat "$WORK/node.log"; exit 1; }
+wait_ready "$URL" "$WORK/node.log"
 
 echo "== schemathesis: $URL/api/openapi.json"
 # With the admin key, so that every operation is reached past its credential check (the

@@ -210,7 +210,7 @@ async fn authenticate(
         Some(principal) if principal.allows(Scope::Mcp) => {
             let session = request
                 .headers()
-                .get(SESSION_HEADER)
+                .get(HEADER_SESSION_ID)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
             let holder = principal.name.clone();
@@ -233,7 +233,7 @@ async fn authenticate(
             }
             request.extensions_mut().insert(principal);
             let response = next.run(request).await;
-            match (&session, response.headers().get(SESSION_HEADER)) {
+            match (&session, response.headers().get(HEADER_SESSION_ID)) {
                 // Closed, or an id rmcp did not accept: it holds no session here.
                 (Some(id), _) if closing || response.status() == StatusCode::NOT_FOUND => {
                     caps.closed(id)
@@ -282,9 +282,6 @@ async fn end_session(request: Request, next: Next) -> Response {
     }
     response
 }
-
-/// The header naming an MCP session.
-const SESSION_HEADER: &str = "mcp-session-id";
 
 fn refuse(status: StatusCode, challenge: &'static str, message: String) -> Response {
     let code = if status == StatusCode::FORBIDDEN {
