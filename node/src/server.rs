@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::api::http;
+use crate::api::{grpc, http};
 use crate::app::App;
 use crate::auth::{generate_key, Credentials};
 use crate::catalogue::{demo, SharedCatalogue};
@@ -230,9 +230,13 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     let service = RaftServiceServer::new(RaftGrpc::new(app.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // The public API beside Raft, its links pointing at this node's HTTP address.
+    let base = crate::service::base_url(&app, Some(&me.http_addr));
+    let public = grpc::routes(app.clone(), base, shutdown.subscribe())?;
     tasks.push(tokio::spawn(async move {
         let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
         let serve = tonic::transport::Server::builder()
+            .add_routes(public)
             .add_service(service)
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = stop.wait_for(|s| *s).await;
