@@ -6,7 +6,7 @@
 //! not found, 4 no node could answer.
 
 use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
+use std::io::{Read as _, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -35,7 +35,13 @@ pub const EXIT_UNAVAILABLE: u8 = 4;
 ///
 /// Exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 no node could answer.
 #[derive(Debug, Parser)]
-#[command(name = "rowcall", version, about, long_about = None)]
+#[command(
+    name = "rowcall",
+    version,
+    about,
+    long_about = None,
+    after_help = "Exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 no node could answer."
+)]
 pub struct Cli {
     /// gRPC addresses of cluster members, comma-separated (any members: the client finds
     /// the rest of the way).
@@ -239,20 +245,51 @@ pub enum ClusterCommand {
     Snapshot,
 }
 
-/// Runs the command line: parses it, runs the command, prints, and says the exit code.
+/// Runs the command line of this process: parses it, runs the command, prints, and says
+/// the exit code.
 pub async fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let style = Style::detect();
+    let code = execute(
+        std::env::args_os(),
+        &mut std::io::stdout(),
+        &mut std::io::stderr(),
+        style,
+    )
+    .await;
+    ExitCode::from(code)
+}
+
+/// Runs one command line (`args` starts with the program's name), writing the answer to
+/// `out` and errors to `err`; returns the exit code (0 done, 1 failed, 2 usage, 3 not found,
+/// 4 unavailable).
+pub async fn execute<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write, style: Style) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+            // --help and --version are successes written to the output.
+            let text = e.render().to_string();
+            if e.use_stderr() {
+                let _ = write!(err, "{text}");
+            } else {
+                let _ = write!(out, "{text}");
+            }
+            return u8::try_from(e.exit_code()).unwrap_or(2);
         }
     };
-    match run(cli).await {
+    let mut printer = Out {
+        w: out,
+        json: cli.json,
+        style,
+    };
+    match run(cli, &mut printer).await {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("rowcall: {error:#}");
-            ExitCode::from(exit_code(&error))
+            let _ = writeln!(err, "rowcall: {error:#}");
+            exit_code(&error)
         }
     }
 }
@@ -266,36 +303,53 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
     }
 }
 
-/// Prints `value` as JSON (pretty) or `text`.
-fn emit(json: bool, value: impl FnOnce() -> Value, text: impl FnOnce() -> String) {
-    let mut out = std::io::stdout().lock();
-    let printed = if json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&value()).unwrap_or_default()
-        )
-    } else {
-        write!(out, "{}", text())
-    };
-    // A closed pipe (`| head`) is not an error worth a message.
-    let _ = printed;
+/// Where answers go, and in which form.
+pub struct Out<'a> {
+    w: &'a mut dyn Write,
+    json: bool,
+    style: Style,
+}
+
+impl Out<'_> {
+    /// Prints `value` as JSON (pretty) or `text`. A closed pipe (`| head`) is not an error
+    /// worth a message.
+    fn emit(&mut self, value: impl FnOnce() -> Value, text: impl FnOnce() -> String) {
+        let _ = if self.json {
+            writeln!(
+                self.w,
+                "{}",
+                serde_json::to_string_pretty(&value()).unwrap_or_default()
+            )
+        } else {
+            write!(self.w, "{}", text())
+        };
+    }
+
+    /// Prints one line of a stream now (a pipe sees it at once).
+    fn line(&mut self, value: impl FnOnce() -> Value, text: impl FnOnce() -> String) {
+        let line = if self.json {
+            value().to_string() + "\n"
+        } else {
+            text()
+        };
+        let _ = self.w.write_all(line.as_bytes());
+        let _ = self.w.flush();
+    }
 }
 
 /// Runs one command; the exit code when it did not fail outright (1 for a capability that
 /// ran and failed).
-pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let style = Style::detect();
-    let json = cli.json;
+async fn run(cli: Cli, out: &mut Out<'_>) -> anyhow::Result<u8> {
+    let style = out.style;
     let command = match cli.command {
         Command::Completions { shell } => {
             let mut command = Cli::command();
-            clap_complete::generate(shell, &mut command, "rowcall", &mut std::io::stdout());
-            return Ok(ExitCode::SUCCESS);
+            clap_complete::generate(shell, &mut command, "rowcall", &mut out.w);
+            return Ok(0);
         }
         Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
-            return Ok(ExitCode::SUCCESS);
+            clap_mangen::Man::new(Cli::command()).render(&mut out.w)?;
+            return Ok(0);
         }
         command => command,
     };
@@ -307,8 +361,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match command {
         Command::Ask { words, limit } => {
             let answer = client.ask(&words.join(" "), limit).await?;
-            emit(
-                json,
+            out.emit(
                 || render::ask_json(&answer),
                 || render::ask_text(style, &answer),
             );
@@ -316,11 +369,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Contract { key, markdown } => {
             if markdown {
                 let text = client.contract_markdown(&key).await?;
-                emit(json, || Value::String(text.clone()), || text.clone());
+                out.emit(|| Value::String(text.clone()), || text.clone());
             } else {
                 let contract = client.contract(&key).await?;
                 let text = serde_json::to_string_pretty(&contract)? + "\n";
-                emit(json, || contract.clone(), || text);
+                out.emit(|| contract.clone(), || text);
             }
         }
         Command::Invoke {
@@ -338,68 +391,52 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 share,
             };
             let ran = client.invoke_with(request).await?;
-            emit(
-                json,
+            out.emit(
                 || render::invocation_json(&ran),
                 || render::invocation_text(style, &ran),
             );
             if !ran.ok {
-                return Ok(ExitCode::FAILURE);
+                return Ok(1);
             }
         }
         Command::Confirm { id } => {
             let confirmed = client.confirm(&id).await?;
-            emit(
-                json,
+            out.emit(
                 || render::confirm_json(&confirmed),
                 || render::confirm_text(style, &confirmed),
             );
         }
         Command::Get { key } => {
             let row = client.get(&key).await?;
-            emit(json, || row_json(&row), || render::row_text(style, &row));
+            out.emit(|| row_json(&row), || render::row_text(style, &row));
         }
         Command::Ls {
             category,
             limit,
             cursor,
             all,
-        } => {
-            ls(
-                &client,
-                json,
-                style,
-                category.as_deref(),
-                limit,
-                cursor,
-                all,
-            )
-            .await?
-        }
+        } => ls(&client, out, category.as_deref(), limit, cursor, all).await?,
         Command::Put { file } => {
             let rows = read_rows(file.as_ref())?;
             let written = match rows {
                 Rows::One(row) => client.put(*row).await?,
                 Rows::Many(rows) => client.put_many(rows).await?,
             };
-            emit(
-                json,
+            out.emit(
                 || render::put_json(&written),
                 || render::put_text(style, &written),
             );
         }
         Command::Rm { key, if_version } => {
             let deleted = client.delete(&key, if_version).await?;
-            emit(
-                json,
+            out.emit(
                 || serde_json::json!({"ok": true, "deleted": deleted.deleted, "index": deleted.index}),
                 || format!("deleted {key} (index {})\n", deleted.index),
             );
         }
         Command::Counts => {
             let counts = client.counts().await?;
-            emit(
-                json,
+            out.emit(
                 || render::counts_json(&counts),
                 || render::counts_text(style, &counts),
             );
@@ -412,44 +449,35 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     break;
                 };
                 let event = event?;
-                // One line per event, flushed, so a pipe sees it at once.
-                let line = if json {
-                    render::event_json(&event).to_string() + "\n"
-                } else {
-                    render::event_text(style, &event)
-                };
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(line.as_bytes());
-                let _ = out.flush();
+                out.line(
+                    || render::event_json(&event),
+                    || render::event_text(style, &event),
+                );
                 seen += 1;
             }
         }
         Command::Receipts { key_or_id, limit } => {
             if looks_like_receipt_id(&key_or_id) {
                 let receipt = client.receipt(&key_or_id).await?;
-                emit(
-                    json,
+                out.emit(
                     || render::receipt_json(&receipt),
                     || render::receipts_text(style, std::slice::from_ref(&receipt)),
                 );
             } else {
                 let list = client.receipts(&key_or_id, limit).await?;
-                emit(
-                    json,
-                    || {
-                        serde_json::json!({"key": list.key, "count": list.receipts.len(),
-                        "receipts": list.receipts.iter().map(render::receipt_json).collect::<Vec<_>>()})
-                    },
+                out.emit(
+                    || serde_json::json!({"key": list.key, "count": list.receipts.len(),
+                        "receipts": list.receipts.iter().map(render::receipt_json).collect::<Vec<_>>()}),
                     || render::receipts_text(style, &list.receipts),
                 );
             }
         }
-        Command::Cluster(command) => cluster(&client, json, style, command).await?,
+        Command::Cluster(command) => cluster(&client, out, command).await?,
         Command::Eval {
             queries,
             limit,
             misses,
-        } => eval(&client, &cli.nodes.join(","), &queries, limit, misses).await?,
+        } => eval(&client, out, &cli.nodes.join(","), &queries, limit, misses).await?,
         Command::ImportMcp {
             url,
             prefix,
@@ -465,15 +493,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let report = node
                 .import_mcp(&url, prefix.as_deref(), category.as_deref(), admin_key)
                 .await?;
-            emit(
-                json,
-                || report.raw.clone(),
-                || import_summary(&url, &report),
-            );
+            out.emit(|| report.raw.clone(), || import_summary(&url, &report));
         }
         Command::Completions { .. } | Command::Man => {}
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }
 
 /// Whether `text` has the shape of a receipt id (`inv_` and 10 base36 characters).
@@ -536,8 +560,7 @@ fn read_rows(file: Option<&PathBuf>) -> anyhow::Result<Rows> {
 
 async fn ls(
     client: &Client,
-    json: bool,
-    style: Style,
+    out: &mut Out<'_>,
     category: Option<&str>,
     limit: u32,
     mut cursor: String,
@@ -555,8 +578,8 @@ async fn ls(
     };
     rows.append(&mut last.rows);
     last.rows = rows;
-    emit(
-        json,
+    let style = out.style;
+    out.emit(
         || render::page_json(&last),
         || {
             let mut text = render::rows_text(style, &last.rows);
@@ -571,15 +594,14 @@ async fn ls(
 
 async fn cluster(
     client: &Client,
-    json: bool,
-    style: Style,
+    out: &mut Out<'_>,
     command: ClusterCommand,
 ) -> anyhow::Result<()> {
+    let style = out.style;
     let (done, id) = match command {
         ClusterCommand::Status => {
             let status = client.status().await?;
-            emit(
-                json,
+            out.emit(
                 || render::status_json(&status),
                 || render::status_text(style, &status),
             );
@@ -606,8 +628,7 @@ async fn cluster(
             ("snapshot started", None)
         }
     };
-    emit(
-        json,
+    out.emit(
         || serde_json::json!({"ok": true, "id": id, "done": done}),
         || match id {
             Some(id) => format!("node {id} {done}\n"),
@@ -630,6 +651,7 @@ async fn http_address(client: &Client) -> anyhow::Result<String> {
 
 async fn eval(
     client: &Client,
+    out: &mut Out<'_>,
     nodes: &str,
     path: &PathBuf,
     limit: u32,
@@ -651,7 +673,8 @@ async fn eval(
         let ranked: Vec<String> = answer.candidates.into_iter().map(|c| c.key).collect();
         card.add(query, &ranked);
     }
-    print!("{}", report(&card, nodes, all_misses.then_some(usize::MAX)));
+    let text = report(&card, nodes, all_misses.then_some(usize::MAX));
+    let _ = out.w.write_all(text.as_bytes());
     Ok(())
 }
 

@@ -110,6 +110,7 @@ impl Default for Options {
 pub struct ClientBuilder {
     nodes: Vec<String>,
     options: Options,
+    session: u64,
 }
 
 impl ClientBuilder {
@@ -225,6 +226,19 @@ impl ClientBuilder {
         self
     }
 
+    /// Starts the session at `index` instead of 0: a session carried over from elsewhere
+    /// (another process, a web request that saw this index) keeps reading its writes.
+    ///
+    /// ```
+    /// let client = rowcall_client::Client::builder().node("a:9090").session_index(812).build()?;
+    /// assert_eq!(client.session_index(), 812);
+    /// # Ok::<(), rowcall_client::Error>(())
+    /// ```
+    pub fn session_index(mut self, index: u64) -> Self {
+        self.session = index;
+        self
+    }
+
     /// The client. Connections open lazily, on first use, so a node that is down when the
     /// client is built costs nothing until it is needed.
     ///
@@ -247,7 +261,7 @@ impl ClientBuilder {
                 nodes: RwLock::new(nodes),
                 preferred: AtomicUsize::new(0),
                 leader: Mutex::new(None),
-                seen: AtomicU64::new(0),
+                seen: AtomicU64::new(self.session),
                 options: self.options,
             }),
         })

@@ -45,7 +45,7 @@ pub mod dataset;
 mod error;
 pub mod node;
 pub mod quality;
-mod render;
+pub mod render;
 mod rows;
 mod watch;
 

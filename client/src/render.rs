@@ -25,8 +25,7 @@ impl Style {
         Self { colour }
     }
 
-    /// No colours.
-    #[cfg(test)]
+    /// No colours (for output captured by a program).
     pub fn plain() -> Self {
         Self { colour: false }
     }
@@ -228,7 +227,7 @@ pub fn confirm_text(style: Style, c: &proto::ConfirmResponse) -> String {
         (None, status) => status.to_owned(),
     };
     format!(
-        "confirmed: {} ran {} at {} ({place})\ninput  sha256 {}\noutput sha256 {}\n",
+        "confirmed: {} {} at {} ({place})\ninput  sha256 {}\noutput sha256 {}\n",
         c.key, outcome, c.at, c.input_sha256, c.output_sha256
     )
 }
