@@ -184,21 +184,38 @@ async fn directory_subcommands_print_text_and_json_with_their_exit_codes() {
     let counts = ok(rowcall(&node, &["--json", "counts"]).await).json();
     let total = counts["rows_total"].as_u64().unwrap();
 
-    let watched =
-        ok(rowcall(&node, &["--json", "watch", "--since", "0", "--count", "2"]).await).out;
+    // The bulk write's two rows, replayed from just before its index, then a reset from 0
+    // (older than what the node retains: list again).
+    let bulk = put["index"].as_u64().unwrap();
+    let since = (bulk - 1).to_string();
+    let watched = ok(rowcall(
+        &node,
+        &["--json", "watch", "--since", &since, "--count", "2"],
+    )
+    .await)
+    .out;
     let events: Vec<Value> = watched
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(events.len(), 2, "{watched}");
+    let seen: Vec<(&str, &str, u64)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["op"].as_str().unwrap(),
+                e["key"].as_str().unwrap(),
+                e["index"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(seen, [("put", "CLI_A", bulk), ("put", "CLI_B", bulk)]);
+    let text = ok(rowcall(&node, &["watch", "--since", &since, "--count", "1"]).await).out;
+    assert_eq!(text, format!("{bulk:>8}  put     CLI_A\n"));
+    let reset = ok(rowcall(&node, &["watch", "--since", "0", "--count", "1"]).await).out;
     assert!(
-        events
-            .iter()
-            .all(|e| e["op"] == "put" || e["op"] == "reset"),
-        "{watched}"
+        reset.ends_with("reset  (changes missed: list again)\n"),
+        "{reset}"
     );
-    let text = ok(rowcall(&node, &["watch", "--since", "0", "--count", "1"]).await).out;
-    assert_eq!(text.lines().count(), 1, "{text}");
 
     let removed = ok(rowcall(&node, &["rm", "CLI_A"]).await).out;
     assert!(removed.starts_with("deleted CLI_A (index "), "{removed}");

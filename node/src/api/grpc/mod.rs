@@ -175,9 +175,14 @@ pub fn routes(app: Arc<App>, base: String, stop: watch::Receiver<bool>) -> anyho
         base: base.into(),
         stop: stop.clone(),
     };
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(rowcall_proto::v1::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+    // Reflection in both versions: v1, and v1alpha, which Python's grpcio-reflection and
+    // older grpcurl releases still speak.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(rowcall_proto::v1::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
     let (reporter, health) = tonic_health::server::health_reporter();
     tokio::spawn(report_health(app, reporter, stop));
     Ok(
@@ -185,7 +190,8 @@ pub fn routes(app: Arc<App>, base: String, stop: watch::Receiver<bool>) -> anyho
             .add_service(DirectoryServer::new(api.clone()).max_decoding_message_size(limit))
             .add_service(ReceiptsServer::new(api.clone()))
             .add_service(ClusterServer::new(api))
-            .add_service(reflection)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
             .add_service(health),
     )
 }
