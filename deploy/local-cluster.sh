@@ -6,9 +6,9 @@
 #   deploy/local-cluster.sh down     SIGTERM every node, SIGKILL after a bounded wait
 #
 # Node i has id i, HTTP 127.0.0.1:(8080+i), gRPC 127.0.0.1:(9080+i), and keeps its data,
-# log (node.log) and pid file (node.pid) in $ROWCALL_CLUSTER_DIR/node-i. Node 1 initialises
-# the cluster; the others join it through 127.0.0.1:9081. A node whose data folder already
-# holds state is restarted without --join: its data folder is all it needs.
+# log (node.log) and pid file (node.pid) in $ROWCALL_CLUSTER_DIR/node-i. Node 1 founds the
+# cluster (--bootstrap); the others join it through 127.0.0.1:9081. A node whose data folder
+# already holds state is restarted without either: its data folder is all it needs.
 #
 # Environment:
 #   ROWCALL_BIN          the binary (default target/release/rowcall-node, then target/debug)
@@ -158,6 +158,7 @@ launch_node() {
     local args=(--id "$id" --http "$(http_addr "$id")" --grpc "$(grpc_addr "$id")" --data "$dir")
     if ((fresh)); then
         if ((id == 1)); then
+            args+=(--bootstrap)
             if [[ ${ROWCALL_NO_DEMO:-} == 1 ]]; then
                 args+=(--no-demo)
             fi

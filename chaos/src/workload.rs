@@ -122,6 +122,8 @@ struct Session {
     rows: Vec<OwnRow>,
     receipts: Vec<String>,
     writes: u32,
+    /// The Idempotency-Key of the directory write under way (the same on every attempt).
+    idempotency_key: Option<String>,
     target: Target,
     http: reqwest::Client,
     events: Vec<Event>,
@@ -159,6 +161,7 @@ pub async fn run(options: &WorkloadOptions, target: Target) -> Vec<Event> {
             rows: Vec::new(),
             receipts: Vec::new(),
             writes: 0,
+            idempotency_key: None,
             target: target.clone(),
             http: http.clone(),
             events: Vec::new(),
@@ -531,6 +534,10 @@ impl Session {
         let first = self.events.len();
         let started = Instant::now();
         let attempts = ATTEMPTS.min(self.target.urls.len());
+        // Every attempt of one directory write carries one Idempotency-Key, so a retry of an
+        // attempt that did commit is answered with its outcome instead of applying twice.
+        self.idempotency_key =
+            (op.class() == Class::Write).then(|| format!("s{}-op{first}", self.id));
         let mut seen = None;
         for attempt in 0..attempts {
             seen = self
@@ -597,6 +604,9 @@ impl Session {
             });
         if class == Class::Write {
             request = request.header("x-terminal-key", ADMIN_KEY);
+        }
+        if let Some(key) = &self.idempotency_key {
+            request = request.header("idempotency-key", key.as_str());
         }
         if min_index > 0 {
             request = request.header("x-rowcall-min-index", min_index);

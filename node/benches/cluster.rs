@@ -1,8 +1,11 @@
 //! Replicated write benchmark with real `rowcall-node` processes on loopback:
 //!
-//! - insert latency (p50/p99) and throughput at 1 and 64 concurrent clients, through a
-//!   3-node cluster (clients spread over all nodes, so two thirds of writes are forwarded)
-//!   beside the same load on a 1-node cluster, in one run;
+//! - insert latency (p50/p99) and throughput at 1 and 16 concurrent clients, on a 1-node and
+//!   a 3-node cluster (clients spread over all nodes, so two thirds of writes are
+//!   forwarded), each with storage synced the old way (`sled-flush`: sled's flush alone,
+//!   `sync_file_range`) and the durable way (`fdatasync`: the group-commit sync of
+//!   `store::durable`), all in one run; with the writes each sync round covered on the leader
+//!   (requests / rounds from its metrics: the group-commit factor);
 //! - time from SIGKILL of the leader to the first successful write on a survivor.
 //!
 //! `cargo bench -p rowcall-node --bench cluster`. Prints a table; asserts nothing.
@@ -24,9 +27,16 @@ const ANY: [&str; 5] = [
     "--no-demo",
 ];
 
-async fn cluster(root: &std::path::Path, size: usize) -> Vec<Process> {
+async fn cluster(root: &std::path::Path, size: usize, sync: &str) -> Vec<Process> {
+    std::fs::create_dir_all(root).unwrap();
+    let config = root.join("rowcall.toml");
+    std::fs::write(&config, format!("[storage]\nsync = \"{sync}\"\n")).unwrap();
     let http = reqwest::Client::new();
-    let first = spawn(&[&ANY[..], &["--id", "1"]].concat(), &root.join("n1"), None);
+    let first = spawn(
+        &[&ANY[..], &["--id", "1"]].concat(),
+        &root.join("n1"),
+        Some(&config),
+    );
     wait_ready(&http, &first.url).await;
     let join = first.grpc.clone();
     let mut nodes = vec![first];
@@ -35,12 +45,27 @@ async fn cluster(root: &std::path::Path, size: usize) -> Vec<Process> {
         let node = spawn(
             &[&ANY[..], &["--id", &id, "--join", &join]].concat(),
             &root.join(format!("n{id}")),
-            None,
+            Some(&config),
         );
         wait_ready(&http, &node.url).await;
         nodes.push(node);
     }
     nodes
+}
+
+/// A counter from a node's `/metrics`.
+async fn counter(http: &reqwest::Client, url: &str, name: &str) -> f64 {
+    let text = http
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -102,32 +127,53 @@ async fn leader(http: &reqwest::Client, url: &str) -> Option<u64> {
 #[tokio::main]
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
-    println!("insert latency and throughput (sequential inserts per client, loopback, fsync):");
+    let http = reqwest::Client::new();
+    println!("insert latency and throughput (sequential inserts per client, loopback), by sync:");
     println!(
-        "{:<8} {:>8} {:>10} {:>10} {:>12}",
-        "nodes", "clients", "p50", "p99", "inserts/s"
+        "{:<11} {:<6} {:>8} {:>10} {:>10} {:>12} {:>14}",
+        "sync", "nodes", "clients", "p50", "p99", "inserts/s", "writes/sync"
     );
     for size in [1usize, 3] {
-        let nodes = cluster(&dir.path().join(format!("c{size}")), size).await;
-        let urls: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
-        for (clients, per_client) in [(1usize, 500usize), (64, 40)] {
-            let (latencies, elapsed) =
-                load(&urls, clients, per_client, &format!("B{size}_{clients}")).await;
-            println!(
-                "{:<8} {:>8} {:>10} {:>10} {:>12.0}",
-                size,
-                clients,
-                ms(percentile(&latencies, 0.5)),
-                ms(percentile(&latencies, 0.99)),
-                latencies.len() as f64 / elapsed.as_secs_f64()
-            );
+        for sync in ["sled-flush", "fdatasync"] {
+            let nodes = cluster(&dir.path().join(format!("c{size}-{sync}")), size, sync).await;
+            let urls: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
+            let leader_url = match leader(&http, &urls[0]).await {
+                Some(id) => urls[id as usize - 1].clone(),
+                None => urls[0].clone(),
+            };
+            for (clients, per_client) in [(1usize, 400usize), (16, 50)] {
+                let before = (
+                    counter(&http, &leader_url, "rowcall_store_sync_requests_total").await,
+                    counter(&http, &leader_url, "rowcall_store_syncs_total").await,
+                );
+                let tag = format!(
+                    "B{size}_{}_{clients}",
+                    sync.replace('-', "_").to_uppercase()
+                );
+                let (latencies, elapsed) = load(&urls, clients, per_client, &tag).await;
+                let requests = counter(&http, &leader_url, "rowcall_store_sync_requests_total")
+                    .await
+                    - before.0;
+                let rounds =
+                    counter(&http, &leader_url, "rowcall_store_syncs_total").await - before.1;
+                println!(
+                    "{:<11} {:<6} {:>8} {:>10} {:>10} {:>12.0} {:>14.2}",
+                    sync,
+                    size,
+                    clients,
+                    ms(percentile(&latencies, 0.5)),
+                    ms(percentile(&latencies, 0.99)),
+                    latencies.len() as f64 / elapsed.as_secs_f64(),
+                    requests / rounds.max(1.0)
+                );
+            }
+            drop(nodes);
         }
-        drop(nodes);
     }
 
     println!("time from SIGKILL of the leader to the first successful write on a survivor:");
     let root = dir.path().join("failover");
-    let mut nodes = cluster(&root, 3).await;
+    let mut nodes = cluster(&root, 3, "fdatasync").await;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()

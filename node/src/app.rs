@@ -18,6 +18,7 @@ use crate::catalogue::SharedCatalogue;
 use crate::config::Config;
 use crate::dispatch::outbox::Outbox;
 use crate::raft::calls::{Forwarded, WriteError};
+use crate::raft::identity::LocalIdentity;
 use crate::raft::liveness::Liveness;
 use crate::raft::network::Network;
 use crate::raft::{Command, CommandResult, NodeId, Raft, Request};
@@ -28,6 +29,8 @@ use crate::store::Durable;
 pub struct App {
     /// This node's id.
     pub node_id: NodeId,
+    /// Its data folder's identity: incarnation and cluster.
+    pub identity: Arc<LocalIdentity>,
     /// The Raft handle.
     pub raft: Raft,
     /// The applied directory in memory.
@@ -112,7 +115,7 @@ impl App {
         request: Request,
         deadline: Instant,
     ) -> Result<Written, WriteError> {
-        if self.is_stale() {
+        if self.is_cut_off() {
             return Err(WriteError::Unavailable {
                 reason: "this node cannot reach a quorum".into(),
             });
@@ -214,7 +217,7 @@ impl App {
                     return Err(format!("not committed within {} ms", timeout.as_millis()))
                 }
                 _ = check.tick() => {
-                    if self.is_stale() {
+                    if self.is_cut_off() {
                         return Err("this node lost contact with the leader or its quorum".into());
                     }
                 }

@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     /// Identity, addresses and data folder.
     pub node: NodeConfig,
+    /// Founding or joining a cluster.
+    pub cluster: ClusterConfig,
     /// Credentials.
     pub auth: AuthConfig,
     /// Request limits.
@@ -66,13 +68,8 @@ pub struct NodeConfig {
     pub data: PathBuf,
     /// Base URL put in links (`contract`, `run_now`, receipts); default `http://<Host header>`.
     pub public_url: Option<String>,
-    /// Load the demo catalogue when a fresh one-node cluster is initialised.
+    /// Load the demo catalogue when this node founds a cluster.
     pub demo: bool,
-    /// gRPC address of a member to join (a fresh node only); without it a fresh node
-    /// initialises a one-node cluster.
-    pub join: Option<String>,
-    /// Join as a learner: a read replica that never votes.
-    pub learner: bool,
     /// The gRPC address peers should dial (`host:port`, a DNS name allowed), when it differs
     /// from the bind address (e.g. binding 0.0.0.0 in a container). Default: the bound address.
     pub advertise_grpc: Option<String>,
@@ -92,13 +89,28 @@ impl Default for NodeConfig {
             data: PathBuf::from("./rowcall-data"),
             public_url: None,
             demo: true,
-            join: None,
-            learner: false,
             advertise_grpc: None,
             advertise_http: None,
             peer_routes: BTreeMap::new(),
         }
     }
+}
+
+/// How a node on a fresh data folder becomes part of a cluster (a node with state ignores
+/// all of this: its data folder says which cluster it belongs to).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Found a new cluster. Alone, at once; with `join` peers, only once every peer answers
+    /// and none belongs to a cluster (the lowest id of several founding nodes goes first);
+    /// if one does, the node joins that cluster instead.
+    pub bootstrap: bool,
+    /// gRPC addresses of peers to join through (any one admits the node). A node given
+    /// peers never founds a cluster unless `bootstrap` is set; a node given none founds a
+    /// one-node cluster (the embedded default).
+    pub join: Vec<String>,
+    /// Join as a learner: a read replica that never votes.
+    pub learner: bool,
 }
 
 /// Credentials. Secrets may also come from files (`admin_key_file`).
@@ -498,6 +510,16 @@ mod tests {
             .apply_env(|name| (name == "ROWCALL_HTTP_ALLOW").then(|| "10.0.0.0/99".into()))
             .unwrap_err();
         assert!(bad.to_string().contains("ROWCALL_HTTP_ALLOW"), "{bad}");
+    }
+
+    #[test]
+    fn founding_and_peers_come_from_the_cluster_section() {
+        let config =
+            Config::from_toml("[cluster]\nbootstrap = true\njoin = [\"a:9090\", \"b:9090\"]\n")
+                .unwrap();
+        assert!(config.cluster.bootstrap);
+        assert_eq!(config.cluster.join, ["a:9090", "b:9090"]);
+        assert!(!Config::default().cluster.bootstrap);
     }
 
     #[test]

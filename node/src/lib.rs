@@ -8,13 +8,16 @@
 //!   HTTP client ──► api::http ─┐
 //!   MCP client  ──► api::mcp  ─┴► service ─┬─ reads ──► catalogue (in-memory view: rows, counts, resolver)
 //!                                          │            store (receipts on sled)
-//!                                          └─ writes ─► app::App::write ──► openraft ──► store::LogStore (sled, flushed)
+//!                                          └─ writes ─► app::App::write ──► openraft ──► store::LogStore (sled, synced)
 //!                                                                               │
 //!   peers ◄── raft::network (tonic) ◄───────────────────────────────────────────┤ replicate
 //!   peers ──► raft::service (tonic) ──► openraft                                ▼
 //!                                                                  store::StateMachine::apply
-//!                                                                  (sled batch + flush, then catalogue)
+//!                                                                  (sled batch + sync, then catalogue)
 //! ```
+//!
+//! "Synced" is `store::durable`: sled's flush, then fdatasync/fsync of every file and folder
+//! it changed, one round shared by every write issued before it started (group commit).
 //!
 //! Invocations run on the node that took the request (`dispatch`) and their receipts are
 //! written through Raft before the answer leaves, so every node can confirm them. Values

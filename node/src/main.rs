@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use clap::Parser;
 use rowcall_node::Config;
 
-/// A rowcall node. With an empty data folder it starts a one-node cluster with a demo
-/// catalogue; restarted on the same folder it continues where it stopped.
+/// A rowcall node. With an empty data folder and no peers it founds a one-node cluster with a
+/// demo catalogue; given peers (--join) it joins their cluster; restarted on the same folder
+/// it continues where it stopped.
 #[derive(Debug, Parser)]
 #[command(name = "rowcall-node", version, about)]
 struct Flags {
@@ -23,12 +24,17 @@ struct Flags {
     /// Data folder [default: ./rowcall-data].
     #[arg(long)]
     data: Option<PathBuf>,
-    /// gRPC address of a member to join (a fresh node only; harmless on restart).
-    #[arg(long, value_name = "GRPC_ADDR")]
-    join: Option<String>,
+    /// gRPC addresses of peers to join through (repeatable or comma-separated; a fresh node
+    /// only, harmless on restart). A node given peers never founds a cluster by itself.
+    #[arg(long, value_name = "GRPC_ADDR", value_delimiter = ',')]
+    join: Vec<String>,
     /// Join as a learner: a read replica that never votes.
     #[arg(long, requires = "join")]
     learner: bool,
+    /// Found a new cluster on a fresh data folder. With --join peers: only once every peer
+    /// answers and none belongs to a cluster (else join theirs).
+    #[arg(long)]
+    bootstrap: bool,
     /// The gRPC address peers dial, if not the bound one (e.g. `rowcall-0.peers:9090`).
     #[arg(long, value_name = "HOST:PORT")]
     advertise_grpc: Option<String>,
@@ -67,11 +73,15 @@ impl Flags {
         if let Some(data) = self.data {
             config.node.data = data;
         }
-        if let Some(join) = self.join {
-            config.node.join = Some(join);
+        let join: Vec<String> = self.join.into_iter().filter(|p| !p.is_empty()).collect();
+        if !join.is_empty() {
+            config.cluster.join = join;
         }
         if self.learner {
-            config.node.learner = true;
+            config.cluster.learner = true;
+        }
+        if self.bootstrap {
+            config.cluster.bootstrap = true;
         }
         if let Some(addr) = self.advertise_grpc {
             config.node.advertise_grpc = Some(addr);

@@ -46,6 +46,8 @@ pub const STORE_SYNCS_TOTAL: &str = "rowcall_store_syncs_total";
 pub const STORE_SYNC_SECONDS: &str = "rowcall_store_sync_duration_seconds";
 /// Writes answered with the outcome of their first attempt (a repeated request id).
 pub const WRITES_REPLAYED_TOTAL: &str = "rowcall_raft_writes_replayed_total";
+/// Peer messages this node refused, by reason (another cluster, a replaced incarnation, ...).
+pub const PEER_REFUSALS_TOTAL: &str = "rowcall_raft_peer_refusals_total";
 
 /// Installs the process-wide recorder once and returns its handle (in-process test clusters
 /// share it).
@@ -113,5 +115,9 @@ fn describe() {
     describe_counter!(
         WRITES_REPLAYED_TOTAL,
         "Writes answered with the outcome of their first attempt (repeated request id)."
+    );
+    describe_counter!(
+        PEER_REFUSALS_TOTAL,
+        "Peer messages this node refused, by reason (other_cluster, replaced, stale_sender, not_member, not_joined, wrong_node, anonymous)."
     );
 }

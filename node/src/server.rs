@@ -1,7 +1,7 @@
-//! Node assembly: open storage, start Raft, initialise a fresh one-node cluster (with the
-//! demo catalogue), and serve HTTP and gRPC until shut down.
+//! Node assembly: read the data folder's identity, open storage, start Raft, serve HTTP and
+//! gRPC, and bring a fresh node into a cluster (founding one, with the demo catalogue, or
+//! joining its peers') until shut down.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -17,13 +17,14 @@ use crate::api::{grpc, http};
 use crate::app::App;
 use crate::auth::{generate_key, Credentials};
 use crate::catalogue::{demo, SharedCatalogue};
+use crate::cluster::enter::{enter, Entered, Plan};
 use crate::config::Config;
 use crate::dispatch::outbox::Outbox;
 use crate::model::time::now_ms;
-use crate::raft::calls::JoinRequest;
 use crate::raft::faults::Faults;
+use crate::raft::identity::LocalIdentity;
 use crate::raft::liveness::Liveness;
-use crate::raft::network::{Network, MAX_MESSAGE_BYTES, UNKNOWN_NODE};
+use crate::raft::network::{Network, MAX_MESSAGE_BYTES};
 use crate::raft::service::RaftGrpc;
 use crate::raft::{Command, NodeInfo, Raft};
 use crate::store::{Durable, LogStore, StateMachine};
@@ -132,8 +133,9 @@ pub struct StartOptions {
     pub faults: Option<Arc<Faults>>,
 }
 
-/// Starts a node: binds its listeners, opens storage, starts Raft, and initialises a
-/// fresh one-node cluster when the data folder is new (or joins the cluster of `join`).
+/// Starts a node: binds its listeners, opens storage, starts Raft, and brings a node on a
+/// fresh data folder into a cluster ([`crate::cluster::enter`]). Returns once the node
+/// serves and belongs to a cluster; on failure everything it started is stopped again.
 pub async fn start(config: Config) -> anyhow::Result<NodeHandle> {
     start_with(config, StartOptions::default()).await
 }
@@ -157,19 +159,22 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
 
-    let storage = Durable::open(&node.data.join("sled"), config.storage.sync)
-        .context("opening the sled database")?;
+    let database = node.data.join("sled");
+    let identity = Arc::new(LocalIdentity::open(&node.data, &database, node.id)?);
+    let storage =
+        Durable::open(&database, config.storage.sync).context("opening the sled database")?;
     let log = LogStore::open(&storage)?;
     let outbox = Outbox::open(&storage)?;
     let catalogue = SharedCatalogue::default();
     let state_machine = StateMachine::open(&storage, catalogue.clone())?;
     let applied = state_machine.applied_index();
     let receipts = state_machine.receipts();
-    // Contact older than twice the longest election timeout means this node is cut off.
+    // openraft's leader lease is the longest election timeout: no new leader can be elected
+    // sooner than that after the old one lost its quorum, so contact is stale after it.
     let liveness = Arc::new(Liveness::new(Duration::from_millis(
-        config.raft.election_timeout_max_ms * 2,
+        config.raft.election_timeout_max_ms,
     )));
-    let network = Network::new(node.id, options.faults, liveness.clone())
+    let network = Network::new(identity.clone(), options.faults, liveness.clone())
         .with_routes(node.peer_routes.clone());
     let raft = Raft::new(
         node.id,
@@ -180,9 +185,11 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     )
     .await
     .context("starting raft")?;
+    network.attach(&raft);
 
     let app = Arc::new(App {
         node_id: node.id,
+        identity,
         raft: raft.clone(),
         catalogue,
         receipts,
@@ -204,14 +211,10 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
             .advertise_http
             .clone()
             .unwrap_or_else(|| http_addr.to_string()),
+        // Filled in when the node founds or joins.
+        ..NodeInfo::default()
     };
     let fresh = !raft.is_initialized().await?;
-    if fresh && node.join.is_none() {
-        raft.initialize(BTreeMap::from([(node.id, me.clone())]))
-            .await
-            .context("initialising a one-node cluster")?;
-        tracing::info!(id = node.id, "initialised a new one-node cluster");
-    }
 
     let (shutdown, _) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -255,58 +258,32 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
         }
     }));
 
-    match (&node.join, fresh) {
-        (Some(target), true) => {
-            let request = JoinRequest {
-                id: node.id,
-                node: me,
-                learner: node.learner,
-            };
-            join(&app, target, &request).await?;
-        }
-        (Some(_), false) => {
-            tracing::info!(
-                "already a member; --join ignored (membership is kept in the data folder)"
-            )
-        }
-        (None, true) if node.demo => load_demo(&app).await?,
-        (None, _) => {}
-    }
-    tracing::info!(id = node.id, http = %http_addr, grpc = %grpc_addr, "rowcall node serving");
-    Ok(NodeHandle {
+    let handle = NodeHandle {
         app,
         http_addr,
         grpc_addr,
         shutdown,
         tasks,
-    })
-}
-
-/// Asks the member at `target` to add this node, retrying while it starts or elects.
-async fn join(app: &App, target: &str, request: &JoinRequest) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    let mut delay = Duration::from_millis(100);
-    loop {
-        match app
-            .network
-            .join(UNKNOWN_NODE, target, request, Duration::from_secs(60))
-            .await
-        {
-            Ok(()) => {
-                tracing::info!(target, learner = request.learner, "joined the cluster");
-                return Ok(());
-            }
-            Err(crate::raft::calls::MembershipError::Rejected { reason }) => {
-                anyhow::bail!("joining through {target} was refused: {reason}")
-            }
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                tracing::info!(target, error = %e, "join not accepted yet; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
-            Err(e) => anyhow::bail!("could not join through {target}: {e}"),
+    };
+    let cluster = &config.cluster;
+    if fresh {
+        // Peers must be able to reach this node while it joins (hello, replication), so it
+        // serves first. On failure, stop what was started before reporting it.
+        let entered = enter(&handle.app, &Plan::of(cluster), &me, cluster.learner).await;
+        let ready = match entered {
+            Ok(Entered::Founded) if node.demo => load_demo(&handle.app).await,
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = ready {
+            handle.shutdown().await;
+            return Err(e);
         }
+    } else if cluster.bootstrap || !cluster.join.is_empty() {
+        tracing::info!("already a member; --join and --bootstrap ignored (the data folder says which cluster this node belongs to)");
     }
+    tracing::info!(id = node.id, http = %http_addr, grpc = %grpc_addr, "rowcall node serving");
+    Ok(handle)
 }
 
 /// Writes the demo catalogue once the new cluster has elected itself.

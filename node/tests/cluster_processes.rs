@@ -16,8 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use reqwest::StatusCode;
 use serde_json::{json, Value};
-use support::{get_json, spawn, wait_ready, Process, ADMIN};
+use support::{get_json, invoke, spawn, wait_ready, Process, ADMIN};
 
 /// A row whose write was acknowledged: what was written and the version it got.
 #[derive(Debug, Clone)]
@@ -85,18 +86,7 @@ async fn workload(
             .unwrap()
             .rows
             .insert(key.clone(), AckedRow { content, version });
-        let Ok(response) = http
-            .post(format!("{url}/api/dispatch"))
-            .json(&json!({"key": key}))
-            .send()
-            .await
-        else {
-            continue;
-        };
-        if response.status() != 200 {
-            continue;
-        }
-        let Ok(body) = response.json::<Value>().await else {
+        let Some((StatusCode::OK, body)) = invoke(&http, url, &key).await else {
             continue;
         };
         let id = body["proof"]["invocation_id"].as_str().unwrap().to_owned();

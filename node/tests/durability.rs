@@ -3,10 +3,14 @@
 //! A `rowcall-node` process takes 500 inserts and 200 invocations, is killed with SIGKILL
 //! (no shutdown, no flush on exit), and is restarted on the same data folder: every
 //! acknowledged row and every receipt it handed out must be there. The second scenario does
-//! the same after snapshots were taken and the log purged behind them.
+//! the same after snapshots were taken and the log purged behind them. The third kills the
+//! process in the middle of the writes: every insert answered before the kill is there with
+//! its content, and no row appears that was never sent.
 
 mod support;
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -167,4 +171,87 @@ async fn acknowledged_writes_survive_sigkill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_sigkill_after_snapshot_and_purge() {
     kill_and_restart(100, true).await;
+}
+
+/// What the writers of the mid-write kill got answered.
+#[derive(Default)]
+struct Answered {
+    /// Row numbers a write was sent for.
+    sent: BTreeSet<usize>,
+    /// Row numbers whose insert was answered 201.
+    rows: BTreeSet<usize>,
+}
+
+/// Inserts rows `from..` until the node stops answering. Inserts only: an invocation
+/// flushes the store for its receipt, which would make earlier rows durable by accident.
+async fn write_until_killed(
+    http: reqwest::Client,
+    url: String,
+    from: usize,
+    answered: Arc<Mutex<Answered>>,
+) {
+    for i in from.. {
+        answered.lock().unwrap().sent.insert(i);
+        let Ok(response) = http
+            .post(format!("{url}/api/directory"))
+            .header("x-terminal-key", ADMIN)
+            .json(&row(i))
+            .send()
+            .await
+        else {
+            return;
+        };
+        assert_eq!(response.status(), 201, "insert {i}");
+        answered.lock().unwrap().rows.insert(i);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_sigkill_in_the_middle_of_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let mut node = start(dir.path(), 1_000_000);
+    wait_ready(&http, &node.url).await;
+    let answered = Arc::new(Mutex::new(Answered::default()));
+    let writers: Vec<_> = (0..6)
+        .map(|w| {
+            let (http, url) = (http.clone(), node.url.clone());
+            tokio::spawn(write_until_killed(http, url, w * 1000, answered.clone()))
+        })
+        .collect();
+    // Killed once enough was answered, with the writers still sending.
+    for _ in 0..2400 {
+        if answered.lock().unwrap().rows.len() >= 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        answered.lock().unwrap().rows.len() >= 200,
+        "writes progressed"
+    );
+    node.kill();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let answered = std::mem::take(&mut *answered.lock().unwrap());
+
+    let node = start(dir.path(), 1_000_000);
+    wait_ready(&http, &node.url).await;
+    for i in &answered.rows {
+        let got: Value =
+            get_json(&http, &format!("{}/api/directory/DURABLE_{i:04}", node.url)).await;
+        assert_eq!(got["content"], row(*i)["content"], "row {i}: {got}");
+    }
+    // Rows whose answer the kill cut off may be there or not; nothing else may.
+    let listed: Value = get_json(&http, &format!("{}/api/directory?limit=1000", node.url)).await;
+    assert!(listed["next_cursor"].is_null(), "one page holds them");
+    for row in listed["rows"].as_array().unwrap() {
+        let key = row["key"].as_str().unwrap();
+        let sent = key
+            .strip_prefix("DURABLE_")
+            .and_then(|n| n.parse().ok())
+            .is_some_and(|i: usize| answered.sent.contains(&i));
+        assert!(sent, "{key} was never sent");
+    }
 }

@@ -76,7 +76,8 @@ fn names(tools: &[Tool]) -> Vec<String> {
     tools.iter().map(|t| t.name.to_string()).collect()
 }
 
-async fn put_row(http: &reqwest::Client, url: &str, row: Value) {
+/// Writes `row` through the node at `url`; returns the write's log index.
+async fn put_row(http: &reqwest::Client, url: &str, row: Value) -> u64 {
     let response = http
         .post(format!("{url}/api/directory"))
         .header("x-terminal-key", ADMIN)
@@ -84,11 +85,16 @@ async fn put_row(http: &reqwest::Client, url: &str, row: Value) {
         .send()
         .await
         .unwrap();
+    let index = response
+        .headers()
+        .get("x-rowcall-index")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
     assert!(
         response.status().is_success(),
         "{}",
         response.text().await.unwrap()
     );
+    index.expect("a write answers its index")
 }
 
 async fn counts(http: &reqwest::Client, url: &str) -> Value {
@@ -350,16 +356,27 @@ async fn list_changed_follows_applied_entries_on_every_node() {
     notified(&mut changed, "hide on node 3").await;
     assert!(!list().await.contains(&"FRESH_ROW".to_owned()));
 
-    // A change outside the projection (a hidden row's content) is not announced: the next
-    // notification is the one for showing the row again.
+    // A change outside the projection (a hidden row's content) is not announced. Node 1's
+    // change feed carries the flag its sessions' notifications follow: false for the hidden
+    // edit, true for showing the row again. (Waiting for a notification that must not come
+    // would race it; the feed answers for each entry.)
     let mut hidden_edit = row.clone();
     hidden_edit["planner_visible"] = json!(false);
     hidden_edit["content"] = json!("# WHAT: Edited while hidden\n\n{}");
-    put_row(http, &url2, hidden_edit).await;
-    put_row(http, &url2, row.clone()).await;
+    let edited = put_row(http, &url2, hidden_edit).await;
+    let shown = put_row(http, &url2, row.clone()).await;
     notified(&mut changed, "show again").await;
     assert!(list().await.contains(&"FRESH_ROW".to_owned()));
-    assert!(changed.try_recv().is_err(), "the hidden edit was announced");
+    for (index, projection) in [(edited, false), (shown, true)] {
+        let feed = http
+            .get(format!("{url1}/api/directory/changes?since={}", index - 1))
+            .send()
+            .await
+            .unwrap();
+        let change = sse_message(feed, |c| c["index"] == index).await;
+        assert_eq!(change["key"], "FRESH_ROW", "{change}");
+        assert_eq!(change["projection"], projection, "{change}");
+    }
 
     // Deleted through node 2.
     let response = http

@@ -6,6 +6,7 @@
 mod common;
 
 use common::{start, Fetch, ADMIN, INVOKE};
+use rowcall_node::model::time::{now_ms, parse_ms};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -23,6 +24,7 @@ async fn the_four_step_loop_returns_the_documented_shapes() {
     assert_eq!(ask["best"]["key"], "TIME_NOW");
     let candidates = ask["candidates"].as_array().unwrap();
     assert_eq!(ask["count"].as_u64().unwrap() as usize, candidates.len());
+    assert_eq!(candidates[0]["key"], "TIME_NOW", "{ask}");
     assert!(
         candidates
             .iter()
@@ -173,7 +175,14 @@ async fn a_write_is_visible_in_the_next_request_and_receipts_outlive_the_row() {
         .await;
     assert_eq!(asked["best"]["key"], "PARCEL_TRACKING", "{asked}");
 
-    // Updating answers 200 and keeps created_at.
+    // Updating answers 200, keeps created_at and moves updated_at and version on. The
+    // node shares this process's clock: once it reads past created_at, an update that
+    // wrongly restamped created_at could not go unseen.
+    let created_at = got["created_at"].as_str().unwrap().to_owned();
+    let created_ms = parse_ms(&created_at).expect("created_at is RFC 3339");
+    while now_ms() <= created_ms {
+        tokio::task::yield_now().await;
+    }
     let updated = http
         .post(format!("{}/api/directory", node.url))
         .bearer_auth(ADMIN)
@@ -182,6 +191,19 @@ async fn a_write_is_visible_in_the_next_request_and_receipts_outlive_the_row() {
         .await
         .unwrap();
     assert_eq!(updated.status(), 200);
+    let after: Value = http
+        .get(format!("{}/api/directory/PARCEL_TRACKING", node.url))
+        .fetch()
+        .await;
+    assert_eq!(after["created_at"], created_at, "{after}");
+    assert!(
+        after["updated_at"].as_str().unwrap() > created_at.as_str(),
+        "{after}"
+    );
+    assert!(
+        after["version"].as_u64().unwrap() > written_index,
+        "{after}"
+    );
 
     let invoked: Value = http
         .post(format!("{}/api/dispatch", node.url))
@@ -314,11 +336,9 @@ async fn listing_pages_through_every_row_with_the_field_schema() {
         .get(format!("{}/api/directory?category=time", node.url))
         .fetch()
         .await;
-    assert!(time_rows["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|r| r["category"] == "Time"));
+    let time_rows = time_rows["rows"].as_array().unwrap();
+    assert!(!time_rows.is_empty(), "the demo catalogue has Time rows");
+    assert!(time_rows.iter().all(|r| r["category"] == "Time"));
     node.handle.shutdown().await;
 }
 
@@ -381,14 +401,16 @@ async fn key_auth_rows_need_an_invoke_credential_and_record_its_name() {
         .query(&[("ask", "internal debugging echo")])
         .fetch()
         .await;
-    assert!(
-        asked["candidates"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|c| c["key"] != "INTERNAL_DEBUG_ECHO"),
-        "{asked}"
-    );
+    // The ask works and finds the visible echo row, so the hidden one's absence means
+    // something.
+    let keys: Vec<&str> = asked["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    assert!(keys.contains(&"ECHO"), "{asked}");
+    assert!(!keys.contains(&"INTERNAL_DEBUG_ECHO"), "{asked}");
     node.handle.shutdown().await;
 }
 

@@ -327,13 +327,20 @@ pub fn find_receipt(
     app: &App,
     id: &str,
 ) -> Result<Option<(Receipt, ProofStatus)>, ReceiptLookupError> {
-    if let Some(receipt) = app.outbox.get(id)? {
+    look_up(|| Ok(app.outbox.get(id)?), || Ok(app.receipts.get(id)?))
+}
+
+type Lookup = Result<Option<Receipt>, ReceiptLookupError>;
+
+/// [`find_receipt`]'s order, over any outbox and log.
+fn look_up(
+    outbox: impl FnOnce() -> Lookup,
+    log: impl FnOnce() -> Lookup,
+) -> Result<Option<(Receipt, ProofStatus)>, ReceiptLookupError> {
+    if let Some(receipt) = outbox()? {
         return Ok(Some((receipt, ProofStatus::Pending)));
     }
-    Ok(app
-        .receipts
-        .get(id)?
-        .map(|receipt| (receipt, ProofStatus::Committed)))
+    Ok(log()?.map(|receipt| (receipt, ProofStatus::Committed)))
 }
 
 /// A receipt could not be read.
@@ -400,4 +407,58 @@ async fn run(app: &App, row: &Row, input: &InvokeInput, plan: Plan) -> Ran {
 pub fn static_payload(row: &Row) -> Value {
     let payload = row.docs().payload.trim();
     serde_json::from_str(payload).unwrap_or_else(|_| Value::String(payload.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+
+    fn receipt(id: &str) -> Receipt {
+        Receipt {
+            id: id.into(),
+            key: "K".into(),
+            row_version: 1,
+            caller: "public".into(),
+            input_sha256: String::new(),
+            output_sha256: String::new(),
+            ok: true,
+            error: None,
+            started_at: format_ms(0),
+            duration_ms: 0,
+            served_by: 1,
+            called: None,
+            upstream_status: None,
+            input: String::new(),
+            output: String::new(),
+            input_truncated: false,
+            output_truncated: false,
+            store_cap_bytes: 0,
+            index: 0,
+        }
+    }
+
+    #[test]
+    fn a_pending_receipt_never_reads_unconfirmed_while_it_moves_to_the_log() {
+        // Where the receipt is: in the outbox until the drain moves it to the log. The move
+        // happens right after whichever place the lookup reads first, the worst moment.
+        let place = RefCell::new("outbox");
+        let read = |here: &'static str| -> Lookup {
+            let found = (*place.borrow() == here).then(|| receipt("inv_0000000001"));
+            *place.borrow_mut() = "log";
+            Ok(found)
+        };
+        let found = look_up(|| read("outbox"), || read("log")).unwrap();
+        assert!(
+            matches!(found, Some((_, ProofStatus::Pending))),
+            "read as pending, not as unknown: {found:?}"
+        );
+        // Once moved: committed.
+        let found = look_up(|| read("outbox"), || read("log")).unwrap();
+        assert!(
+            matches!(found, Some((_, ProofStatus::Committed))),
+            "{found:?}"
+        );
+    }
 }

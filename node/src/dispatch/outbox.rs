@@ -106,7 +106,7 @@ pub async fn drain(app: &App) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if app.outbox.is_empty() || app.is_stale() {
+        if app.outbox.is_empty() || app.is_cut_off() {
             continue;
         }
         let pending = match app.outbox.pending() {

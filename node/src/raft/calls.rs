@@ -1,5 +1,5 @@
 //! What rowcall's own cluster calls carry between nodes (write forwarding, join, remove, read
-//! index) and how they fail. Both ends of the transport and the node above them share these.
+//! index, hello) and how they fail. Both ends of the transport and the node above them share these.
 
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +41,23 @@ pub struct Forwarded {
     pub result: CommandResult,
     /// Its log index.
     pub index: u64,
+}
+
+/// What a node says about itself when asked (`Hello`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Its id.
+    pub node_id: NodeId,
+    /// Its incarnation.
+    pub incarnation: String,
+    /// Its cluster, once it founded or joined one.
+    pub cluster_id: Option<String>,
+    /// Whether it holds a membership (it is, or was, a member of a running cluster).
+    pub member: bool,
+    /// The leader it knows of.
+    pub leader: Option<NodeId>,
+    /// Whether it is waiting to found a cluster (started with `--bootstrap` and peers).
+    pub founding: bool,
 }
 
 /// A node asking to become a member.

@@ -6,6 +6,7 @@
 
 pub mod calls;
 pub mod faults;
+pub mod identity;
 pub mod liveness;
 pub mod network;
 pub mod service;
@@ -22,18 +23,30 @@ use crate::model::share::ShareSecret;
 /// A node's id in the cluster.
 pub type NodeId = u64;
 
-/// How to reach a member of the cluster.
+/// A member of the cluster as the membership records it: how to reach it, and which
+/// incarnation of it (which data folder) was admitted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeInfo {
     /// The gRPC address other nodes use for Raft (`host:port`).
     pub grpc_addr: String,
     /// The HTTP address clients use (`host:port`).
     pub http_addr: String,
+    /// The cluster it belongs to.
+    #[serde(default)]
+    pub cluster_id: String,
+    /// The incarnation of its data folder. Messages to it carry this, and a node running on
+    /// another folder refuses them.
+    #[serde(default)]
+    pub incarnation: String,
 }
 
 impl fmt::Display for NodeInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "grpc={} http={}", self.grpc_addr, self.http_addr)
+        write!(
+            f,
+            "grpc={} http={} incarnation={}",
+            self.grpc_addr, self.http_addr, self.incarnation
+        )
     }
 }
 

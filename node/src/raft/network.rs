@@ -1,14 +1,17 @@
 //! Node-to-node transport over tonic: one lazily connected, reused channel per peer address.
 //!
 //! Raft messages (vote, append, snapshot chunks) and rowcall's cluster calls (write
-//! forwarding, join, remove, read index) travel as serde JSON in a `RaftMessage` envelope.
-//! A peer that cannot be reached is reported to openraft as `Unreachable`, so it backs off
-//! instead of flooding the log. An optional [`Faults`] layer drops or delays messages per
-//! directed link, for tests; successful replies feed [`Liveness`].
+//! forwarding, join, remove, read index, hello) travel as serde JSON in a `RaftMessage`
+//! envelope that names this node's cluster, id and incarnation, and the incarnation the
+//! membership expects at the other end. A peer that cannot be reached, or that refuses us
+//! (it runs on another data folder, or in another cluster), is reported to openraft as
+//! `Unreachable`, so it backs off instead of flooding the log; a refusal is also logged as
+//! a warning, at most every few seconds per peer. An optional [`Faults`] layer drops or
+//! delays messages per directed link, for tests; successful replies feed [`Liveness`].
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -18,14 +21,17 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
+use openraft::RaftMetrics;
 use rowcall_proto::raft::raft_service_client::RaftServiceClient;
 use rowcall_proto::raft::RaftMessage;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
-use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
+use super::calls::{Forwarded, Hello, JoinRequest, MembershipError, WriteError};
 use super::faults::{Faults, Verdict};
+use super::identity::LocalIdentity;
 use super::liveness::Liveness;
 use super::{NodeId, NodeInfo, Request, TypeConfig};
 
@@ -45,6 +51,41 @@ enum Method {
     Join,
     Remove,
     ReadIndex,
+    Hello,
+}
+
+/// How long a refusing peer stays quiet in the log after a warning about it.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Where a message goes: a member as the membership records it, or just an address.
+#[derive(Debug, Clone, Copy)]
+pub struct Dest<'a> {
+    /// The node id ([`UNKNOWN_NODE`] for an address only).
+    pub id: NodeId,
+    /// Its gRPC address.
+    pub addr: &'a str,
+    /// The incarnation the membership admitted (empty: not known).
+    pub incarnation: &'a str,
+}
+
+impl<'a> Dest<'a> {
+    /// Member `id`, reached as the membership says.
+    pub fn member(id: NodeId, node: &'a NodeInfo) -> Self {
+        Self {
+            id,
+            addr: &node.grpc_addr,
+            incarnation: &node.incarnation,
+        }
+    }
+
+    /// Whoever answers at `addr`.
+    pub fn address(addr: &'a str) -> Self {
+        Self {
+            id: UNKNOWN_NODE,
+            addr,
+            incarnation: "",
+        }
+    }
 }
 
 /// A failure to deliver a message or to get its reply.
@@ -58,7 +99,16 @@ pub enum TransportError {
         /// Why.
         reason: String,
     },
-    /// The peer answered with something this node cannot read, or refused the call.
+    /// The peer refused us: another cluster, another incarnation than the one addressed,
+    /// or missing credentials.
+    #[error("peer {addr} refused the call: {reason}")]
+    Refused {
+        /// The peer's address.
+        addr: String,
+        /// Why, as the peer said.
+        reason: String,
+    },
+    /// The peer answered with something this node cannot read.
     #[error("peer {addr}: {reason}")]
     Protocol {
         /// The peer's address.
@@ -72,28 +122,90 @@ pub enum TransportError {
 #[derive(Clone)]
 pub struct Network {
     me: NodeId,
+    identity: Arc<LocalIdentity>,
     channels: Arc<Mutex<HashMap<String, Channel>>>,
-    routes: Arc<std::collections::BTreeMap<String, String>>,
+    routes: Arc<BTreeMap<String, String>>,
     faults: Option<Arc<Faults>>,
     liveness: Arc<Liveness>,
+    refusals_logged: Arc<Mutex<HashMap<String, Instant>>>,
+    /// The local Raft's metrics (for the voter set), once Raft is started.
+    raft: Arc<OnceLock<watch::Receiver<RaftMetrics<NodeId, NodeInfo>>>>,
 }
 
 impl Network {
-    /// The transport of node `me`, recording peer contact in `liveness`.
-    pub fn new(me: NodeId, faults: Option<Arc<Faults>>, liveness: Arc<Liveness>) -> Self {
+    /// The transport of the node `identity` describes, recording peer contact in `liveness`.
+    pub fn new(
+        identity: Arc<LocalIdentity>,
+        faults: Option<Arc<Faults>>,
+        liveness: Arc<Liveness>,
+    ) -> Self {
         Self {
-            me,
+            me: identity.get().node_id,
+            identity,
             channels: Arc::default(),
             routes: Arc::default(),
             faults,
             liveness,
+            refusals_logged: Arc::default(),
+            raft: Arc::default(),
         }
     }
 
+    /// Gives the transport the Raft it serves (created after the transport), so a leader
+    /// can tell followers how recent its quorum is.
+    pub fn attach(&self, raft: &super::Raft) {
+        let _ = self.raft.set(raft.metrics());
+    }
+
+    /// How long ago a quorum of voters last acknowledged this node as leader.
+    fn quorum_age(&self) -> Option<Duration> {
+        let metrics = self.raft.get()?.borrow();
+        let voters = metrics.membership_config.membership().voter_ids();
+        self.liveness.quorum_age(self.me, voters)
+    }
+
     /// Dials the peers in `routes` (peer address → address to dial) through other addresses.
-    pub fn with_routes(mut self, routes: std::collections::BTreeMap<String, String>) -> Self {
+    pub fn with_routes(mut self, routes: BTreeMap<String, String>) -> Self {
         self.routes = Arc::new(routes);
         self
+    }
+
+    /// This node's identity.
+    pub fn identity(&self) -> &Arc<LocalIdentity> {
+        &self.identity
+    }
+
+    /// The envelope of `payload` from this node to `to`.
+    fn envelope(&self, payload: Vec<u8>, to: Dest<'_>) -> RaftMessage {
+        RaftMessage {
+            payload,
+            from: Some(self.identity.get().into()),
+            to_node: to.id,
+            to_incarnation: to.incarnation.to_owned(),
+            leader_quorum_age_ms: None,
+        }
+    }
+
+    /// Logs a peer's refusal as a warning, at most once per [`REFUSAL_LOG_EVERY`] per peer:
+    /// openraft retries every heartbeat, and the operator needs the message, not a flood.
+    fn log_refusal(&self, to: Dest<'_>, reason: &str) {
+        let mut logged = self
+            .refusals_logged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let due = logged
+            .get(to.addr)
+            .is_none_or(|at| now.duration_since(*at) >= REFUSAL_LOG_EVERY);
+        if due {
+            logged.insert(to.addr.to_owned(), now);
+            tracing::warn!(
+                peer = to.id,
+                addr = to.addr,
+                reason,
+                "a peer refused this node's message"
+            );
+        }
     }
 
     /// The fault layer, if any.
@@ -154,23 +266,39 @@ impl Network {
         }
     }
 
-    /// Sends one request to `target` at `addr` and decodes its reply.
+    /// Sends one request to `to` and decodes its reply.
     async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &self,
-        target: NodeId,
-        addr: &str,
+        to: Dest<'_>,
         method: Method,
         request: &Req,
         timeout: Duration,
     ) -> Result<Resp, TransportError> {
+        self.call_as_leader(to, method, request, timeout, None)
+            .await
+    }
+
+    /// [`Network::call`], telling a follower how long ago a quorum last acknowledged this
+    /// node as leader.
+    async fn call_as_leader<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        to: Dest<'_>,
+        method: Method,
+        request: &Req,
+        timeout: Duration,
+        quorum_age: Option<Duration>,
+    ) -> Result<Resp, TransportError> {
+        let addr = to.addr;
         let protocol = |reason: String| TransportError::Protocol {
             addr: addr.to_owned(),
             reason,
         };
         let payload = serde_json::to_vec(request).map_err(|e| protocol(e.to_string()))?;
-        self.pass(self.me, target, addr, "request").await?;
+        self.pass(self.me, to.id, addr, "request").await?;
         let mut client = self.client(addr)?;
-        let mut request = tonic::Request::new(RaftMessage { payload });
+        let mut envelope = self.envelope(payload, to);
+        envelope.leader_quorum_age_ms = quorum_age.map(|age| age.as_millis() as u64);
+        let mut request = tonic::Request::new(envelope);
         request.set_timeout(timeout);
         let reply = match method {
             Method::Vote => client.vote(request).await,
@@ -180,6 +308,7 @@ impl Network {
             Method::Join => client.join(request).await,
             Method::Remove => client.remove(request).await,
             Method::ReadIndex => client.read_index(request).await,
+            Method::Hello => client.hello(request).await,
         };
         let reply = reply.map_err(|status| match status.code() {
             tonic::Code::Unavailable
@@ -189,13 +318,25 @@ impl Network {
                 addr: addr.to_owned(),
                 reason: status.message().to_owned(),
             },
+            tonic::Code::FailedPrecondition
+            | tonic::Code::PermissionDenied
+            | tonic::Code::Unauthenticated => {
+                self.log_refusal(to, status.message());
+                TransportError::Refused {
+                    addr: addr.to_owned(),
+                    reason: status.message().to_owned(),
+                }
+            }
             _ => protocol(status.to_string()),
         })?;
-        self.pass(target, self.me, addr, "reply").await?;
-        if target != UNKNOWN_NODE {
-            self.liveness.peer_answered(target);
-        }
+        self.pass(to.id, self.me, addr, "reply").await?;
         serde_json::from_slice(&reply.into_inner().payload).map_err(|e| protocol(e.to_string()))
+    }
+
+    /// Asks whoever answers at `addr` who it is and whether it belongs to a cluster.
+    pub async fn hello(&self, addr: &str, timeout: Duration) -> Result<Hello, TransportError> {
+        self.call(Dest::address(addr), Method::Hello, &(), timeout)
+            .await
     }
 
     /// Forwards a write to the leader; the leader answers once it has applied it. Without
@@ -208,7 +349,12 @@ impl Network {
         timeout: Duration,
     ) -> Result<Forwarded, WriteError> {
         let reply: Result<Result<Forwarded, WriteError>, TransportError> = self
-            .call(leader, &node.grpc_addr, Method::Forward, request, timeout)
+            .call(
+                Dest::member(leader, node),
+                Method::Forward,
+                request,
+                timeout,
+            )
             .await;
         match reply {
             Ok(result) => result,
@@ -224,21 +370,23 @@ impl Network {
         }
     }
 
-    /// Asks the member at `addr` (id `target` if known) to add a node.
+    /// Asks the member `to` to add a node. A refusal of the message itself (another
+    /// cluster, wrong credentials) is final, like a refusal of the join.
     pub async fn join(
         &self,
-        target: NodeId,
-        addr: &str,
+        to: Dest<'_>,
         request: &JoinRequest,
         timeout: Duration,
     ) -> Result<(), MembershipError> {
-        let reply: Result<Result<(), MembershipError>, _> = self
-            .call(target, addr, Method::Join, request, timeout)
-            .await;
-        reply.unwrap_or_else(|e| {
-            Err(MembershipError::Unavailable {
+        let reply: Result<Result<(), MembershipError>, _> =
+            self.call(to, Method::Join, request, timeout).await;
+        reply.unwrap_or_else(|e| match e {
+            TransportError::Refused { .. } => Err(MembershipError::Rejected {
                 reason: e.to_string(),
-            })
+            }),
+            _ => Err(MembershipError::Unavailable {
+                reason: e.to_string(),
+            }),
         })
     }
 
@@ -251,7 +399,7 @@ impl Network {
         timeout: Duration,
     ) -> Result<(), MembershipError> {
         let reply: Result<Result<(), MembershipError>, _> = self
-            .call(leader, &node.grpc_addr, Method::Remove, &id, timeout)
+            .call(Dest::member(leader, node), Method::Remove, &id, timeout)
             .await;
         reply.unwrap_or_else(|e| {
             Err(MembershipError::Unavailable {
@@ -268,7 +416,7 @@ impl Network {
         timeout: Duration,
     ) -> Result<u64, MembershipError> {
         let reply: Result<Result<u64, MembershipError>, _> = self
-            .call(leader, &node.grpc_addr, Method::ReadIndex, &(), timeout)
+            .call(Dest::member(leader, node), Method::ReadIndex, &(), timeout)
             .await;
         reply.unwrap_or_else(|e| {
             Err(MembershipError::Unavailable {
@@ -298,6 +446,8 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// Sends one Raft message; messages a leader sends (appends, snapshot chunks) say how
+    /// recent its quorum is.
     async fn raft_call<Req, Resp, E>(
         &mut self,
         method: Method,
@@ -309,18 +459,25 @@ impl Peer {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        let quorum_age = match method {
+            Method::AppendEntries | Method::InstallSnapshot => self.network.quorum_age(),
+            _ => None,
+        };
         let reply: Result<Resp, E> = self
             .network
-            .call(
-                self.target,
-                &self.node.grpc_addr,
+            .call_as_leader(
+                Dest::member(self.target, &self.node),
                 method,
                 request,
                 option.hard_ttl(),
+                quorum_age,
             )
             .await
             .map_err(|e| match e {
-                TransportError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+                // A peer that refuses us cannot be helped by retrying at once: back off.
+                TransportError::Unreachable { .. } | TransportError::Refused { .. } => {
+                    RPCError::Unreachable(Unreachable::new(&e))
+                }
                 TransportError::Protocol { .. } => RPCError::Network(NetworkError::new(&e)),
             })?;
         reply.map_err(|e| {
@@ -339,7 +496,13 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
-        self.raft_call(Method::AppendEntries, &rpc, &option).await
+        let sent = Instant::now();
+        let response = self.raft_call(Method::AppendEntries, &rpc, &option).await?;
+        // Anything but a higher vote means the follower still takes us for its leader.
+        if !matches!(response, AppendEntriesResponse::HigherVote(_)) {
+            self.network.liveness.acknowledged(self.target, sent);
+        }
+        Ok(response)
     }
 
     async fn install_snapshot(
@@ -350,7 +513,14 @@ impl RaftNetwork<TypeConfig> for Peer {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, NodeInfo, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.raft_call(Method::InstallSnapshot, &rpc, &option).await
+        let sent = Instant::now();
+        let response: InstallSnapshotResponse<NodeId> = self
+            .raft_call(Method::InstallSnapshot, &rpc, &option)
+            .await?;
+        if response.vote == rpc.vote {
+            self.network.liveness.acknowledged(self.target, sent);
+        }
+        Ok(response)
     }
 
     async fn vote(
@@ -358,6 +528,12 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
-        self.raft_call(Method::Vote, &rpc, &option).await
+        let sent = Instant::now();
+        let response: VoteResponse<NodeId> = self.raft_call(Method::Vote, &rpc, &option).await?;
+        // A granted vote backs the new leader from its first moment, before any append.
+        if response.vote_granted {
+            self.network.liveness.acknowledged(self.target, sent);
+        }
+        Ok(response)
     }
 }

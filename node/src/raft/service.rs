@@ -1,5 +1,10 @@
 //! The node-to-node gRPC service: votes, entries and snapshot chunks for the local Raft,
-//! and rowcall's cluster calls (forwarded writes, joins, removals, read indexes).
+//! and rowcall's cluster calls (forwarded writes, joins, removals, read indexes, hello).
+//!
+//! Before a message reaches Raft its envelope is checked against this node's identity and
+//! membership ([`Admission`]): it must come from this cluster, be addressed to this node's
+//! incarnation, and — when the sender is a member — come from the incarnation the membership
+//! admitted. A refusal is a `FailedPrecondition` status whose message says what to do.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +15,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest};
+
 use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
-use super::NodeId;
+use super::{NodeId, TypeConfig};
 use crate::app::{App, Proposal};
 
 /// Serves the local node to its peers.
@@ -26,52 +33,251 @@ impl RaftGrpc {
     }
 }
 
-fn decode<T: DeserializeOwned>(request: Request<RaftMessage>) -> Result<T, Status> {
-    serde_json::from_slice(&request.into_inner().payload)
+/// Who may send a kind of message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// A node of this cluster, addressed to this incarnation (a join: the leader judges the
+    /// joiner's incarnation itself, with a better message).
+    Cluster,
+    /// Raft traffic: as [`Admission::Cluster`], and a sender that is a member must be the
+    /// incarnation admitted. Unknown senders pass (a new learner hears from the leader
+    /// before it knows the membership).
+    Raft,
+    /// A member, as admitted (forwarded writes, removals, read indexes).
+    Member,
+}
+
+/// Why a peer's message was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeerRefusal {
+    /// The envelope does not say who sent it.
+    #[error("the message does not name its sender")]
+    Anonymous,
+    /// This node has not founded or joined a cluster yet.
+    #[error("node {me} has not joined a cluster yet")]
+    NotJoined {
+        /// This node.
+        me: NodeId,
+    },
+    /// The sender belongs to another cluster.
+    #[error("node {sender} belongs to cluster {theirs:?}; node {me} belongs to cluster {ours}")]
+    OtherCluster {
+        /// This node.
+        me: NodeId,
+        /// The sender.
+        sender: NodeId,
+        /// This node's cluster.
+        ours: String,
+        /// The sender's.
+        theirs: String,
+    },
+    /// The message is for another node id (an address now used by another node).
+    #[error("the message is for node {addressed}, but this is node {me}")]
+    WrongNode {
+        /// This node.
+        me: NodeId,
+        /// The node it was for.
+        addressed: NodeId,
+    },
+    /// The message is for an older incarnation of this node: its data folder was replaced.
+    #[error("node {me} runs on a new data folder (incarnation {ours}); the membership still records incarnation {addressed}. Its old data is gone: remove member {me} (DELETE /api/cluster/members/{me} with the admin key, on any member), then start it again with --join")]
+    Replaced {
+        /// This node.
+        me: NodeId,
+        /// Its incarnation.
+        ours: String,
+        /// The incarnation the sender expected.
+        addressed: String,
+    },
+    /// The sender is a member, but another incarnation of it was admitted.
+    #[error("node {sender} is a member as incarnation {admitted}, but this message comes from incarnation {theirs} (a new data folder): remove member {sender} first, then let it join again")]
+    StaleSender {
+        /// The sender.
+        sender: NodeId,
+        /// The incarnation in the membership.
+        admitted: String,
+        /// The sender's.
+        theirs: String,
+    },
+    /// Only members may send this.
+    #[error("node {sender} is not a member of this cluster")]
+    NotMember {
+        /// The sender.
+        sender: NodeId,
+    },
+}
+
+impl PeerRefusal {
+    /// A short name for metrics.
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Anonymous => "anonymous",
+            Self::NotJoined { .. } => "not_joined",
+            Self::OtherCluster { .. } => "other_cluster",
+            Self::WrongNode { .. } => "wrong_node",
+            Self::Replaced { .. } => "replaced",
+            Self::StaleSender { .. } => "stale_sender",
+            Self::NotMember { .. } => "not_member",
+        }
+    }
+}
+
+impl From<PeerRefusal> for Status {
+    fn from(refusal: PeerRefusal) -> Self {
+        metrics::counter!(crate::metrics::PEER_REFUSALS_TOTAL, "reason" => refusal.reason())
+            .increment(1);
+        Status::failed_precondition(refusal.to_string())
+    }
+}
+
+impl RaftGrpc {
+    /// Checks the envelope of `message` for `admission`; refusals are logged (rate-limited by
+    /// the sender's backoff) so the operator of this node sees them too.
+    fn admit(&self, message: &RaftMessage, admission: Admission) -> Result<(), PeerRefusal> {
+        let result = self.check(message, admission);
+        if let Err(refusal) = &result {
+            tracing::debug!(%refusal, "refused a peer's message");
+        }
+        result
+    }
+
+    fn check(&self, message: &RaftMessage, admission: Admission) -> Result<(), PeerRefusal> {
+        let me = self.app.identity.get();
+        let from = message.from.as_ref().ok_or(PeerRefusal::Anonymous)?;
+        let ours = me
+            .cluster_id
+            .ok_or(PeerRefusal::NotJoined { me: me.node_id })?;
+        if from.cluster_id != ours {
+            return Err(PeerRefusal::OtherCluster {
+                me: me.node_id,
+                sender: from.node_id,
+                ours,
+                theirs: from.cluster_id.clone(),
+            });
+        }
+        if message.to_node != 0 && message.to_node != me.node_id {
+            return Err(PeerRefusal::WrongNode {
+                me: me.node_id,
+                addressed: message.to_node,
+            });
+        }
+        if !message.to_incarnation.is_empty() && message.to_incarnation != me.incarnation {
+            return Err(PeerRefusal::Replaced {
+                me: me.node_id,
+                ours: me.incarnation,
+                addressed: message.to_incarnation.clone(),
+            });
+        }
+        if admission == Admission::Cluster {
+            return Ok(());
+        }
+        let membership = self.app.membership();
+        match membership.get_node(&from.node_id) {
+            // Memberships from before incarnations record none: nothing to compare.
+            Some(admitted)
+                if !admitted.incarnation.is_empty() && admitted.incarnation != from.incarnation =>
+            {
+                Err(PeerRefusal::StaleSender {
+                    sender: from.node_id,
+                    admitted: admitted.incarnation.clone(),
+                    theirs: from.incarnation.clone(),
+                })
+            }
+            Some(_) => Ok(()),
+            None if admission == Admission::Member => Err(PeerRefusal::NotMember {
+                sender: from.node_id,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts a leader's accepted message as contact: only from an established leader that
+    /// says how recent its quorum is (the term and leader are checked when read, against the
+    /// leader this node then follows).
+    fn leader_contacted(&self, vote: openraft::Vote<NodeId>, quorum_age_ms: Option<u64>) {
+        if let (true, Some(age)) = (vote.is_committed(), quorum_age_ms) {
+            self.app.liveness.leader_contacted(
+                vote.leader_id().node_id,
+                vote.leader_id().get_term(),
+                Duration::from_millis(age),
+            );
+        }
+    }
+
+    /// Admits `request` and decodes its payload.
+    fn open<T: DeserializeOwned>(
+        &self,
+        request: Request<RaftMessage>,
+        admission: Admission,
+    ) -> Result<T, Status> {
+        let message = request.into_inner();
+        self.admit(&message, admission)?;
+        decode(&message)
+    }
+}
+
+fn decode<T: DeserializeOwned>(message: &RaftMessage) -> Result<T, Status> {
+    serde_json::from_slice(&message.payload)
         .map_err(|e| Status::invalid_argument(format!("payload does not decode: {e}")))
 }
 
-fn encode<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
-    let payload = serde_json::to_vec(value).map_err(|e| Status::internal(e.to_string()))?;
-    Ok(Response::new(RaftMessage { payload }))
+impl RaftGrpc {
+    /// A reply carrying `value`, signed with this node's identity like every message.
+    fn encode<T: Serialize>(&self, value: &T) -> Result<Response<RaftMessage>, Status> {
+        let payload = serde_json::to_vec(value).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(RaftMessage {
+            payload,
+            from: Some(self.app.identity.get().into()),
+            ..RaftMessage::default()
+        }))
+    }
 }
 
 #[tonic::async_trait]
 impl RaftService for RaftGrpc {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let result = self.app.raft.vote(decode(request)?).await;
-        encode(&result)
+        let vote = self.open(request, Admission::Raft)?;
+        let result = self.app.raft.vote(vote).await;
+        self.encode(&result)
     }
 
     async fn append_entries(
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let result = self.app.raft.append_entries(decode(request)?).await;
-        if result.is_ok() {
-            self.app.liveness.leader_contacted();
+        let quorum_age = request.get_ref().leader_quorum_age_ms;
+        let append: AppendEntriesRequest<TypeConfig> = self.open(request, Admission::Raft)?;
+        let vote = append.vote;
+        let result = self.app.raft.append_entries(append).await;
+        if let Ok(response) = &result {
+            if !matches!(response, AppendEntriesResponse::HigherVote(_)) {
+                self.leader_contacted(vote, quorum_age);
+            }
         }
-        encode(&result)
+        self.encode(&result)
     }
 
     async fn install_snapshot(
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let result = self.app.raft.install_snapshot(decode(request)?).await;
-        if result.is_ok() {
-            self.app.liveness.leader_contacted();
+        let quorum_age = request.get_ref().leader_quorum_age_ms;
+        let chunk: InstallSnapshotRequest<TypeConfig> = self.open(request, Admission::Raft)?;
+        let vote = chunk.vote;
+        let result = self.app.raft.install_snapshot(chunk).await;
+        if result.as_ref().is_ok_and(|r| r.vote == vote) {
+            self.leader_contacted(vote, quorum_age);
         }
-        encode(&result)
+        self.encode(&result)
     }
 
     async fn forward(
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let request: super::Request = decode(request)?;
+        let request: super::Request = self.open(request, Admission::Member)?;
         let timeout = Duration::from_millis(self.app.config.limits.write_timeout_ms);
-        let result: Result<Forwarded, WriteError> = if self.app.is_stale() {
+        let result: Result<Forwarded, WriteError> = if self.app.is_cut_off() {
             Err(WriteError::Unavailable {
                 reason: "the leader cannot reach a quorum".into(),
             })
@@ -82,28 +288,34 @@ impl RaftService for RaftGrpc {
                 Err(Proposal::Failed(e)) => Err(e),
             }
         };
-        encode(&result)
+        self.encode(&result)
     }
 
     async fn join(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let join: JoinRequest = decode(request)?;
+        let join: JoinRequest = self.open(request, Admission::Cluster)?;
         let result = self.app.join(join).await;
-        encode(&result)
+        self.encode(&result)
     }
 
     async fn remove(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let id: NodeId = decode(request)?;
+        let id: NodeId = self.open(request, Admission::Member)?;
         let result = self.app.remove_member(id).await;
-        encode(&result)
+        self.encode(&result)
     }
 
     async fn read_index(
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let () = decode(request)?;
+        let () = self.open(request, Admission::Member)?;
         let timeout = Duration::from_millis(self.app.config.limits.min_index_wait_ms);
         let result: Result<u64, MembershipError> = self.app.leader_read_index(timeout).await;
-        encode(&result)
+        self.encode(&result)
+    }
+
+    async fn hello(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        // Anyone who passed the transport's authentication may ask who is here.
+        let () = decode(request.get_ref())?;
+        self.encode(&self.app.hello())
     }
 }

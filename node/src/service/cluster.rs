@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::{read_barrier, Admin, Freshness, ServiceError};
 use crate::app::App;
 use crate::raft::calls::{JoinRequest, MembershipError};
-use crate::raft::{NodeId, NodeInfo};
+use crate::raft::NodeId;
 
 /// A member of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -20,6 +20,8 @@ pub struct Member {
     pub grpc_addr: String,
     /// Its HTTP address.
     pub http_addr: String,
+    /// The incarnation (data folder) the membership admitted.
+    pub incarnation: String,
     /// Whether it votes (else a learner).
     pub voter: bool,
     /// Whether it leads, as this node knows.
@@ -31,6 +33,10 @@ pub struct Member {
 pub struct Status {
     /// This node.
     pub node_id: NodeId,
+    /// The cluster it belongs to (none before it founded or joined one).
+    pub cluster_id: Option<String>,
+    /// Its data folder's incarnation.
+    pub incarnation: String,
     /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
     pub role: &'static str,
     /// The leader, if known.
@@ -78,6 +84,7 @@ pub fn status(app: &App) -> Status {
             id: *id,
             grpc_addr: node.grpc_addr.clone(),
             http_addr: node.http_addr.clone(),
+            incarnation: node.incarnation.clone(),
             voter: voters.contains(id),
             leader: metrics.current_leader == Some(*id),
         })
@@ -98,8 +105,11 @@ pub fn status(app: &App) -> Status {
                 .collect()
         })
         .unwrap_or_default();
+    let identity = app.identity.get();
     Status {
         node_id: app.node_id,
+        cluster_id: identity.cluster_id,
+        incarnation: identity.incarnation,
         role: role(metrics.state),
         leader: metrics.current_leader,
         term: metrics.current_term,
@@ -164,22 +174,17 @@ pub struct AddMember {
 }
 
 /// Adds a member; any node hands the change to the leader. Adding a member twice is
-/// harmless.
+/// harmless. The node at `grpc_addr` is asked who it is and admitted as the incarnation that
+/// answers; it must already belong to this cluster (started with `--join`), so this
+/// promotes a learner to a voter.
 pub async fn add_member(app: &App, _admin: &Admin, add: AddMember) -> Result<(), ServiceError> {
     if add.id == 0 {
         return Err(ServiceError::WrongShape(
             "id must be a positive number".into(),
         ));
     }
-    app.join(JoinRequest {
-        id: add.id,
-        node: NodeInfo {
-            grpc_addr: add.grpc_addr,
-            http_addr: add.http_addr,
-        },
-        learner: add.learner,
-    })
-    .await?;
+    app.add_member(add.id, &add.grpc_addr, &add.http_addr, add.learner)
+        .await?;
     Ok(())
 }
 

@@ -38,7 +38,21 @@ impl Process {
 
 /// Starts the binary with `args` and returns once it printed where it serves.
 pub fn spawn(args: &[&str], data: &Path, config: Option<&Path>) -> Process {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_rowcall-node"));
+    spawn_under(&[], args, data, config)
+}
+
+/// [`spawn`] under a wrapper program (`wrapper[0]` with its arguments, then the binary), e.g.
+/// a tracer; the wrapper must pass the binary's stdout through.
+pub fn spawn_under(wrapper: &[&str], args: &[&str], data: &Path, config: Option<&Path>) -> Process {
+    let binary = env!("CARGO_BIN_EXE_rowcall-node");
+    let mut command = match wrapper.split_first() {
+        Some((program, wrapper_args)) => {
+            let mut command = Command::new(program);
+            command.args(wrapper_args).arg(binary);
+            command
+        }
+        None => Command::new(binary),
+    };
     command.args(args).arg("--data").arg(data);
     if let Some(config) = config {
         command.arg("--config").arg(config);
@@ -79,6 +93,23 @@ pub fn spawn(args: &[&str], data: &Path, config: Option<&Path>) -> Process {
 pub async fn get_json(http: &reqwest::Client, url: &str) -> serde_json::Value {
     let response = http.get(url).send().await.expect("request sent");
     response.json().await.expect("a JSON answer")
+}
+
+/// Invokes row `key` on the node at `url` (no credential: public rows); the status and the
+/// JSON answer, or `None` when no answer came (the node is down or went down meanwhile).
+pub async fn invoke(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+) -> Option<(reqwest::StatusCode, serde_json::Value)> {
+    let response = http
+        .post(format!("{url}/api/dispatch"))
+        .json(&serde_json::json!({ "key": key }))
+        .send()
+        .await
+        .ok()?;
+    let status = response.status();
+    Some((status, response.json().await.ok()?))
 }
 
 /// Polls `/readyz` until it answers 200.

@@ -32,6 +32,7 @@ pub struct Cluster {
     pub faults: Arc<Faults>,
     pub dir: tempfile::TempDir,
     pub http: reqwest::Client,
+    voters: u64,
     tweak: fn(&mut Config),
 }
 
@@ -55,7 +56,8 @@ where
 }
 
 impl Cluster {
-    fn config(&self, id: u64, http: SocketAddr, grpc: SocketAddr) -> Config {
+    /// The configuration of node `id` on these addresses.
+    pub fn config(&self, id: u64, http: SocketAddr, grpc: SocketAddr) -> Config {
         let mut config = Config::default();
         config.node.id = id;
         config.node.http = http;
@@ -71,6 +73,13 @@ impl Cluster {
         config.raft.election_timeout_max_ms = 800;
         config.limits.write_timeout_ms = 3_000;
         config.limits.receipt_timeout_ms = 1_000;
+        // As a deployment would: node 1 founds the cluster, the others join through it (and
+        // on a restart with their data both are ignored).
+        match self.members.first() {
+            Some(first) if id != first.id => config.cluster.join = vec![first.grpc.to_string()],
+            _ => config.cluster.bootstrap = true,
+        }
+        config.cluster.learner = id > self.voters;
         (self.tweak)(&mut config);
         config
     }
@@ -87,23 +96,15 @@ impl Cluster {
             faults: Arc::new(Faults::default()),
             dir: tempfile::tempdir().unwrap(),
             http: reqwest::Client::new(),
+            voters,
             tweak,
         };
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         for id in 1..=voters + learners {
-            let mut config = cluster.config(id, any, any);
-            if id > 1 {
-                config.node.join = Some(cluster.members[0].grpc.to_string());
-                config.node.learner = id > voters;
-            }
-            let handle = rowcall_node::start_with(
-                config,
-                StartOptions {
-                    faults: Some(cluster.faults.clone()),
-                },
-            )
-            .await
-            .expect("node starts");
+            let config = cluster.config(id, any, any);
+            let handle = rowcall_node::start_with(config, cluster.options())
+                .await
+                .expect("node starts");
             if id == 1 {
                 handle
                     .app
@@ -174,17 +175,30 @@ impl Cluster {
 
     /// Restarts a stopped node on its old addresses and data folder.
     pub async fn restart(&mut self, id: u64) {
-        let member = &self.members[(id - 1) as usize];
-        let config = self.config(id, member.http, member.grpc);
-        let handle = rowcall_node::start_with(
-            config,
-            StartOptions {
-                faults: Some(self.faults.clone()),
-            },
-        )
-        .await
-        .expect("node restarts");
+        let handle = rowcall_node::start_with(self.member_config(id), self.options())
+            .await
+            .expect("node restarts");
         self.members[(id - 1) as usize].handle = Some(handle);
+    }
+
+    /// The configuration node `id` restarts with (its addresses, folder and peers).
+    pub fn member_config(&self, id: u64) -> Config {
+        let member = self.member(id);
+        self.config(id, member.http, member.grpc)
+    }
+
+    /// What every node of this cluster starts with (the shared fault layer).
+    pub fn options(&self) -> StartOptions {
+        StartOptions {
+            faults: Some(self.faults.clone()),
+        }
+    }
+
+    /// Deletes a stopped node's data folder: it lost its disk.
+    pub fn wipe(&self, id: u64) {
+        assert!(self.member(id).handle.is_none(), "stop node {id} first");
+        let data = self.member_config(id).node.data;
+        std::fs::remove_dir_all(&data).unwrap();
     }
 
     /// The applied index of a running node.

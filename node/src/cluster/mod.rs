@@ -1,7 +1,13 @@
-//! Cluster behaviour beyond Raft itself: whether this node can reach a quorum, joining and removing members, and linearizable read indexes.
+//! Cluster behaviour beyond Raft itself: whether this node can reach a quorum (from
+//! [`crate::raft::liveness`]), how a fresh node founds or joins a cluster ([`enter`]),
+//! joining and removing members, and linearizable read indexes.
 //!
 //! Any member accepts a join or a removal and hands it to the leader, so an operator or a
-//! starting node never needs to know who leads.
+//! starting node never needs to know who leads. The leader admits a node as the incarnation
+//! it asked with; the same id on another data folder is refused until the old member is
+//! removed, so a node that lost its disk never comes back with a vote it no longer backs.
+
+pub mod enter;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -10,7 +16,8 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
 
 use crate::app::App;
-use crate::raft::calls::{JoinRequest, MembershipError};
+use crate::raft::calls::{Hello, JoinRequest, MembershipError};
+use crate::raft::network::Dest;
 use crate::raft::{NodeId, NodeInfo};
 
 fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) -> MembershipError {
@@ -39,28 +46,36 @@ fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) ->
 const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl App {
-    /// Whether this node is cut off: no leader, a leader we have not heard from lately, or
-    /// (when leading) no quorum of voters answering. Reads are then marked stale and
-    /// directory writes fail fast.
-    pub fn is_stale(&self) -> bool {
+    /// How long ago this node was last in touch with a leader that had its quorum: as the
+    /// leader, since a quorum of voters last acknowledged it; as a follower or learner, since
+    /// the leader it follows at the current term last reached it, minus how old that
+    /// leader's quorum then was ([`crate::raft::liveness`]). `None`: no leader, or never.
+    fn contact_age(&self) -> Option<Duration> {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
-        match metrics.current_leader {
-            None => true,
-            Some(leader) if leader == self.node_id => {
-                let voters: Vec<NodeId> =
-                    metrics.membership_config.membership().voter_ids().collect();
-                if voters.len() <= 1 {
-                    return false;
-                }
-                let answering = voters
-                    .iter()
-                    .filter(|&&v| v == self.node_id || self.liveness.peer_fresh(v))
-                    .count();
-                answering * 2 <= voters.len()
+        let at = match metrics.current_leader? {
+            leader if leader == self.node_id => {
+                let voters = metrics.membership_config.membership().voter_ids();
+                self.liveness.quorum_at(self.node_id, voters)
             }
-            Some(_) => !self.liveness.leader_fresh(),
-        }
+            leader => self.liveness.leader_quorum_at(leader, metrics.current_term),
+        };
+        at.map(|at| at.elapsed())
+    }
+
+    /// Whether this node's reads are stale (`x-rowcall-stale`, `/readyz` failing): its
+    /// contact with a leader backed by a quorum is older than the leader lease, so another
+    /// leader may already have been elected elsewhere.
+    pub fn is_stale(&self) -> bool {
+        self.contact_age()
+            .is_none_or(|age| age > self.liveness.stale_after())
+    }
+
+    /// Whether this node is cut off for long enough that writes fail at once rather than
+    /// wait for a quorum they will not get.
+    pub fn is_cut_off(&self) -> bool {
+        self.contact_age()
+            .is_none_or(|age| age > self.liveness.cut_off_after())
     }
 
     /// The leader and how to reach it, if known.
@@ -80,8 +95,32 @@ impl App {
         self.raft.metrics().borrow().current_leader == Some(self.node_id)
     }
 
-    /// The membership this node knows.
-    fn membership(&self) -> openraft::Membership<NodeId, NodeInfo> {
+    /// Who this node is, for a peer that asks.
+    pub fn hello(&self) -> Hello {
+        let identity = self.identity.get();
+        let (member, leader) = {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow();
+            let member = metrics
+                .membership_config
+                .membership()
+                .nodes()
+                .next()
+                .is_some();
+            (member, metrics.current_leader)
+        };
+        Hello {
+            node_id: identity.node_id,
+            incarnation: identity.incarnation,
+            cluster_id: identity.cluster_id,
+            member,
+            leader,
+            founding: self.identity.founding(),
+        }
+    }
+
+    /// The membership this node knows (the latest, committed or not).
+    pub fn membership(&self) -> openraft::Membership<NodeId, NodeInfo> {
         self.raft
             .metrics()
             .borrow()
@@ -115,18 +154,42 @@ impl App {
     }
 
     /// Adds a node as a learner, then (unless it asked to stay a learner) as a voter. Any
-    /// member takes the request and hands it to the leader. Joining twice is harmless.
+    /// member takes the request and hands it to the leader. Joining twice is harmless; the
+    /// same id from another data folder (incarnation) is refused until the old member is
+    /// removed.
     pub async fn join(&self, request: JoinRequest) -> Result<(), MembershipError> {
         if !self.is_leader() {
             let (leader, node) = self.known_leader()?;
             return self
                 .network
-                .join(leader, &node.grpc_addr, &request, MEMBERSHIP_TIMEOUT)
+                .join(Dest::member(leader, &node), &request, MEMBERSHIP_TIMEOUT)
                 .await;
+        }
+        let ours = self.identity.cluster_id().unwrap_or_default();
+        if request.node.cluster_id != ours {
+            return Err(MembershipError::Rejected {
+                reason: format!(
+                    "node {} asked to join cluster {:?}, but this is cluster {ours}",
+                    request.id, request.node.cluster_id
+                ),
+            });
         }
         let membership = self.membership();
         let is_voter = membership.voter_ids().any(|v| v == request.id);
         match membership.get_node(&request.id) {
+            Some(existing) if existing.incarnation != request.node.incarnation => {
+                return Err(MembershipError::Rejected {
+                    reason: format!(
+                        "node {id} is already a member, running on another data folder \
+                         (incarnation {old}; this one is {new}). If that folder is lost, \
+                         remove the old member first: DELETE /api/cluster/members/{id} with the \
+                         admin key on any member; then start this node again with --join",
+                        id = request.id,
+                        old = existing.incarnation,
+                        new = request.node.incarnation,
+                    ),
+                })
+            }
             Some(existing) if *existing != request.node => {
                 return Err(MembershipError::Rejected {
                     reason: format!(
@@ -156,6 +219,52 @@ impl App {
         }
         tracing::info!(id = request.id, learner = request.learner, node = %request.node, "member joined");
         Ok(())
+    }
+
+    /// Adds the node running at `grpc_addr` (an operator's request): it is asked who it is,
+    /// and admitted as the incarnation that answers. It must already belong to this cluster
+    /// (started with `--join`); the useful case is promoting a learner to a voter.
+    pub async fn add_member(
+        &self,
+        id: NodeId,
+        grpc_addr: &str,
+        http_addr: &str,
+        learner: bool,
+    ) -> Result<(), MembershipError> {
+        let hello = self
+            .network
+            .hello(grpc_addr, Duration::from_secs(5))
+            .await
+            .map_err(|e| MembershipError::Unavailable {
+                reason: e.to_string(),
+            })?;
+        if hello.node_id != id {
+            return Err(MembershipError::Rejected {
+                reason: format!(
+                    "the node at {grpc_addr} is node {}, not {id}",
+                    hello.node_id
+                ),
+            });
+        }
+        let ours = self.identity.cluster_id().unwrap_or_default();
+        if hello.cluster_id.as_deref() != Some(ours.as_str()) {
+            return Err(MembershipError::Rejected {
+                reason: format!(
+                    "node {id} does not belong to this cluster yet: start it with --join <any member>; it joins by itself"
+                ),
+            });
+        }
+        self.join(JoinRequest {
+            id,
+            node: NodeInfo {
+                grpc_addr: grpc_addr.to_owned(),
+                http_addr: http_addr.to_owned(),
+                cluster_id: ours,
+                incarnation: hello.incarnation,
+            },
+            learner,
+        })
+        .await
     }
 
     /// Takes a voter or a learner out of the cluster.

@@ -1,0 +1,302 @@
+//! Node identity (issue 10, item 1): every cluster has a cluster id, every data folder an
+//! incarnation, and both travel in the membership and in every Raft message. What must hold:
+//! a voter that lost its disk and comes back under its old id can neither vote with its
+//! empty log nor be admitted again until its old self is removed, so nothing committed is
+//! lost; a node told about peers never founds a cluster of its own; and a node of another
+//! cluster is refused.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::{eventually, Cluster};
+use common::ADMIN;
+use rowcall_proto::raft::raft_service_client::RaftServiceClient;
+use rowcall_proto::raft::{RaftMessage, Sender};
+use serde_json::{json, Value};
+
+fn row(key: &str) -> Value {
+    json!({"key": key, "type": "static", "auth": "public",
+           "content": format!("# WHAT: identity probe {key}\n\n{{}}\n")})
+}
+
+async fn insert(cluster: &Cluster, id: u64, key: &str) -> reqwest::Response {
+    cluster
+        .http
+        .post(format!("{}/api/directory", cluster.url(id)))
+        .header("x-terminal-key", ADMIN)
+        .json(&row(key))
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn remove_member(cluster: &Cluster, on: u64, gone: u64) -> reqwest::StatusCode {
+    cluster
+        .http
+        .delete(format!("{}/api/cluster/members/{gone}", cluster.url(on)))
+        .header("x-terminal-key", ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+fn term(cluster: &Cluster, id: u64) -> u64 {
+    let handle = cluster.member(id).handle.as_ref().expect("running");
+    handle.app.raft.metrics().borrow().current_term
+}
+
+fn leads(cluster: &Cluster, id: u64) -> bool {
+    let handle = cluster.member(id).handle.as_ref().expect("running");
+    handle.app.raft.metrics().borrow().current_leader == Some(id)
+}
+
+/// The scenario a Jepsen reader finds: X is committed on {L, A} while B lags; A loses its
+/// disk and comes back under its old id while L is cut off. If A granted B its vote (an
+/// empty log loses no comparison), B would lead without X and X would be gone for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wiped_voter_cannot_elect_a_leader_that_lacks_committed_writes() {
+    let mut cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != leader).collect();
+    let (wiped, lagging) = (others[0], others[1]);
+
+    cluster.faults.isolate(lagging, &cluster.ids());
+    let written = insert(&cluster, leader, "COMMITTED_ON_TWO").await;
+    assert_eq!(written.status(), 201, "committed by the leader and {wiped}");
+
+    cluster.stop(wiped).await;
+    cluster.wipe(wiped);
+    cluster.faults.heal();
+    cluster.faults.isolate(leader, &cluster.ids());
+    // The wiped node starts on its old id and addresses and asks the lagging node to let it
+    // in. That node cannot reach the leader, so the join waits, and the wiped node serves
+    // meanwhile: exactly when the lagging node campaigns for its vote.
+    let mut config = cluster.member_config(wiped);
+    config.cluster.join = vec![cluster.member(lagging).grpc.to_string()];
+    let options = cluster.options();
+    let rejoining = tokio::spawn(rowcall_node::start_with(config, options));
+
+    let from = term(&cluster, lagging);
+    eventually(
+        Duration::from_secs(30),
+        "the lagging node campaigns three times",
+        || {
+            let elections = term(&cluster, lagging).saturating_sub(from);
+            assert!(
+                !leads(&cluster, lagging),
+                "the node without the committed write was elected with the wiped node's vote"
+            );
+            async move { elections >= 3 }
+        },
+    )
+    .await;
+
+    // Healed, the node that has the write leads again; the wiped node is admitted only once
+    // its old self is removed, and then catches up like a new member.
+    cluster.faults.heal();
+    let leader = cluster.leader().await;
+    assert_ne!(leader, wiped);
+    eventually(Duration::from_secs(20), "the old member is removed", || {
+        let request = remove_member(&cluster, leader, wiped);
+        async move { request.await == 200 }
+    })
+    .await;
+    let handle = rejoining
+        .await
+        .unwrap()
+        .expect("the wiped node joins once removed");
+    cluster.members[(wiped - 1) as usize].handle = Some(handle);
+    let last = cluster.applied(leader);
+    cluster.converge(last).await;
+    for id in cluster.ids() {
+        let (status, _, _) = cluster.get(id, "/api/directory/COMMITTED_ON_TWO").await;
+        assert_eq!(status, 200, "node {id} has the committed write");
+    }
+    cluster.shutdown().await;
+}
+
+/// The safe procedure works and the unsafe one fails loudly: a member that lost its disk is
+/// refused with a message that says how to remove it, and joins once removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_on_a_new_data_folder_is_refused_until_its_old_self_is_removed() {
+    let mut cluster = Cluster::start(3, 0).await;
+    let written = insert(&cluster, 1, "BEFORE_THE_WIPE").await;
+    assert_eq!(written.status(), 201);
+    let leader = cluster.leader().await;
+    let wiped = cluster.ids().into_iter().rfind(|&i| i != leader).unwrap();
+    let (_, _, before) = cluster.get(leader, "/api/cluster").await;
+
+    cluster.stop(wiped).await;
+    cluster.wipe(wiped);
+    let refused = rowcall_node::start_with(cluster.member_config(wiped), cluster.options())
+        .await
+        .err()
+        .expect("a wiped member is refused");
+    let message = format!("{refused:#}");
+    assert!(message.contains("already a member"), "{message}");
+    assert!(
+        message.contains(&format!("DELETE /api/cluster/members/{wiped}")),
+        "{message}"
+    );
+    // Refused, it changed nothing: the same members, the same incarnations.
+    let (_, _, after) = cluster.get(leader, "/api/cluster").await;
+    assert_eq!(before["members"], after["members"]);
+
+    assert_eq!(remove_member(&cluster, leader, wiped).await, 200);
+    cluster.restart(wiped).await;
+    let last = cluster.applied(leader);
+    cluster.converge(last).await;
+    let (status, _, _) = cluster.get(wiped, "/api/directory/BEFORE_THE_WIPE").await;
+    assert_eq!(status, 200);
+    let (_, _, status) = cluster.get(wiped, "/api/cluster").await;
+    let member = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == wiped)
+        .unwrap()
+        .clone();
+    let old = before["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == wiped)
+        .unwrap()
+        .clone();
+    assert_eq!(member["incarnation"], status["incarnation"]);
+    assert_ne!(member["incarnation"], old["incarnation"]);
+    assert_eq!(status["cluster_id"], before["cluster_id"]);
+    cluster.shutdown().await;
+}
+
+/// The StatefulSet case: every pod starts with `--bootstrap` and its peers. The founder
+/// loses its volume and restarts the same way: it must ask to rejoin (and be refused), not
+/// found a second cluster that takes writes nobody will ever see again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_founder_that_lost_its_disk_does_not_found_again() {
+    let mut cluster = Cluster::start(3, 0).await;
+    let (_, _, before) = cluster.get(2, "/api/cluster").await;
+    let cluster_id = before["cluster_id"].as_str().unwrap().to_owned();
+    cluster.stop(1).await;
+    cluster.wipe(1);
+    let mut config = cluster.member_config(1);
+    config.cluster.bootstrap = true;
+    config.cluster.join = vec![
+        cluster.member(2).grpc.to_string(),
+        cluster.member(3).grpc.to_string(),
+    ];
+    let refused = rowcall_node::start_with(config, cluster.options())
+        .await
+        .err()
+        .expect("the wiped founder is refused rather than founding");
+    assert!(
+        format!("{refused:#}").contains("DELETE /api/cluster/members/1"),
+        "{refused:#}"
+    );
+    // It took the cluster's id (to ask to join it), not a new one of its own.
+    let identity: Value = serde_json::from_slice(
+        &std::fs::read(cluster.member_config(1).node.data.join("identity.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(identity["cluster_id"], cluster_id.as_str());
+    cluster.shutdown().await;
+}
+
+/// Of several nodes started alike with `--bootstrap` and each other as peers, one founds
+/// and the others join it: one cluster, never two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_started_alike_with_bootstrap_and_peers_form_one_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<std::net::TcpListener> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let grpc: Vec<String> = ports
+        .iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect();
+    drop(ports);
+    let mut starting = Vec::new();
+    for id in 1..=3u64 {
+        let mut config = rowcall_node::Config::default();
+        config.node.id = id;
+        config.node.http = "127.0.0.1:0".parse().unwrap();
+        config.node.grpc = grpc[(id - 1) as usize].parse().unwrap();
+        config.node.data = dir.path().join(format!("n{id}"));
+        config.node.demo = false;
+        config.auth.admin_key = Some(ADMIN.into());
+        config.cluster.bootstrap = true;
+        config.cluster.join = grpc
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i as u64 != id - 1)
+            .map(|(_, a)| a.clone())
+            .collect();
+        starting.push(tokio::spawn(rowcall_node::start(config)));
+    }
+    let mut nodes = Vec::new();
+    for start in starting {
+        nodes.push(start.await.unwrap().expect("every node starts"));
+    }
+    let clusters: Vec<Option<String>> = nodes.iter().map(|n| n.app.identity.cluster_id()).collect();
+    assert!(clusters[0].is_some());
+    assert!(clusters.iter().all(|c| *c == clusters[0]), "{clusters:?}");
+    eventually(Duration::from_secs(20), "three voters", || {
+        let voters = nodes[0].app.membership().voter_ids().count();
+        async move { voters == 3 }
+    })
+    .await;
+    for node in nodes {
+        node.shutdown().await;
+    }
+}
+
+/// A message from another cluster, or addressed to another incarnation, is refused before
+/// it reaches Raft, with a status that says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn messages_from_another_cluster_or_for_another_incarnation_are_refused() {
+    let cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let target = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
+    let (_, _, status) = cluster.get(target, "/api/cluster").await;
+    let ours = status["cluster_id"].as_str().unwrap().to_owned();
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{}", cluster.member(target).grpc))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let mut client = RaftServiceClient::new(channel);
+    let vote = json!({"vote": {"leader_id": {"term": 1_000, "node_id": 9}, "committed": false},
+                      "last_log_id": null});
+    let message = |cluster_id: &str, to_incarnation: &str| RaftMessage {
+        payload: serde_json::to_vec(&vote).unwrap(),
+        from: Some(Sender {
+            cluster_id: cluster_id.to_owned(),
+            node_id: 9,
+            incarnation: "i-stranger".into(),
+        }),
+        to_node: target,
+        to_incarnation: to_incarnation.to_owned(),
+        leader_quorum_age_ms: None,
+    };
+    let refused = client
+        .vote(message("c-another-cluster", ""))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        refused.message().contains("belongs to cluster"),
+        "{refused}"
+    );
+    let refused = client
+        .vote(message(&ours, "i-an-old-folder"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(refused.message().contains("new data folder"), "{refused}");
+    // Neither reached Raft: the term is unchanged (a vote request at term 1000 would raise it).
+    assert!(term(&cluster, target) < 1_000);
+    cluster.shutdown().await;
+}
