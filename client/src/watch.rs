@@ -177,8 +177,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_bulk_write_cut_in_the_middle_resumes_without_gaps_or_repeats() {
+    // A runtime, because a client (lazily connecting) is built inside one.
+    #[tokio::test]
+    async fn a_bulk_write_cut_in_the_middle_resumes_without_gaps_or_repeats() {
         let mut at = position();
         // Index 7 is a bulk write of three rows; the stream breaks after two.
         assert!(at.admit(&change(5, "A")));
