@@ -20,7 +20,7 @@ use crate::error::ChaosError;
 use crate::proxy::{Link, LinkState};
 
 /// The admin key every node of a run is started with.
-pub const ADMIN_KEY: &str = "chaos-admin";
+pub const ADMIN_KEY: &str = "chaos-admin-key-0123456789abcdef0123";
 /// Rows every session may invoke.
 pub const SHARED_ROWS: usize = 4;
 /// How long a node may take to become ready.
@@ -284,6 +284,8 @@ impl Cluster {
         }
         command
             .env("ROWCALL_ADMIN_KEY", ADMIN_KEY)
+            // The workload is a load test: quotas would measure themselves, not availability.
+            .env("ROWCALL_RATE_LIMIT", "off")
             .env("ROWCALL_SNAPSHOT_EVERY", self.snapshot_every.to_string())
             .env(
                 "ROWCALL_LOG",

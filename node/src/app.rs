@@ -49,8 +49,10 @@ pub struct App {
     pub network: Network,
     /// When peers were last heard from.
     pub liveness: Arc<Liveness>,
-    /// The configuration the node started with.
+    /// The configuration the node started with (secrets scrubbed: see `auth`).
     pub config: Arc<Config>,
+    /// Invocations that may run at once (`limits.max_concurrent_invocations`).
+    pub invocation_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// A write that took effect (or, for a repeated request id, took effect before).

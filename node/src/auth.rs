@@ -1,11 +1,40 @@
 //! Credentials: the admin key, named invoke keys and MCP tokens, compared in constant time.
 //!
-//! Secrets are kept only as SHA-256 digests; a presented credential is hashed once and
-//! compared against every digest with `subtle`, so neither its content nor its length leaks
-//! through timing.
+//! Secrets are kept only as SHA-256 digests (the configuration's copies are scrubbed once
+//! the digests are made, [`Credentials::from_config`]); a presented credential is hashed once
+//! and compared against every digest with `subtle`, so neither its content nor its length
+//! leaks through timing. Secrets shorter than [`MIN_SECRET_CHARS`] are refused at start:
+//! a guessable key on a network service is worse than none.
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+
+use crate::config::AuthConfig;
+
+/// The shortest secret a node accepts (the generated admin key has 64).
+pub const MIN_SECRET_CHARS: usize = 32;
+
+/// A configured secret that is too weak to use.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{what} is {len} characters long; secrets must have at least {MIN_SECRET_CHARS} \
+     (make one with `openssl rand -hex 32`)"
+)]
+pub struct WeakSecret {
+    /// Which secret (`the admin key`, `invoke key "ci"`), never its value.
+    pub what: String,
+    /// Its length in characters.
+    pub len: usize,
+}
+
+/// Refuses a secret shorter than [`MIN_SECRET_CHARS`].
+pub fn check_strength(what: impl FnOnce() -> String, secret: &str) -> Result<(), WeakSecret> {
+    let len = secret.chars().count();
+    if len < MIN_SECRET_CHARS {
+        return Err(WeakSecret { what: what(), len });
+    }
+    Ok(())
+}
 
 /// What a credential lets its holder do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,8 +79,35 @@ fn digest(secret: &str) -> [u8; 32] {
     Sha256::digest(secret.as_bytes()).into()
 }
 
+impl std::fmt::Debug for Credentials {
+    // Names and scopes only: digests are as good as a password to an offline guesser.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.secrets.iter().map(|s| (&s.name, s.scope)))
+            .finish()
+    }
+}
+
 impl Credentials {
-    /// Builds the set from the admin key and the named credentials.
+    /// Builds the set from the admin key and the `[auth]` section, refusing weak secrets,
+    /// then scrubs the section's secrets so that only digests outlive the start.
+    pub fn from_config(admin_key: &str, auth: &mut AuthConfig) -> Result<Self, WeakSecret> {
+        check_strength(|| "the admin key".into(), admin_key)?;
+        for (kind, list) in [
+            ("invoke key", &auth.invoke_keys),
+            ("MCP token", &auth.mcp_tokens),
+        ] {
+            for (name, secret) in list {
+                check_strength(|| format!("{kind} {name:?}"), secret)?;
+            }
+        }
+        let credentials = Self::new(admin_key, &auth.invoke_keys, &auth.mcp_tokens);
+        auth.scrub();
+        Ok(credentials)
+    }
+
+    /// Builds the set from the admin key and the named credentials (no strength check:
+    /// [`Credentials::from_config`] is the node's way in).
     pub fn new<'a>(
         admin_key: &str,
         invoke_keys: impl IntoIterator<Item = (&'a String, &'a String)>,
@@ -117,5 +173,39 @@ mod tests {
         assert!(creds.identify("mcp-secret").unwrap().allows(Scope::Mcp));
         assert!(creds.identify("admin-secre").is_none());
         assert!(creds.identify("").is_none());
+    }
+
+    #[test]
+    fn weak_secrets_are_refused_by_name_and_strong_ones_scrubbed() {
+        let strong = "s".repeat(MIN_SECRET_CHARS);
+        let mut auth = AuthConfig::default();
+        auth.invoke_keys.insert("ci".into(), "short".into());
+        let err = Credentials::from_config(&strong, &mut auth).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("invoke key \"ci\"") && message.contains("32"),
+            "{message}"
+        );
+        assert!(!message.contains("short"), "{message}");
+        let err = Credentials::from_config("change-me", &mut AuthConfig::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("the admin key is 9 characters"),
+            "{err}"
+        );
+
+        let mut auth = AuthConfig {
+            admin_key: Some(strong.clone()),
+            ..AuthConfig::default()
+        };
+        auth.mcp_tokens.insert("agent".into(), "m".repeat(40));
+        let creds = Credentials::from_config(&strong, &mut auth).unwrap();
+        assert!(creds.identify(&"m".repeat(40)).is_some());
+        let shown = format!("{auth:?} {creds:?}");
+        assert!(
+            !shown.contains(&strong) && !shown.contains("mmmm"),
+            "{shown}"
+        );
+        assert_eq!(auth.admin_key, None);
+        assert!(auth.mcp_tokens.values().all(String::is_empty));
     }
 }

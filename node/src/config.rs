@@ -29,6 +29,36 @@ pub struct Config {
     pub mcp: McpConfig,
     /// How writes reach the disk.
     pub storage: StorageConfig,
+    /// How long receipts are kept.
+    pub receipts: ReceiptsConfig,
+}
+
+/// Receipt retention. Off by default: receipts are kept for good (DESIGN §2.2), and the log
+/// grows with every invocation. With a rule set, the leader drops receipts that fall under
+/// it, on every node at once (through Raft), every `prune_every_secs`. A dropped receipt no
+/// longer confirms (`confirmed: false`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReceiptsConfig {
+    /// Drop receipts older than this many days (0: no age rule).
+    pub max_age_days: u64,
+    /// Keep at most this many receipts per row key, newest first (0: no count rule).
+    pub keep_per_key: u32,
+    /// Seconds between two runs of the policy.
+    pub prune_every_secs: u64,
+    /// Receipts dropped by one log entry at most (a run writes as many entries as needed).
+    pub prune_batch: u32,
+}
+
+impl Default for ReceiptsConfig {
+    fn default() -> Self {
+        Self {
+            max_age_days: 0,
+            keep_per_key: 0,
+            prune_every_secs: 600,
+            prune_batch: 5_000,
+        }
+    }
 }
 
 /// How writes reach the disk.
@@ -113,8 +143,10 @@ pub struct ClusterConfig {
     pub learner: bool,
 }
 
-/// Credentials. Secrets may also come from files (`admin_key_file`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// Credentials. Secrets may also come from files (`admin_key_file`). Every secret must have
+/// at least 32 characters; a node refuses to start with a shorter one. `Debug` shows names,
+/// never secrets, and the node scrubs these fields once it has their digests.
+#[derive(Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     /// The admin key: directory writes, forensic receipts, and everything else.
@@ -125,6 +157,32 @@ pub struct AuthConfig {
     pub invoke_keys: BTreeMap<String, String>,
     /// Named MCP bearer tokens: name → secret.
     pub mcp_tokens: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |set: bool| if set { "<redacted>" } else { "<none>" };
+        f.debug_struct("AuthConfig")
+            .field("admin_key", &redacted(self.admin_key.is_some()))
+            .field("admin_key_file", &self.admin_key_file)
+            .field("invoke_keys", &self.invoke_keys.keys().collect::<Vec<_>>())
+            .field("mcp_tokens", &self.mcp_tokens.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl AuthConfig {
+    /// Forgets every secret value, keeping the names (done once their digests are made).
+    pub fn scrub(&mut self) {
+        self.admin_key = None;
+        for secret in self
+            .invoke_keys
+            .values_mut()
+            .chain(self.mcp_tokens.values_mut())
+        {
+            *secret = String::new();
+        }
+    }
 }
 
 /// Request limits.
@@ -141,6 +199,29 @@ pub struct LimitsConfig {
     pub receipt_timeout_ms: u64,
     /// How long a read with `min_index` may wait for this node to catch up before 503.
     pub min_index_wait_ms: u64,
+    /// How long a client may take to send a request's headers (and how long an idle
+    /// keep-alive connection is kept); slower connections are closed (slowloris).
+    pub header_read_timeout_ms: u64,
+    /// How long a client may take to send a whole request body; slower ones get 408.
+    pub body_read_timeout_ms: u64,
+    /// Open HTTP connections at most; more are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// Invocations running at once on this node (the http and mcp runners hold upstream
+    /// connections); more get 503 with `Retry-After` rather than queueing.
+    pub max_concurrent_invocations: usize,
+    /// Open change-feed streams (`GET /api/directory/changes`) at most; more get 503.
+    pub max_feed_subscribers: usize,
+    /// Changes a change-feed subscriber is replayed at most; one further behind is told to
+    /// read the directory again (`reset`).
+    pub max_feed_replay: usize,
+    /// MCP sessions one credential may hold open on this node.
+    pub max_mcp_sessions_per_token: usize,
+    /// MCP sessions open on this node at most.
+    pub max_mcp_sessions: usize,
+    /// Rate limits per credential and per client address.
+    pub rate: RateConfig,
+    /// Limits of the gRPC listener (Raft between nodes).
+    pub grpc: GrpcLimits,
 }
 
 impl Default for LimitsConfig {
@@ -151,6 +232,106 @@ impl Default for LimitsConfig {
             write_timeout_ms: 5_000,
             receipt_timeout_ms: 2_000,
             min_index_wait_ms: 2_000,
+            header_read_timeout_ms: 15_000,
+            body_read_timeout_ms: 30_000,
+            max_connections: 8_192,
+            max_concurrent_invocations: 256,
+            max_feed_subscribers: 1_024,
+            max_feed_replay: 1_024,
+            max_mcp_sessions_per_token: 64,
+            max_mcp_sessions: 4_096,
+            rate: RateConfig::default(),
+            grpc: GrpcLimits::default(),
+        }
+    }
+}
+
+/// Requests per minute of each limited kind. A client may spend a whole minute's quota at
+/// once (the burst), then gets 429 with `Retry-After` until its quota refills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateQuota {
+    /// Asks (`GET /api/dispatch?ask=`) and MCP requests.
+    pub ask_per_minute: u32,
+    /// Invocations (`POST /api/dispatch`, `GET ?invoke=`).
+    pub invoke_per_minute: u32,
+    /// Writes: directory, share tokens, membership, imports.
+    pub write_per_minute: u32,
+}
+
+impl Default for RateQuota {
+    fn default() -> Self {
+        Self::ANONYMOUS
+    }
+}
+
+impl RateQuota {
+    /// The default quota of one client address without a credential.
+    pub const ANONYMOUS: Self = Self {
+        ask_per_minute: 1_200,
+        invoke_per_minute: 600,
+        write_per_minute: 600,
+    };
+    /// The default quota of one invoke key or MCP token (the admin key is not limited).
+    pub const CREDENTIAL: Self = Self {
+        ask_per_minute: 6_000,
+        invoke_per_minute: 3_000,
+        write_per_minute: 1_200,
+    };
+}
+
+/// Rate limits: on by default, at values a person or an agent never reaches but a flood
+/// does. Requests with the admin key are not limited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateConfig {
+    /// Whether limits apply (`ROWCALL_RATE_LIMIT=off` turns them off, e.g. for load tests).
+    pub enabled: bool,
+    /// Per client address (IPv6 by its /64) for requests without a recognised credential.
+    pub per_address: RateQuota,
+    /// Per invoke key or MCP token.
+    pub per_credential: RateQuota,
+    /// Clients tracked at most; past it, clients not yet tracked get 429 until old entries
+    /// expire (memory stays bounded under a flood from many addresses).
+    pub max_tracked: usize,
+}
+
+impl Default for RateConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            per_address: RateQuota::ANONYMOUS,
+            per_credential: RateQuota::CREDENTIAL,
+            max_tracked: 100_000,
+        }
+    }
+}
+
+/// Limits of the gRPC listener.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrpcLimits {
+    /// Requests in flight per connection at most.
+    pub concurrency_per_connection: usize,
+    /// HTTP/2 streams per connection at most.
+    pub max_concurrent_streams: u32,
+    /// Longest a request may take (a join waits for its catch-up, so this is long).
+    pub request_timeout_ms: u64,
+    /// HTTP/2 keepalive pings every this many milliseconds; a peer that does not answer
+    /// within `keepalive_timeout_ms` is disconnected.
+    pub keepalive_interval_ms: u64,
+    /// See `keepalive_interval_ms`.
+    pub keepalive_timeout_ms: u64,
+}
+
+impl Default for GrpcLimits {
+    fn default() -> Self {
+        Self {
+            concurrency_per_connection: 256,
+            max_concurrent_streams: 512,
+            request_timeout_ms: 120_000,
+            keepalive_interval_ms: 10_000,
+            keepalive_timeout_ms: 20_000,
         }
     }
 }
@@ -424,6 +605,18 @@ impl Config {
                     return Err(ConfigError::Env {
                         name: "ROWCALL_STORAGE_SYNC",
                         reason: format!("{other:?} is not fdatasync or sled-flush"),
+                    })
+                }
+            };
+        }
+        if let Some(flag) = get("ROWCALL_RATE_LIMIT") {
+            self.limits.rate.enabled = match flag.trim() {
+                "on" | "true" | "1" => true,
+                "off" | "false" | "0" => false,
+                other => {
+                    return Err(ConfigError::Env {
+                        name: "ROWCALL_RATE_LIMIT",
+                        reason: format!("{other:?} is not on or off"),
                     })
                 }
             };

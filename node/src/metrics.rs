@@ -46,6 +46,16 @@ pub const STORE_SYNCS_TOTAL: &str = "rowcall_store_syncs_total";
 pub const STORE_SYNC_SECONDS: &str = "rowcall_store_sync_duration_seconds";
 /// Writes answered with the outcome of their first attempt (a repeated request id).
 pub const WRITES_REPLAYED_TOTAL: &str = "rowcall_raft_writes_replayed_total";
+/// Requests refused by a rate limit, by quota (`ask`, `invoke`, `write`).
+pub const RATE_LIMITED_TOTAL: &str = "rowcall_http_rate_limited_total";
+/// Requests refused because the node was at a concurrency limit, by what.
+pub const BUSY_TOTAL: &str = "rowcall_http_busy_total";
+/// HTTP connections closed at accept because the node had `max_connections` open.
+pub const CONNECTIONS_REFUSED_TOTAL: &str = "rowcall_http_connections_refused_total";
+/// Open HTTP connections.
+pub const CONNECTIONS_OPEN: &str = "rowcall_http_connections_open";
+/// Receipts dropped by the retention policy.
+pub const RECEIPTS_PRUNED_TOTAL: &str = "rowcall_receipts_pruned_total";
 /// Peer messages this node refused, by reason (another cluster, a replaced incarnation, ...).
 pub const PEER_REFUSALS_TOTAL: &str = "rowcall_raft_peer_refusals_total";
 
@@ -111,6 +121,23 @@ fn describe() {
         STORE_SYNC_SECONDS,
         Unit::Seconds,
         "Time of one sync round: blob fsyncs, sled flush, fdatasync."
+    );
+    describe_counter!(
+        RATE_LIMITED_TOTAL,
+        "Requests refused with 429 by a rate limit, by quota."
+    );
+    describe_counter!(
+        BUSY_TOTAL,
+        "Requests refused with 503 at a concurrency limit, by what."
+    );
+    describe_counter!(
+        CONNECTIONS_REFUSED_TOTAL,
+        "HTTP connections closed at accept: max_connections were open."
+    );
+    describe_gauge!(CONNECTIONS_OPEN, "Open HTTP connections.");
+    describe_counter!(
+        RECEIPTS_PRUNED_TOTAL,
+        "Receipts dropped by the retention policy."
     );
     describe_counter!(
         WRITES_REPLAYED_TOTAL,

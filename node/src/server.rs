@@ -83,11 +83,37 @@ fn admin_key(config: &Config, data: &Path) -> anyhow::Result<String> {
     }
     let key = generate_key();
     write_private(&stored, &key)?;
+    // Logs are copied to places a secret must not go: say where it is, not what it is.
     println!(
-        "rowcall: generated admin key {key}  (stored in {})",
+        "rowcall: generated an admin key and stored it in {} (readable by this user only)",
         stored.display()
     );
     Ok(key)
+}
+
+/// Creates the data folder readable by this user only (it holds the admin key, receipts and
+/// the share secret); an existing folder open to others is tightened, with a warning.
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        builder.mode(0o700);
+        builder
+            .create(dir)
+            .with_context(|| format!("creating data folder {}", dir.display()))?;
+        let mode = std::fs::metadata(dir)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(folder = %dir.display(), mode = format!("{mode:o}"), "data folder was open to others; setting it to 700");
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+    }
+    #[cfg(not(unix))]
+    builder
+        .create(dir)
+        .with_context(|| format!("creating data folder {}", dir.display()))?;
+    Ok(())
 }
 
 fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
@@ -105,6 +131,22 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
     file.write_all(contents.as_bytes())?;
     file.sync_all()?;
     Ok(())
+}
+
+/// The gRPC server with its limits: requests in flight per connection, HTTP/2 streams, a
+/// deadline per request, and keepalive pings that drop a peer that stopped answering.
+fn grpc_server(limits: &crate::config::GrpcLimits) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .concurrency_limit_per_connection(limits.concurrency_per_connection.max(1))
+        .max_concurrent_streams(limits.max_concurrent_streams.max(1))
+        .timeout(Duration::from_millis(limits.request_timeout_ms.max(1)))
+        .http2_keepalive_interval(Some(Duration::from_millis(
+            limits.keepalive_interval_ms.max(1),
+        )))
+        .http2_keepalive_timeout(Some(Duration::from_millis(
+            limits.keepalive_timeout_ms.max(1),
+        )))
+        .tcp_keepalive(Some(Duration::from_secs(60)))
 }
 
 fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
@@ -141,14 +183,15 @@ pub async fn start(config: Config) -> anyhow::Result<NodeHandle> {
 }
 
 /// [`start`] with embedding options.
-pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result<NodeHandle> {
+pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Result<NodeHandle> {
+    anyhow::ensure!(config.node.id != 0, "--id must be a positive number");
+    create_private_dir(&config.node.data)?;
+    let admin = admin_key(&config, &config.node.data)?;
+    // From here on only digests of the secrets exist in the node.
+    let credentials = Credentials::from_config(&admin, &mut config.auth)?;
+    drop(admin);
     let config = Arc::new(config);
     let node = &config.node;
-    anyhow::ensure!(node.id != 0, "--id must be a positive number");
-    std::fs::create_dir_all(&node.data)
-        .with_context(|| format!("creating data folder {}", node.data.display()))?;
-    let admin = admin_key(&config, &node.data)?;
-    let credentials = Credentials::new(&admin, &config.auth.invoke_keys, &config.auth.mcp_tokens);
 
     let http_listener = TcpListener::bind(node.http)
         .await
@@ -199,6 +242,9 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
         credentials,
         network,
         liveness,
+        invocation_slots: Arc::new(tokio::sync::Semaphore::new(
+            config.limits.max_concurrent_invocations.max(1),
+        )),
         config: config.clone(),
     });
 
@@ -220,25 +266,22 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     let mut tasks = Vec::new();
     let metrics = crate::metrics::install();
     let router = http::router(app.clone(), metrics, shutdown.subscribe());
-    let mut stop = shutdown.subscribe();
+    let stop = shutdown.subscribe();
+    let limits = config.limits.clone();
     tasks.push(tokio::spawn(async move {
-        let serve = axum::serve(http_listener, router).with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        });
-        if let Err(e) = serve.await {
-            tracing::error!(error = %e, "HTTP server stopped");
-        }
+        http::serve::serve(http_listener, router, &limits, stop).await;
     }));
     let mut stop = shutdown.subscribe();
     let service = RaftServiceServer::new(RaftGrpc::new(app.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let mut grpc_builder = grpc_server(&config.limits.grpc);
     // The public API beside Raft, its links pointing at this node's HTTP address.
     let base = crate::service::base_url(&app, Some(&me.http_addr));
     let public = grpc::routes(app.clone(), base, shutdown.subscribe())?;
     tasks.push(tokio::spawn(async move {
         let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
-        let serve = tonic::transport::Server::builder()
+        let serve = grpc_builder
             .add_routes(public)
             .add_service(service)
             .serve_with_incoming_shutdown(incoming, async move {
@@ -249,6 +292,11 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
         }
     }));
 
+    let stop = shutdown.subscribe();
+    let pruner = app.clone();
+    tasks.push(tokio::spawn(async move {
+        crate::dispatch::retention::run(&pruner, stop).await;
+    }));
     let mut stop = shutdown.subscribe();
     let drainer = app.clone();
     tasks.push(tokio::spawn(async move {

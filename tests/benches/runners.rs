@@ -18,7 +18,7 @@ use axum::routing::get;
 use rowcall_node::Config;
 use serde_json::json;
 
-const ADMIN: &str = "bench-admin";
+const ADMIN: &str = "bench-admin-key-0123456789abcdef0123";
 const ROUNDS: usize = 2_000;
 const WARMUP: usize = 100;
 
@@ -68,6 +68,8 @@ async fn main() {
     config.node.data = dir.path().join("node");
     config.node.demo = false;
     config.auth.admin_key = Some(ADMIN.into());
+    // A benchmark floods one address on purpose; quotas would measure themselves.
+    config.limits.rate.enabled = false;
     config.runners.allow = vec![upstream.to_string()];
     let node = rowcall_node::start(config).await.unwrap();
     node.app

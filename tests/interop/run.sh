@@ -8,14 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+source tests/interop/common.sh
 
 echo "== interop: python venv with mcp and grpcio"
 python3 -m venv "$WORK/venv"
@@ -33,22 +26,8 @@ echo "== interop: building rowcall-node"
 cargo build --quiet -p rowcall-node
 BIN="${CARGO_TARGET_DIR:-target}/debug/rowcall-node"
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
-wait_ready() { # url log
-    for _ in $(seq 1 300); do
-        if curl -fsS "$1/readyz" >/dev/null 2>&1; then return 0; fi
-        sleep 0.1
-    done
-    echo "node at $1 never became ready; its log:" >&2
-    cat "$2" >&2
-    return 1
-}
-
-export ROWCALL_ADMIN_KEY=interop-admin-key
-export ROWCALL_MCP_TOKENS=interop=interop-mcp-token
+export ROWCALL_ADMIN_KEY=interop-admin-key-0123456789abcdef012
+export ROWCALL_MCP_TOKENS=interop=interop-mcp-token-0123456789abcdef
 H1=$(free_port) G1=$(free_port) H2=$(free_port) G2=$(free_port) H3=$(free_port) G3=$(free_port)
 # Small pages, so that the SDK follows cursors through the demo catalogue.
 printf '[mcp]\npage_size = 5\n' >"$WORK/rowcall.toml"
@@ -67,7 +46,7 @@ wait_ready "http://127.0.0.1:$H3" "$WORK/node-3.log"
 
 echo "== interop: python MCP SDK against the cluster"
 timeout 120 "$PY" tests/interop/mcp_interop.py \
-    "http://127.0.0.1:$H1" "http://127.0.0.1:$H2" interop-mcp-token "$ROWCALL_ADMIN_KEY"
+    "http://127.0.0.1:$H1" "http://127.0.0.1:$H2" interop-mcp-token-0123456789abcdef "$ROWCALL_ADMIN_KEY"
 
 echo "== interop: python gRPC client (generated stubs, reflection, health) against the cluster"
 timeout 120 "$PY" tests/interop/grpc_interop.py "$WORK/stubs" "$ROWCALL_ADMIN_KEY" \

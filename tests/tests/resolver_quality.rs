@@ -21,7 +21,7 @@ use rowcall_node::catalogue::resolver::baseline::{PlainBm25, SubstringScorer};
 use rowcall_node::{Config, NodeHandle};
 use serde_json::{json, Value};
 
-const ADMIN: &str = "resolver-quality-admin";
+const ADMIN: &str = "resolver-quality-admin-0123456789abc";
 /// Candidates asked for; MRR is computed to this depth.
 const LIMIT: usize = 10;
 /// Rows per bulk write: two writes for the fixture (the count adds up over more than one),

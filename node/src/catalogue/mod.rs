@@ -27,6 +27,9 @@ pub mod feed;
 pub mod resolver;
 pub mod row;
 
+#[cfg(test)]
+mod properties;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};

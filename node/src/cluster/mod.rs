@@ -309,6 +309,21 @@ impl App {
         }
     }
 
+    /// Whether `index` was certainly never handed to any client: this node leads, a quorum
+    /// confirmed it (so its log holds every committed entry, of any term), and its log ends
+    /// before `index`. Only the leader can tell; elsewhere (or unconfirmed) it is `false`.
+    pub async fn never_issued(&self, index: u64, timeout: Duration) -> bool {
+        let past_end = || {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow();
+            metrics.current_leader == Some(self.node_id)
+                && metrics.last_log_index.is_none_or(|last| index > last)
+        };
+        // Checked again after the quorum confirmed leadership: a deposed leader's log may be
+        // shorter than the cluster's.
+        past_end() && self.leader_read_index(timeout).await.is_ok() && past_end()
+    }
+
     /// On the leader: the read index confirmed by a quorum.
     pub async fn leader_read_index(&self, timeout: Duration) -> Result<u64, MembershipError> {
         let read = tokio::time::timeout(timeout, self.raft.get_read_log_id())

@@ -38,6 +38,16 @@ pub struct Prepared {
     method: Method,
     url: String,
     body: Option<Body>,
+    /// Whether the caller's arguments chose the scheme, host or port: then the operator's
+    /// configured headers (secrets) must not go with it.
+    destination_from_args: bool,
+}
+
+/// Whether the scheme, host or port of URL template `template` holds a `{placeholder}`.
+fn destination_from_args(template: &str) -> bool {
+    let (scheme, rest) = template.split_once("://").unwrap_or(("", template));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    scheme.contains('{') || authority.contains('{')
 }
 
 #[derive(Debug, Clone)]
@@ -88,7 +98,12 @@ pub fn prepare(row: &Row, input: &InvokeInput) -> Result<Prepared, Vec<(String, 
             })
             .collect());
     }
-    Ok(Prepared { method, url, body })
+    Ok(Prepared {
+        method,
+        url,
+        body,
+        destination_from_args: destination_from_args(template.trim()),
+    })
 }
 
 fn fill_body(template: &str, args: &Map<String, Value>, missing: &mut Vec<String>) -> Body {
@@ -324,12 +339,21 @@ async fn exchange(
         mut method,
         url,
         mut body,
+        destination_from_args,
     } = prepared;
     *called = format!("{method} {url}");
     let mut url = Url::parse(&url).map_err(|e| RunError::BadTarget(format!("{url:?}: {e}")))?;
     *called = format!("{method} {}", redacted(&url));
     let allow = AllowList::lenient(config.allow.iter().map(String::as_str));
     let headers = configured_headers(config, key)?;
+    // The operator's headers are bound to the origin the row names: a row whose host comes
+    // from the caller would let anyone send them to a host of their choosing.
+    if destination_from_args && !headers.is_empty() {
+        return Err(RunError::BadTarget(format!(
+            "the row's host is filled from arguments, but headers are configured for {key}; \
+             write the host into the target"
+        )));
+    }
     let origin = url.origin();
     let mut hops = 0;
     loop {
@@ -496,6 +520,21 @@ mod tests {
         let get = row("GET https://h.example/x", "");
         let err = prepare(&get, &input).unwrap_err();
         assert_eq!(err[0].0, "/body");
+    }
+
+    #[test]
+    fn destinations_chosen_by_arguments_are_recognised() {
+        for (template, chosen) in [
+            ("https://api.example/v1/{path}?q={q}", false),
+            ("https://{host}/v1", true),
+            ("https://api.example{suffix}/v1", true),
+            ("https://api.example:{port}/v1", true),
+            ("{scheme}://api.example/v1", true),
+            ("{url}", true),
+            ("https://api.example#{frag}", false),
+        ] {
+            assert_eq!(destination_from_args(template), chosen, "{template}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod http;
 pub mod import;
 pub mod mcp;
 pub mod outbox;
+pub mod retention;
 pub mod share;
 pub mod ssrf;
 

@@ -5,22 +5,22 @@
 //! and its checks are in [`crate::model::share`].
 
 use crate::app::App;
-use crate::model::share::{now_secs, ShareGrant, ShareRefusal, ShareSecret};
+use crate::model::share::{now_secs, ShareGrant, ShareKeys, ShareRefusal, ShareSecret};
 use crate::raft::calls::WriteError;
 use crate::raft::Command;
 use crate::store::state_machine::ReadError;
 
-/// The cluster's secret, proposing one first if the cluster has none yet (the first secret
-/// applied wins, so concurrent proposals from two nodes converge on one).
-pub async fn ensure_secret(app: &App) -> Result<ShareSecret, SecretError> {
-    if let Some(secret) = app.receipts.share_secret()? {
-        return Ok(secret);
+/// The cluster's keys, proposing a secret first if the cluster has none yet (the first
+/// secret applied wins, so concurrent proposals from two nodes converge on one).
+pub async fn ensure_secret(app: &App) -> Result<ShareKeys, SecretError> {
+    if let Some(keys) = app.receipts.share_keys()? {
+        return Ok(keys);
     }
     app.write(Command::SetShareSecret {
         secret: ShareSecret::generate(),
     })
     .await?;
-    app.receipts.share_secret()?.ok_or(SecretError::Missing)
+    app.receipts.share_keys()?.ok_or(SecretError::Missing)
 }
 
 /// Why the share secret is not available.
@@ -44,10 +44,10 @@ pub fn verify_for(app: &App, token: &str, key: &str) -> Result<ShareGrant, Share
     if app.is_stale() {
         return Err(ShareRefusal::Stale);
     }
-    let secret = app
+    let keys = app
         .receipts
-        .share_secret()
+        .share_keys()
         .map_err(|e| ShareRefusal::Unchecked(e.to_string()))?
         .ok_or(ShareRefusal::NoSecret)?;
-    secret.verify(token, key, now_secs(), |id| app.receipts.share_revoked(id))
+    keys.verify(token, key, now_secs(), |id| app.receipts.share_revoked(id))
 }

@@ -5,7 +5,10 @@
 //! Refused unless the operator's allow-list permits them: loopback, unspecified, private
 //! (RFC 1918, IPv6 unique-local), shared (CGNAT), link-local (which holds the cloud metadata
 //! address 169.254.169.254), multicast, broadcast and reserved ranges, also when they hide in
-//! an IPv4-mapped or NAT64 IPv6 address. One forbidden address among several refuses the
+//! an IPv6 address that carries an IPv4 one (IPv4-mapped `::ffff:0:0/96`, IPv4-compatible
+//! `::/96`, NAT64 `64:ff9b::/96`). Transition ranges whose far end the node cannot see
+//! (local-use NAT64 `64:ff9b:1::/48`, 6to4 `2002::/16`, Teredo `2001::/32`) and the discard
+//! prefix `100::/64` are refused whole. One forbidden address among several refuses the
 //! whole destination: an attacker's DNS must not be able to mix one in.
 //!
 //! The allow-list (`[runners] allow` and `ROWCALL_HTTP_ALLOW`) holds CIDRs (`10.0.0.0/8`, a
@@ -216,14 +219,32 @@ fn v6_range(ip: Ipv6Addr) -> Option<Range> {
         return v4_range(v4);
     }
     let segments = ip.segments();
+    let last_v4 = Ipv4Addr::from(u128::from(ip) as u32);
     // NAT64 (64:ff9b::/96) reaches the IPv4 address in its last 32 bits.
     if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        let bits = u128::from(ip) as u32;
-        return v4_range(Ipv4Addr::from(bits));
+        return v4_range(last_v4);
+    }
+    if ip.is_loopback() {
+        return Some(Range::Loopback);
+    }
+    if ip.is_unspecified() {
+        return Some(Range::Unspecified);
+    }
+    // IPv4-compatible (::a.b.c.d, deprecated): some stacks still route it to the IPv4
+    // address, so `::7f00:1` is 127.0.0.1. Nothing public lives there either way.
+    if segments[..6] == [0; 6] {
+        return Some(v4_range(last_v4).unwrap_or(Range::Reserved));
+    }
+    // Local-use NAT64 (RFC 8215), 6to4 (RFC 3056) and Teredo (RFC 4380) reach IPv4 hosts
+    // through translators and relays the node cannot check; discard-only (RFC 6666).
+    let transition = segments[..3] == [0x64, 0xff9b, 1]
+        || segments[0] == 0x2002
+        || segments[..2] == [0x2001, 0]
+        || segments[..4] == [0x100, 0, 0, 0];
+    if transition {
+        return Some(Range::Reserved);
     }
     Some(match segments[0] {
-        _ if ip.is_loopback() => Range::Loopback,
-        _ if ip.is_unspecified() => Range::Unspecified,
         0xfc00..=0xfdff => Range::Private,
         0xfe80..=0xfebf => Range::LinkLocal,
         0xff00..=0xffff => Range::Multicast,
@@ -309,6 +330,14 @@ mod tests {
             ("::ffff:169.254.169.254", Range::LinkLocal),
             ("64:ff9b::a00:1", Range::Private),
             ("240.0.0.1", Range::Reserved),
+            ("::7f00:1", Range::Loopback),
+            ("::a9fe:a9fe", Range::LinkLocal),
+            ("::808:808", Range::Reserved),
+            ("2002:7f00:1::1", Range::Reserved),
+            ("2002:808:808::1", Range::Reserved),
+            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", Range::Reserved),
+            ("64:ff9b:1::a00:1", Range::Reserved),
+            ("100::1", Range::Reserved),
         ] {
             assert_eq!(forbidden_range(ip(addr)), Some(range), "{addr}");
         }
@@ -318,6 +347,9 @@ mod tests {
             "172.32.0.1",
             "100.128.0.1",
             "2606:4700::1111",
+            "64:ff9b::808:808",
+            "2001:4860::8888",
+            "100:0:0:1::1",
         ] {
             assert_eq!(forbidden_range(ip(addr)), None, "{addr}");
         }

@@ -16,10 +16,12 @@ use crate::raft::NodeId;
 pub struct Member {
     /// Its id.
     pub id: NodeId,
-    /// Its gRPC address (Raft and the public gRPC API).
-    pub grpc_addr: String,
-    /// Its HTTP address.
-    pub http_addr: String,
+    /// Its gRPC address (Raft and the public gRPC API); admin key only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc_addr: Option<String>,
+    /// Its HTTP address; admin key only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_addr: Option<String>,
     /// The incarnation (data folder) the membership admitted.
     pub incarnation: String,
     /// Whether it votes (else a learner).
@@ -82,8 +84,8 @@ pub fn status(app: &App) -> Status {
         .nodes()
         .map(|(id, node)| Member {
             id: *id,
-            grpc_addr: node.grpc_addr.clone(),
-            http_addr: node.http_addr.clone(),
+            grpc_addr: Some(node.grpc_addr.clone()),
+            http_addr: Some(node.http_addr.clone()),
             incarnation: node.incarnation.clone(),
             voter: voters.contains(id),
             leader: metrics.current_leader == Some(*id),
@@ -122,6 +124,18 @@ pub fn status(app: &App) -> Status {
         learners: membership.learner_ids().collect(),
         follower_lag,
         outbox: app.outbox.len(),
+    }
+}
+
+impl Status {
+    /// The status as a caller without the admin key sees it: no member addresses (the Raft
+    /// port is for peers only, and its address helps nobody else).
+    pub fn without_addresses(mut self) -> Self {
+        for member in &mut self.members {
+            member.grpc_addr = None;
+            member.http_addr = None;
+        }
+        self
     }
 }
 

@@ -44,6 +44,41 @@ pub fn field_schema() -> &'static Value {
     })
 }
 
+/// How much of a row a caller may see. With the admin key, all of it; anyone else sees no
+/// `target` (it names internal hosts and paths) and no hidden row (`planner_visible: false`:
+/// kept out of every listing on purpose).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowView {
+    /// Everything (the admin key).
+    Full,
+    /// What strangers may see.
+    Public,
+}
+
+impl RowView {
+    /// The view of whoever presented `credential`.
+    pub fn for_caller(app: &App, credential: Option<&str>) -> Self {
+        match Admin::check(app, credential, "see targets and hidden rows") {
+            Ok(_) => Self::Full,
+            Err(_) => Self::Public,
+        }
+    }
+
+    /// `row` as this view shows it, or `None` if it does not show it at all.
+    pub fn show(self, row: &Row) -> Option<Value> {
+        let mut value = serde_json::to_value(row).ok()?;
+        if self == Self::Public {
+            if !row.planner_visible {
+                return None;
+            }
+            if let Some(fields) = value.as_object_mut() {
+                fields.remove("target");
+            }
+        }
+        Some(value)
+    }
+}
+
 /// One page of rows, in key order.
 #[derive(Debug, Clone)]
 pub struct Page {

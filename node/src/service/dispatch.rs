@@ -14,7 +14,7 @@ use super::error::{run_error_parts, ErrorDetail, ErrorKind, ServiceError};
 use super::{identify, read_barrier, Freshness};
 use crate::app::App;
 use crate::auth::{Principal, Scope};
-use crate::catalogue::row::{Auth, Row};
+use crate::catalogue::row::{Auth, Risk, Row};
 use crate::dispatch::{self as run, share, InvokeInput, Invoked, ProofStatus};
 use crate::model::receipt::{valid_receipt_id, Confirmation};
 use crate::model::share::{new_token_id, now_secs};
@@ -23,6 +23,15 @@ use crate::model::share::{new_token_id, now_secs};
 pub const DEFAULT_LIMIT: usize = 5;
 /// Most candidates an ask returns.
 pub const MAX_LIMIT: usize = 50;
+/// The longest ask, in bytes: a request an agent writes fits with room to spare, and the
+/// resolver's work stays bounded whatever arrives.
+pub const MAX_ASK_BYTES: usize = 1024;
+
+/// Whether row `row` may run by GET (a `run_now` link): only rows that change nothing, since
+/// link unfurlers, prefetchers and `<img>` tags follow links without asking anyone.
+pub fn runs_by_get(row: &Row) -> bool {
+    row.risk == Risk::Read
+}
 
 /// One ranked candidate.
 #[derive(Debug, Serialize, ToSchema)]
@@ -86,7 +95,7 @@ pub async fn ask(
 ) -> Result<AskAnswer, ServiceError> {
     read_barrier(app, freshness).await?;
     let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-    let mut answer = rank(app, base, ask, limit);
+    let mut answer = rank(app, base, ask, limit)?;
     if let Some(best) = answer.best.as_mut() {
         share_run_now(app, credential, base, best).await;
     }
@@ -106,8 +115,17 @@ fn round(score: f32) -> f64 {
 }
 
 /// Ranks the catalogue for `ask`: the answer without a read barrier or share links (the MCP
-/// search tool's).
-pub fn rank(app: &App, base: &str, ask: &str, limit: usize) -> AskAnswer {
+/// search tool's). An ask longer than [`MAX_ASK_BYTES`] is refused.
+pub fn rank(app: &App, base: &str, ask: &str, limit: usize) -> Result<AskAnswer, ServiceError> {
+    if ask.len() > MAX_ASK_BYTES {
+        return Err(ServiceError::BadRequest {
+            message: format!(
+                "the ask is {} bytes long; at most {MAX_ASK_BYTES}",
+                ask.len()
+            ),
+            hint: "say what you need in a sentence or two",
+        });
+    }
     let started = Instant::now();
     let (hits, index) = {
         let catalogue = app.catalogue.read();
@@ -116,7 +134,7 @@ pub fn rank(app: &App, base: &str, ask: &str, limit: usize) -> AskAnswer {
     metrics::histogram!(crate::metrics::ASK_SECONDS).record(started.elapsed().as_secs_f64());
     let best = hits.first().map(|(hit, row)| {
         let key = &row.key;
-        let run_now = (row.auth == Auth::Public)
+        let run_now = (row.auth == Auth::Public && runs_by_get(row))
             .then(|| format!("{base}/api/dispatch?invoke={key}"));
         let r#do = if run_now.is_some() {
             format!("GET run_now, or POST {{\"key\":\"{key}\"}} to /api/dispatch")
@@ -140,7 +158,7 @@ pub fn rank(app: &App, base: &str, ask: &str, limit: usize) -> AskAnswer {
             why: hit.matched.clone(),
         })
         .collect();
-    AskAnswer {
+    Ok(AskAnswer {
         ask: ask.to_owned(),
         count: candidates.len(),
         index,
@@ -149,6 +167,17 @@ pub fn rank(app: &App, base: &str, ask: &str, limit: usize) -> AskAnswer {
             .then_some("nothing matched well; try other words, or browse GET /api/directory"),
         best,
         candidates,
+    })
+}
+
+impl AskAnswer {
+    /// Whether the answer carries a share token (a `run_now` link with `share=`): such an
+    /// answer must not be cached by anyone.
+    pub fn carries_token(&self) -> bool {
+        self.best
+            .as_ref()
+            .and_then(|b| b.run_now.as_deref())
+            .is_some_and(|link| link.contains("&share="))
     }
 }
 
@@ -289,7 +318,7 @@ pub fn contract_json(row: &Row, base: &str) -> Value {
         contract["args_schema"] = schema.clone();
         contract["args_example"] = example_args(schema);
     }
-    if row.auth == Auth::Public {
+    if row.auth == Auth::Public && runs_by_get(row) {
         contract["run_now"] = json!(format!("{base}/api/dispatch?invoke={key}"));
     }
     contract
@@ -327,7 +356,7 @@ fn contract_markdown(row: &Row, base: &str) -> String {
         }
     );
     let _ = writeln!(md, "```json\n{}\n```", invoke_body_example(row));
-    if row.auth == Auth::Public {
+    if row.auth == Auth::Public && runs_by_get(row) {
         let _ = writeln!(md, "\nOr run now: `GET {base}/api/dispatch?invoke={key}`");
     }
     if let Some(schema) = &row.args_schema {
@@ -388,11 +417,12 @@ async fn share_run_now(app: &App, credential: Option<&str>, base: &str, best: &m
         .ok()
         .flatten()
         .is_some_and(|p| p.allows(Scope::Invoke));
+    // A link is followed by GET, which runs only rows that change nothing.
     let key_auth = app
         .catalogue
         .read()
         .get(&best.key)
-        .is_some_and(|row| row.auth == Auth::Key);
+        .is_some_and(|row| row.auth == Auth::Key && runs_by_get(&row));
     if best.run_now.is_some() || !allowed || !key_auth {
         return;
     }
@@ -473,6 +503,9 @@ pub async fn invoke_as(
     input: InvokeInput,
 ) -> Result<Invocation, ServiceError> {
     let row = find_row(app, key)?;
+    // Only a caller who showed a credential is told why an upstream failed; a stranger's
+    // answer is generic and the details stay in the receipt (admin) and the log.
+    let reveal = caller.is_some();
     let caller = match (row.auth, caller) {
         (_, Some(p)) if p.allows(scope) => p.name,
         (Auth::Public, _) => "public".to_owned(),
@@ -488,11 +521,20 @@ pub async fn invoke_as(
             })
         }
     };
+    // Runners hold upstream connections and memory: past the limit, answer at once rather
+    // than queue (the caller retries, or another node serves it).
+    let _slot = app.invocation_slots.try_acquire().map_err(|_| {
+        metrics::counter!(crate::metrics::BUSY_TOTAL, "what" => "invocations").increment(1);
+        ServiceError::Busy {
+            what: "invocations",
+            limit: app.config.limits.max_concurrent_invocations,
+        }
+    })?;
     let invoked = run::invoke(app, row, input, caller).await?;
-    Ok(invocation(key, base, invoked))
+    Ok(invocation(key, base, invoked, reveal))
 }
 
-fn invocation(key: &str, base: &str, invoked: Invoked) -> Invocation {
+fn invocation(key: &str, base: &str, invoked: Invoked, reveal: bool) -> Invocation {
     let Invoked {
         receipt,
         result,
@@ -515,9 +557,16 @@ fn invocation(key: &str, base: &str, invoked: Invoked) -> Invocation {
         None => (None, None),
         Some(e) => {
             let (kind, code) = run_error_parts(&e);
+            // Argument errors are about the caller's own input: always said.
+            let message = if reveal || kind == ErrorKind::Invalid {
+                e.to_string()
+            } else {
+                tracing::info!(key, receipt = %id, error = %e, "invocation failed (details withheld from an anonymous caller)");
+                generic_run_message(kind).to_owned()
+            };
             let detail = ErrorDetail {
                 code,
-                message: e.to_string(),
+                message,
                 hint: "the receipt records this failure; see the contract for the arguments",
                 request_id: None,
                 violations: Vec::new(),
@@ -535,6 +584,17 @@ fn invocation(key: &str, base: &str, invoked: Invoked) -> Invocation {
         },
         failure,
         committed_index,
+    }
+}
+
+/// What an anonymous caller is told of a failed invocation: the class of the failure, not
+/// the upstream's answer or the addresses the node resolved.
+fn generic_run_message(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::PermissionDenied => "the row's destination is not allowed",
+        ErrorKind::GatewayTimeout => "the upstream did not answer in time",
+        ErrorKind::BadGateway => "the upstream failed",
+        _ => "the invocation failed",
     }
 }
 

@@ -24,6 +24,10 @@ pub enum ErrorKind {
     PermissionDenied,
     /// 404: nothing there.
     NotFound,
+    /// 405: not by this method (a GET link may not run a row that changes something).
+    MethodNotAllowed,
+    /// 408: the request did not arrive in time.
+    RequestTimeout,
     /// 409: a version or membership precondition did not hold.
     Conflict,
     /// 413: the request is larger than the limit.
@@ -32,6 +36,8 @@ pub enum ErrorKind {
     UnsupportedMediaType,
     /// 422: well-formed, but breaks a rule (row fields, argument schema).
     Invalid,
+    /// 429: over the caller's rate limit; retry after the delay given.
+    TooManyRequests,
     /// 500: the node failed.
     Internal,
     /// 502: an upstream the node called failed.
@@ -167,6 +173,47 @@ pub enum ServiceError {
     /// An MCP import failed.
     #[error(transparent)]
     Import(ImportError),
+    /// A row that changes something was asked to run by GET (a link, an `<img>`, an
+    /// unfurler); it runs only by POST.
+    #[error("{key} is a {risk} row: it runs only by POST /api/dispatch, never by a GET link")]
+    PostOnly {
+        /// The row.
+        key: String,
+        /// Its risk.
+        risk: &'static str,
+    },
+    /// The caller is over its rate limit.
+    #[error("too many {what} requests from {subject}; retry in {retry_after_secs} s")]
+    RateLimited {
+        /// Which quota (`ask`, `invoke`, `write`).
+        what: &'static str,
+        /// Whose (`this address`, `credential "ci"`).
+        subject: String,
+        /// Seconds until the quota allows one more.
+        retry_after_secs: u64,
+    },
+    /// This node is at a concurrency limit (invocations, change-feed streams, MCP sessions).
+    #[error("this node is serving as many {what} as it allows ({limit}); retry shortly")]
+    Busy {
+        /// What is at its limit.
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
+    /// One credential holds as many MCP sessions as it may.
+    #[error("credential {name:?} holds {limit} MCP sessions on this node, its limit")]
+    TooManySessions {
+        /// The credential.
+        name: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// The request body did not arrive within the body read timeout.
+    #[error("the request body did not arrive within {ms} ms")]
+    BodyTimeout {
+        /// The limit.
+        ms: u64,
+    },
     /// Something failed inside the node; details go to the log only.
     #[error("internal error")]
     Internal(String),
@@ -222,10 +269,23 @@ impl ServiceError {
     }
 
     /// Whether retrying may succeed, after a short wait (HTTP says `Retry-After`): the
-    /// cluster or this node cannot serve it now, or a write's outcome is unknown.
+    /// cluster or this node cannot serve it now, a write's outcome is unknown, or the caller
+    /// is over a limit that refills.
     pub fn retryable(&self) -> bool {
-        self.kind() == ErrorKind::Unavailable
-            || matches!(self, Self::Write(WriteError::OutcomeUnknown { .. }))
+        self.retry_after_secs().is_some()
+    }
+
+    /// Seconds a caller should wait before retrying, when a retry may succeed.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Self::RateLimited {
+                retry_after_secs, ..
+            } => Some((*retry_after_secs).max(1)),
+            Self::TooManySessions { .. } => Some(1),
+            Self::Write(WriteError::OutcomeUnknown { .. }) => Some(1),
+            _ if self.kind() == ErrorKind::Unavailable => Some(1),
+            _ => None,
+        }
     }
 
     fn parts(&self) -> (ErrorKind, &'static str, &'static str) {
@@ -264,6 +324,11 @@ impl ServiceError {
             Self::Import(ImportError::KeyTaken { .. }) => (S::Conflict, "key_taken", "import with a prefix so the keys do not collide"),
             Self::Import(ImportError::Changed { .. }) => (S::Conflict, "version_conflict", "run the import again"),
             Self::Import(ImportError::Write(_)) => (S::Unavailable, "no_quorum", "the cluster has no quorum right now; retry after the Retry-After delay"),
+            Self::PostOnly { .. } => (S::MethodNotAllowed, "post_only", "POST {\"key\": \"<KEY>\"} to /api/dispatch with a credential; GET links run only risk: read rows"),
+            Self::RateLimited { .. } => (S::TooManyRequests, "rate_limited", "wait Retry-After seconds; an invoke key has a larger quota than an address"),
+            Self::Busy { .. } => (S::Unavailable, "busy", "retry after the Retry-After delay, or use another node"),
+            Self::TooManySessions { .. } => (S::TooManyRequests, "too_many_sessions", "close sessions you no longer use (DELETE /api/mcp with the session id), or wait until idle ones expire"),
+            Self::BodyTimeout { .. } => (S::RequestTimeout, "body_timeout", "send the whole body promptly"),
             Self::Internal(_) => (S::Internal, "internal", "retry; if it persists, the node's log has the details"),
         }
     }

@@ -61,9 +61,14 @@ pub fn follow(
         let catalogue = app.catalogue.read();
         catalogue.watch(since, app.applied_index())
     };
+    // A subscriber further behind than the replay cap reads the directory instead: a
+    // replay costs the node a row read per change.
+    let max_replay = app.config.limits.max_feed_replay;
     let (backlog, reset_first) = match backlog {
-        Backlog::Changes(changes) => (VecDeque::from(changes), false),
-        Backlog::Reset => (VecDeque::new(), true),
+        Backlog::Changes(changes) if changes.len() <= max_replay => {
+            (VecDeque::from(changes), false)
+        }
+        Backlog::Changes(_) | Backlog::Reset => (VecDeque::new(), true),
     };
     let follow = Follow {
         app,

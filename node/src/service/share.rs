@@ -4,7 +4,7 @@
 use super::{Admin, Logged, ServiceError};
 use crate::app::App;
 use crate::dispatch::share::ensure_secret;
-use crate::model::share::{new_token_id, now_secs, valid_token_id};
+use crate::model::share::{new_token_id, now_secs, valid_token_id, ShareSecret};
 use crate::model::time::{format_ms, now_ms};
 use crate::raft::{Command, Request, RequestId};
 
@@ -19,8 +19,9 @@ pub struct Minted {
     pub key: String,
     /// When it expires (RFC 3339).
     pub expires_at: String,
-    /// A link that runs the row with it.
-    pub run_now: String,
+    /// A link that runs the row with it (rows whose risk is `read`; the others run only by
+    /// POST, with the token in the `x-rowcall-share` header).
+    pub run_now: Option<String>,
 }
 
 /// Mints a token for row `key`, valid for `ttl_secs` (default and maximum from the `[share]`
@@ -32,9 +33,7 @@ pub async fn mint(
     key: &str,
     ttl_secs: Option<u64>,
 ) -> Result<Minted, ServiceError> {
-    if app.catalogue.read().get(key).is_none() {
-        return Err(ServiceError::NotFound(format!("no row with key {key:?}")));
-    }
+    let row = super::dispatch::find_row(app, key)?;
     let limits = &app.config.share;
     let ttl = ttl_secs.unwrap_or(limits.default_ttl_secs);
     if ttl == 0 || ttl > limits.max_ttl_secs {
@@ -48,7 +47,8 @@ pub async fn mint(
     let expires = now_secs() + ttl;
     let token = secret.mint(&id, key, expires);
     Ok(Minted {
-        run_now: format!("{base}/api/dispatch?invoke={key}&share={token}"),
+        run_now: super::dispatch::runs_by_get(&row)
+            .then(|| format!("{base}/api/dispatch?invoke={key}&share={token}")),
         token,
         id,
         key: key.to_owned(),
@@ -64,9 +64,9 @@ pub async fn revoke(
     request_id: RequestId,
     id: &str,
 ) -> Result<(String, Logged), ServiceError> {
-    // A whole token `st1.<id>.…` names its id second.
+    // A whole token names its id second (`st1.<id>.…`) or third (`st2.<kid>.<id>.…`).
     let id = match id.split('.').collect::<Vec<_>>()[..] {
-        ["st1", token_id, ..] => token_id.to_owned(),
+        ["st1", token_id, ..] | ["st2", _, token_id, ..] => token_id.to_owned(),
         _ => id.to_owned(),
     };
     if !valid_token_id(&id) {
@@ -83,4 +83,46 @@ pub async fn revoke(
         .submit(Request::with_id(request_id, command), app.write_timeout())
         .await?;
     Ok((id, Logged::from(&written)))
+}
+
+/// What a rotation did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rotated {
+    /// The id of the key that signs from now on (the `kid` in new tokens).
+    pub kid: String,
+    /// The id of the replaced key, if its tokens keep verifying.
+    pub kept: Option<String>,
+    /// Where the write is in the log.
+    pub logged: Logged,
+}
+
+/// Replaces the cluster's share secret. Tokens of the replaced secret keep working only with
+/// `keep_previous` (a planned rotation; they expire on their own); without it they are
+/// refused on every node once it applied the rotation (a leaked secret). The secret before
+/// the replaced one is dropped either way.
+pub async fn rotate(
+    app: &App,
+    _admin: &Admin,
+    request_id: RequestId,
+    keep_previous: bool,
+) -> Result<Rotated, ServiceError> {
+    let replaced = app
+        .receipts
+        .share_keys()
+        .map_err(ServiceError::internal)?
+        .map(|keys| keys.current.kid());
+    let secret = ShareSecret::generate();
+    let kid = secret.kid();
+    let command = Command::RotateShareSecret {
+        secret,
+        keep_previous,
+    };
+    let written = app
+        .submit(Request::with_id(request_id, command), app.write_timeout())
+        .await?;
+    Ok(Rotated {
+        kid,
+        kept: replaced.filter(|_| keep_previous),
+        logged: Logged::from(&written),
+    })
 }

@@ -63,9 +63,20 @@ pub(crate) struct SnapshotBody {
     /// Revoked share tokens.
     #[serde(default)]
     pub revoked: Vec<Revocation>,
+    /// The share secret a planned rotation replaced (absent before rotations existed).
+    #[serde(default)]
+    pub share_previous: Option<ShareSecret>,
     /// The request ids the cut remembers (absent in snapshots older than request ids).
     #[serde(default)]
     pub requests: Vec<requests::Record>,
+}
+
+/// The share state a snapshot carries.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ShareState {
+    pub secret: Option<ShareSecret>,
+    pub previous: Option<ShareSecret>,
+    pub revoked: Vec<Revocation>,
 }
 
 /// A snapshot failure whose source cannot be carried as is.
@@ -161,7 +172,7 @@ pub(crate) fn store_unless_older(
 pub struct SnapshotBuilder {
     pub(crate) storage: Durable,
     pub(crate) tree: sled::Tree,
-    pub(crate) share: Result<(Option<ShareSecret>, Vec<Revocation>), String>,
+    pub(crate) share: Result<ShareState, String>,
     pub(crate) last_applied: Option<LogId>,
     pub(crate) membership: Membership,
     pub(crate) rows: Vec<Arc<Row>>,
@@ -178,12 +189,13 @@ impl SnapshotBuilder {
                 receipts.push(receipt);
             }
         }
-        let (share_secret, revoked) = self.share.clone().map_err(|e| fail(&e))?;
+        let share = self.share.clone().map_err(|e| fail(&e))?;
         Ok(SnapshotBody {
             rows: self.rows.iter().map(|r| (**r).clone()).collect(),
             receipts,
-            share_secret,
-            revoked,
+            share_secret: share.secret,
+            revoked: share.revoked,
+            share_previous: share.previous,
             requests: requests::in_window(&self.tree, upto)?,
         })
     }

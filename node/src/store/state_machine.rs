@@ -49,7 +49,7 @@ use super::snapshot::{self, Membership, Meta, Revocation, SnapshotBody, Snapshot
 use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::SharedCatalogue;
 use crate::model::receipt::Receipt;
-use crate::model::share::ShareSecret;
+use crate::model::share::{ShareKeys, ShareSecret};
 use crate::model::time::{format_ms, parse_ms};
 use crate::raft::{
     Command, CommandResult, Entry, LogId, PutOutcome, Request, RequestId, StorageError, TypeConfig,
@@ -61,6 +61,12 @@ const RECEIPT_BY_KEY: &[u8] = b"k/";
 const APPLIED: &[u8] = b"m/applied";
 const MEMBERSHIP: &[u8] = b"m/membership";
 const SHARE_SECRET: &[u8] = b"m/share_secret";
+/// The share secret a planned rotation replaced, still verifying its tokens.
+const SHARE_PREVIOUS: &[u8] = b"m/share_previous";
+/// `t/<started_ms:be8><id>`: receipts in the order they started, for the age rule.
+const RECEIPT_BY_TIME: &[u8] = b"t/";
+/// Set once every stored receipt has its `t/` entry (built at open for older folders).
+const TIME_INDEXED: &[u8] = b"m/receipts_time_indexed";
 const SHARE_REVOKED: &[u8] = b"v/";
 
 fn row_key(key: &str) -> Vec<u8> {
@@ -81,6 +87,35 @@ fn receipt_by_key(key: &str, index: u64, id: &str) -> Vec<u8> {
         id.as_bytes(),
     ]
     .concat()
+}
+
+fn receipt_by_time(receipt: &Receipt) -> Vec<u8> {
+    let started = parse_ms(&receipt.started_at).unwrap_or(0);
+    [
+        RECEIPT_BY_TIME,
+        &started.to_be_bytes(),
+        receipt.id.as_bytes(),
+    ]
+    .concat()
+}
+
+/// Stages a receipt's entries: the receipt and its two indexes.
+fn stage_receipt(batch: &mut sled::Batch, receipt: &Receipt) -> Result<(), StorageError> {
+    batch.insert(
+        receipt_by_key(&receipt.key, receipt.index, &receipt.id),
+        &[] as &[u8],
+    );
+    batch.insert(receipt_by_time(receipt), &[] as &[u8]);
+    batch.insert(receipt_key(&receipt.id), encode(receipt)?);
+    Ok(())
+}
+
+/// Stages the removal of a stored receipt and its indexes: the one way a receipt leaves the
+/// state (retention), so whatever must outlive a dropped receipt is kept here.
+fn drop_receipt(batch: &mut sled::Batch, receipt: &Receipt) {
+    batch.remove(receipt_by_key(&receipt.key, receipt.index, &receipt.id));
+    batch.remove(receipt_by_time(receipt));
+    batch.remove(receipt_key(&receipt.id));
 }
 
 fn revoked_key(id: &str) -> Vec<u8> {
@@ -160,6 +195,18 @@ impl ReceiptReader {
         }
     }
 
+    /// The cluster's share keys (the current secret, and the one a planned rotation kept).
+    pub fn share_keys(&self) -> Result<Option<ShareKeys>, ReadError> {
+        let Some(current) = self.share_secret()? else {
+            return Ok(None);
+        };
+        let previous = match self.tree.get(SHARE_PREVIOUS)? {
+            Some(bytes) => Some(serde_json::from_slice(&bytes)?),
+            None => None,
+        };
+        Ok(Some(ShareKeys { current, previous }))
+    }
+
     /// Whether the share token `id` was revoked.
     pub fn share_revoked(&self, id: &str) -> Result<bool, ReadError> {
         Ok(self.tree.contains_key(revoked_key(id))?)
@@ -212,10 +259,12 @@ struct Stage {
     changes: Vec<Change>,
     /// Receipts written earlier in the batch (not yet in sled).
     receipts: HashMap<String, Receipt>,
-    /// Whether a share secret was written earlier in the batch.
-    secret: bool,
+    /// The share secret written earlier in the batch, if any.
+    secret: Option<ShareSecret>,
     /// Request ids applied earlier in the batch.
     requests: HashMap<RequestId, Record>,
+    /// Receipts dropped earlier in the batch (still in the tree until it is written).
+    dropped: std::collections::HashSet<String>,
 }
 
 impl Stage {
@@ -242,6 +291,7 @@ impl StateMachine {
     pub fn open(storage: &Durable, catalogue: SharedCatalogue) -> Result<Self, StorageError> {
         let tree = storage.db().open_tree("sm").map_err(|e| read_err(&e))?;
         snapshot::migrate(&tree)?;
+        index_receipt_times(&tree)?;
         let read = |key: &[u8]| tree.get(key).map_err(|e| read_err(&e));
         let last_applied: Option<LogId> = match read(APPLIED)? {
             Some(b) => serde_json::from_slice(&b).map_err(|e| read_err(&e))?,
@@ -418,13 +468,7 @@ impl StateMachine {
                     });
                 }
                 receipt.index = index;
-                stage.batch.insert(
-                    receipt_by_key(&receipt.key, index, &receipt.id),
-                    &[] as &[u8],
-                );
-                stage
-                    .batch
-                    .insert(receipt_key(&receipt.id), encode(&receipt)?);
+                stage_receipt(&mut stage.batch, &receipt)?;
                 let id = receipt.id.clone();
                 stage.receipts.insert(id.clone(), receipt);
                 Ok(CommandResult::ReceiptAppended { id, index })
@@ -436,12 +480,36 @@ impl StateMachine {
                     .tree
                     .contains_key(SHARE_SECRET)
                     .map_err(|e| read_err(&e))?;
-                if !stored && !stage.secret {
+                if !stored && stage.secret.is_none() {
                     stage.batch.insert(SHARE_SECRET, encode(&secret)?);
-                    stage.secret = true;
+                    stage.secret = Some(secret);
                 }
                 Ok(CommandResult::Applied)
             }
+            Command::RotateShareSecret {
+                secret,
+                keep_previous,
+            } => {
+                let replaced = match stage.secret.clone() {
+                    Some(staged) => Some(staged),
+                    None => match self.tree.get(SHARE_SECRET).map_err(|e| read_err(&e))? {
+                        Some(bytes) => serde_json::from_slice(&bytes).ok(),
+                        None => None,
+                    },
+                };
+                match replaced.filter(|_| keep_previous) {
+                    Some(previous) => stage.batch.insert(SHARE_PREVIOUS, encode(&previous)?),
+                    None => stage.batch.remove(SHARE_PREVIOUS),
+                }
+                stage.batch.insert(SHARE_SECRET, encode(&secret)?);
+                stage.secret = Some(secret);
+                Ok(CommandResult::Applied)
+            }
+            Command::PruneReceipts {
+                before_ms,
+                keep_per_key,
+                limit,
+            } => self.prune(before_ms, keep_per_key, limit, stage),
             Command::RevokeShare { id, at_ms } => {
                 let revocation = Revocation { id, at_ms };
                 stage
@@ -450,6 +518,86 @@ impl StateMachine {
                 Ok(CommandResult::Applied)
             }
         }
+    }
+
+    /// Stages the removal of receipts under the retention policy (see
+    /// [`Command::PruneReceipts`]): first by age, oldest first, then each key's surplus,
+    /// oldest first; at most `limit`. Receipts staged in this batch are never candidates:
+    /// they are not in the tree yet.
+    fn prune(
+        &self,
+        before_ms: u64,
+        keep_per_key: u32,
+        limit: u32,
+        stage: &mut Stage,
+    ) -> Result<CommandResult, StorageError> {
+        let mut doomed: Vec<String> = Vec::new();
+        let mut more = false;
+        if before_ms > 0 {
+            for item in self.tree.scan_prefix(RECEIPT_BY_TIME) {
+                let (key, _) = item.map_err(|e| read_err(&e))?;
+                let rest = &key[RECEIPT_BY_TIME.len()..];
+                let Some((started, id)) = rest.split_at_checked(8) else {
+                    continue;
+                };
+                let started = u64::from_be_bytes(started.try_into().unwrap_or([0; 8]));
+                if started >= before_ms {
+                    break;
+                }
+                let id = String::from_utf8_lossy(id).into_owned();
+                if stage.dropped.contains(&id) {
+                    continue;
+                }
+                if doomed.len() == limit as usize {
+                    more = true;
+                    break;
+                }
+                doomed.push(id);
+            }
+        }
+        if keep_per_key > 0 && !more {
+            // Newest first within each key: skip the first `keep_per_key` of every key.
+            let (mut group, mut seen): (Vec<u8>, u32) = (Vec::new(), 0);
+            for item in self.tree.scan_prefix(RECEIPT_BY_KEY).rev() {
+                let (key, _) = item.map_err(|e| read_err(&e))?;
+                // `k/<KEY>/<index:be8><id>`: row keys hold no '/', the index bytes may.
+                let entry = &key[RECEIPT_BY_KEY.len()..];
+                let Some(slash) = entry.iter().position(|b| *b == b'/') else {
+                    continue;
+                };
+                let (name, rest) = entry.split_at(slash);
+                if name != group.as_slice() {
+                    group = name.to_vec();
+                    seen = 0;
+                }
+                let id = String::from_utf8_lossy(rest.get(1 + 8..).unwrap_or_default());
+                if stage.dropped.contains(id.as_ref()) {
+                    continue;
+                }
+                seen += 1;
+                if seen <= keep_per_key || doomed.iter().any(|d| *d == id) {
+                    continue;
+                }
+                if doomed.len() == limit as usize {
+                    more = true;
+                    break;
+                }
+                doomed.push(id.into_owned());
+            }
+        }
+        let mut dropped = 0;
+        for id in &doomed {
+            let Some(bytes) = self.tree.get(receipt_key(id)).map_err(|e| read_err(&e))? else {
+                continue;
+            };
+            let Ok(receipt) = serde_json::from_slice::<Receipt>(&bytes) else {
+                continue;
+            };
+            drop_receipt(&mut stage.batch, &receipt);
+            stage.dropped.insert(receipt.id);
+            dropped += 1;
+        }
+        Ok(CommandResult::Pruned { dropped, more })
     }
 
     /// Shows a durable batch: its catalogue changes and its index under one write lock (so
@@ -589,7 +737,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Replace the whole applied state, and the current snapshot, in one batch.
         let mut batch = sled::Batch::default();
         batch.remove(SHARE_SECRET);
-        for prefix in [ROW, RECEIPT, RECEIPT_BY_KEY, SHARE_REVOKED] {
+        batch.remove(SHARE_PREVIOUS);
+        for prefix in [ROW, RECEIPT, RECEIPT_BY_KEY, RECEIPT_BY_TIME, SHARE_REVOKED] {
             for item in self.tree.scan_prefix(prefix) {
                 let (key, _) = item.map_err(|e| write_err(&e))?;
                 batch.remove(key);
@@ -600,14 +749,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             batch.insert(row_key(&row.key), encode(row)?);
         }
         for receipt in &body.receipts {
-            batch.insert(receipt_key(&receipt.id), encode(receipt)?);
-            batch.insert(
-                receipt_by_key(&receipt.key, receipt.index, &receipt.id),
-                &[] as &[u8],
-            );
+            stage_receipt(&mut batch, receipt)?;
         }
         if let Some(secret) = &body.share_secret {
             batch.insert(SHARE_SECRET, encode(secret)?);
+        }
+        if let Some(previous) = &body.share_previous {
+            batch.insert(SHARE_PREVIOUS, encode(previous)?);
         }
         for revocation in &body.revoked {
             batch.insert(revoked_key(&revocation.id), encode(revocation)?);
@@ -638,17 +786,42 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 }
 
-fn read_share_state(tree: &sled::Tree) -> Result<(Option<ShareSecret>, Vec<Revocation>), String> {
-    let secret = match tree.get(SHARE_SECRET).map_err(|e| e.to_string())? {
-        Some(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| e.to_string())?),
-        None => None,
+fn read_share_state(tree: &sled::Tree) -> Result<snapshot::ShareState, String> {
+    let read = |key: &[u8]| -> Result<Option<ShareSecret>, String> {
+        match tree.get(key).map_err(|e| e.to_string())? {
+            Some(bytes) => Ok(Some(
+                serde_json::from_slice(&bytes).map_err(|e| e.to_string())?,
+            )),
+            None => Ok(None),
+        }
     };
+    let (secret, previous) = (read(SHARE_SECRET)?, read(SHARE_PREVIOUS)?);
     let mut revoked = Vec::new();
     for item in tree.scan_prefix(SHARE_REVOKED) {
         let (_, bytes) = item.map_err(|e| e.to_string())?;
         revoked.push(serde_json::from_slice(&bytes).map_err(|e| e.to_string())?);
     }
-    Ok((secret, revoked))
+    Ok(snapshot::ShareState {
+        secret,
+        previous,
+        revoked,
+    })
+}
+
+/// Gives every stored receipt its `t/` entry, once, in a data folder written before the age
+/// index existed (so the age rule sees old receipts too).
+fn index_receipt_times(tree: &sled::Tree) -> Result<(), StorageError> {
+    if tree.contains_key(TIME_INDEXED).map_err(|e| read_err(&e))? {
+        return Ok(());
+    }
+    let mut batch = sled::Batch::default();
+    for item in tree.scan_prefix(RECEIPT) {
+        let (_, bytes) = item.map_err(|e| read_err(&e))?;
+        let receipt: Receipt = serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?;
+        batch.insert(receipt_by_time(&receipt), &[] as &[u8]);
+    }
+    batch.insert(TIME_INDEXED, &[] as &[u8]);
+    tree.apply_batch(batch).map_err(|e| read_err(&e))
 }
 
 #[cfg(test)]

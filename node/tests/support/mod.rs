@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// The admin key of test processes.
-pub const ADMIN: &str = "process-admin";
+pub const ADMIN: &str = "process-admin-key-0123456789abcdef01";
 
 /// A running node process; killed when dropped so a failed assertion leaves nothing behind.
 pub struct Process {

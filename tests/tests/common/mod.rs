@@ -24,9 +24,9 @@ use std::net::SocketAddr;
 use rowcall_node::{Config, NodeHandle};
 
 /// The admin key of test nodes.
-pub const ADMIN: &str = "test-admin-key";
+pub const ADMIN: &str = "test-admin-key-0123456789abcdef0123";
 /// An invoke credential named `ci`.
-pub const INVOKE: &str = "test-invoke-key";
+pub const INVOKE: &str = "test-invoke-key-0123456789abcdef012";
 
 /// A running node and the folder that holds its data.
 pub struct TestNode {

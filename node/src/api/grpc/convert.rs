@@ -239,8 +239,9 @@ impl From<Member> for v1::Member {
     fn from(m: Member) -> Self {
         Self {
             id: m.id,
-            grpc_addr: m.grpc_addr,
-            http_addr: m.http_addr,
+            // Empty where the node does not say (to callers who may not know addresses).
+            grpc_addr: m.grpc_addr.unwrap_or_default(),
+            http_addr: m.http_addr.unwrap_or_default(),
             voter: m.voter,
             leader: m.leader,
         }

@@ -9,6 +9,10 @@
 //! or older than its last restart or snapshot install) it sends one event `reset` instead:
 //! read `GET /api/directory` again, then follow the stream. A subscriber too slow to keep up
 //! also gets `reset`. The feed itself is [`crate::service::feed`].
+//!
+//! At most `limits.max_feed_subscribers` streams are open on a node (more get 503), and a
+//! subscriber further behind than `limits.max_feed_replay` changes gets `reset`. Without
+//! the admin key, rows come without their `target` and hidden rows' changes without the row.
 
 use std::convert::Infallible;
 
@@ -20,8 +24,10 @@ use serde::Deserialize;
 use serde_json::json;
 use utoipa::IntoParams;
 
-use super::Http;
+use super::{credential, Http};
+use crate::service::directory::RowView;
 use crate::service::feed::{self, FeedEvent};
+use crate::service::ServiceError;
 
 /// Where to start.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -34,28 +40,42 @@ pub struct ChangesQuery {
 
 /// Streams the directory's changes.
 #[utoipa::path(get, path = "/api/directory/changes", params(ChangesQuery),
-    responses((status = 200, description = "`text/event-stream` of `change` and `reset` events")))]
+    responses((status = 200, description = "`text/event-stream` of `change` and `reset` events"),
+              (status = 503, description = "this node has as many streams open as it allows")))]
 pub async fn changes(
     State(http): State<Http>,
     headers: HeaderMap,
     Query(query): Query<ChangesQuery>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ServiceError> {
+    let limit = http.app.config.limits.max_feed_subscribers;
+    let slot = http.feed_slots.clone().try_acquire_owned().map_err(|_| {
+        metrics::counter!(crate::metrics::BUSY_TOTAL, "what" => "feed").increment(1);
+        ServiceError::Busy {
+            what: "change-feed streams",
+            limit,
+        }
+    })?;
+    let view = RowView::for_caller(&http.app, credential(&headers));
     let resume = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let since = query.since.or(resume);
-    let events = feed::follow(http.app.clone(), since, http.stop.clone()).map(|e| Ok(sse(e)));
-    Sse::new(events).keep_alive(KeepAlive::default())
+    let events = feed::follow(http.app.clone(), since, http.stop.clone()).map(move |e| {
+        // The slot is held for as long as the stream is.
+        let _held = &slot;
+        Ok(sse(e, view))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
 /// `change` (data: the change, with the row for a put) or `reset`, with the index as id.
-fn sse(event: FeedEvent) -> Event {
+fn sse(event: FeedEvent, view: RowView) -> Event {
     match event {
         FeedEvent::Change { change, row } => {
             let mut data = json!(change);
-            if let Some(row) = row {
-                data["row"] = json!(row);
+            if let Some(row) = row.as_deref().and_then(|r| view.show(r)) {
+                data["row"] = row;
             }
             Event::default()
                 .event("change")

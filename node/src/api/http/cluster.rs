@@ -12,10 +12,17 @@ use super::{credential, read_json, Http, ReadOptions};
 use crate::service::cluster::{self as service, Status};
 use crate::service::{Admin, ServiceError};
 
-/// This node, the leader, the term, the indexes and every member.
+/// This node, the leader, the term, the indexes and every member (their addresses only
+/// with the admin key).
 #[utoipa::path(get, path = "/api/cluster", responses((status = 200, description = "cluster status")))]
-pub async fn status(State(http): State<Http>) -> Json<Status> {
-    Json(service::status(&http.app))
+pub async fn status(State(http): State<Http>, headers: HeaderMap) -> Json<Status> {
+    let status = service::status(&http.app);
+    let admin = Admin::check(&http.app, credential(&headers), "see member addresses").is_ok();
+    Json(if admin {
+        status
+    } else {
+        status.without_addresses()
+    })
 }
 
 /// A node to add.

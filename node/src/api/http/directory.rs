@@ -15,7 +15,7 @@ use super::{
 };
 use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::Counts;
-use crate::service::directory::{self as service, field_schema, Put};
+use crate::service::directory::{self as service, field_schema, Put, RowView};
 use crate::service::{Admin, ServiceError};
 
 /// Paging and filtering of `GET /api/directory`.
@@ -38,7 +38,8 @@ pub struct DeleteQuery {
     if_version: Option<u64>,
 }
 
-/// One page of rows.
+/// One page of rows. Without the admin key, rows come without `target` and hidden rows are
+/// left out.
 #[utoipa::path(get, path = "/api/directory", params(ListQuery, ReadOptions),
     responses((status = 200, description = "`{rows, count, next_cursor, index, schema}`")))]
 pub async fn list(
@@ -56,7 +57,8 @@ pub async fn list(
         query.limit,
     )
     .await?;
-    let rows: Vec<&Row> = page.rows.iter().map(AsRef::as_ref).collect();
+    let view = RowView::for_caller(&http.app, credential(&headers));
+    let rows: Vec<Value> = page.rows.iter().filter_map(|r| view.show(r)).collect();
     Ok(Json(json!({
         "rows": rows,
         "count": rows.len(),
@@ -67,7 +69,7 @@ pub async fn list(
     .into_response())
 }
 
-/// One row.
+/// One row (without the admin key: no `target`, and a hidden row is 404).
 #[utoipa::path(get, path = "/api/directory/{key}", params(("key" = String, Path, description = "row key"), ReadOptions),
     responses((status = 200, body = Row), (status = 404, description = "no such row")))]
 pub async fn get_row(
@@ -75,10 +77,13 @@ pub async fn get_row(
     headers: HeaderMap,
     Path(key): Path<String>,
     Query(read): Query<ReadOptions>,
-) -> Result<Json<Row>, ServiceError> {
+) -> Result<Json<Value>, ServiceError> {
     let fresh = read.freshness(&headers)?;
     let row = service::get(&http.app, &fresh, &key).await?;
-    Ok(Json((*row).clone()))
+    RowView::for_caller(&http.app, credential(&headers))
+        .show(&row)
+        .map(Json)
+        .ok_or_else(|| ServiceError::NotFound(format!("no row with key {key:?}")))
 }
 
 /// The four counts.

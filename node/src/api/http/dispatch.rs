@@ -11,7 +11,9 @@ use serde_json::{json, Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::status;
-use super::{credential, header_freshness, read_json, Http, ReadOptions, INDEX_HEADER};
+use super::{
+    credential, header_freshness, no_store, read_json, share_token, Http, ReadOptions, INDEX_HEADER,
+};
 use crate::api::base_url;
 use crate::dispatch::InvokeInput;
 use crate::service::dispatch::{self as service, AskAnswer, Contract, Invocation};
@@ -26,9 +28,11 @@ pub struct DispatchQuery {
     ask: Option<String>,
     /// A row key: its contract.
     key: Option<String>,
-    /// A row key: run it now (public rows, or with `share`).
+    /// A row key: run it now (public rows, or with `share`). Only `risk: read` rows run by
+    /// GET; the others answer 405 and run only by POST.
     invoke: Option<String>,
     /// With `invoke`: a share token scoped to that key (`key`-auth rows without a credential).
+    /// The header `x-rowcall-share` does the same and keeps the token out of logs of URLs.
     share: Option<String>,
     /// A receipt id: check it without a credential.
     confirm: Option<String>,
@@ -58,6 +62,8 @@ pub struct InvokeBody {
 #[utoipa::path(get, path = "/api/dispatch", params(DispatchQuery, ReadOptions),
     responses((status = 200, description = "ranked candidates (ask), a contract (key), an invocation (invoke) or a confirmation (confirm)", body = AskAnswer),
               (status = 400, description = "not exactly one of ask, key, invoke, confirm"),
+              (status = 405, description = "invoke of a row whose risk is write or destructive: POST only; nothing ran"),
+              (status = 429, description = "over the rate limit; see Retry-After"),
               (status = 404, description = "unknown key, or unknown receipt (`confirmed: false`)")))]
 pub async fn get_dispatch(
     State(http): State<Http>,
@@ -81,7 +87,13 @@ pub async fn get_dispatch(
     if let Some(ask) = &query.ask {
         let answer =
             service::ask(app, &fresh, credential(&headers), &base, ask, query.limit).await?;
-        return Ok(Json(answer).into_response());
+        let carries_token = answer.carries_token();
+        let response = Json(answer).into_response();
+        return Ok(if carries_token {
+            no_store(response)
+        } else {
+            response
+        });
     }
     if let Some(key) = &query.key {
         return Ok(
@@ -96,6 +108,15 @@ pub async fn get_dispatch(
         );
     }
     if let Some(key) = &query.invoke {
+        // A link runs nothing that changes anything: checked before the arguments, the
+        // credential or the token, and before anything runs or a receipt is written.
+        let row = service::find_row(app, key)?;
+        if !service::runs_by_get(&row) {
+            return Err(ServiceError::PostOnly {
+                key: row.key.clone(),
+                risk: row.risk.as_str(),
+            });
+        }
         let args = match &query.args {
             None => None,
             Some(text) => match serde_json::from_str::<Value>(text) {
@@ -109,7 +130,7 @@ pub async fn get_dispatch(
             },
         };
         let input = InvokeInput { args, body: None };
-        let share = query.share.as_deref();
+        let share = share_token(&headers).or(query.share.as_deref());
         let invocation =
             service::invoke(app, &fresh, credential(&headers), share, &base, key, input).await?;
         return Ok(invoked(invocation));
@@ -125,7 +146,8 @@ pub async fn get_dispatch(
     })
 }
 
-/// Run a row.
+/// Run a row. A share token for the row may stand in for an invoke key, in the header
+/// `x-rowcall-share`.
 #[utoipa::path(post, path = "/api/dispatch", request_body = InvokeBody,
     responses((status = 200, description = "`{ok, key, result, proof}`"),
               (status = 401, description = "the row needs an invoke key"),
@@ -150,7 +172,7 @@ pub async fn post_invoke(
         app,
         &fresh,
         credential(&headers),
-        None,
+        share_token(&headers),
         &base,
         &body.key,
         input,

@@ -13,6 +13,9 @@ pub fn status(kind: ErrorKind) -> StatusCode {
         ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
         ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+        ErrorKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::Conflict => StatusCode::CONFLICT,
         ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -27,12 +30,18 @@ pub fn status(kind: ErrorKind) -> StatusCode {
 impl IntoResponse for ServiceError {
     fn into_response(self) -> Response {
         let status = status(self.kind());
-        let retry = self.retryable();
+        let retry = self.retry_after_secs();
         let mut response = (status, axum::Json(self.body())).into_response();
-        if retry {
+        if let Some(secs) = retry {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if matches!(self, ServiceError::PostOnly { .. }) {
+            // RFC 9110: a 405 names the methods that would work.
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("POST"));
         }
         response
     }

@@ -12,8 +12,10 @@ mod directory;
 mod dispatch;
 pub mod error;
 mod import;
+pub mod limits;
 mod openapi;
 mod receipts;
+pub mod serve;
 mod share;
 
 use std::sync::Arc;
@@ -44,6 +46,26 @@ pub const MIN_INDEX_HEADER: &str = "x-rowcall-min-index";
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Header on a write answered with the outcome of an earlier attempt of the same request.
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+/// Header carrying a share token (instead of `share=` in the URL, where logs keep it).
+pub const SHARE_HEADER: &str = "x-rowcall-share";
+
+/// The share token in the `x-rowcall-share` header, if any.
+fn share_token(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(SHARE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Marks an answer that carries a share token as never to be stored by a cache or browser.
+fn no_store(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store, private"),
+    );
+    response
+}
 
 /// The request id of a write: the client's `Idempotency-Key`, or a fresh one.
 fn request_id(headers: &HeaderMap) -> Result<RequestId, ServiceError> {
@@ -79,12 +101,26 @@ pub struct Http {
     pub metrics: PrometheusHandle,
     /// Turns true when the node shuts down: long-lived streams end.
     pub stop: watch::Receiver<bool>,
+    /// Rate limits (`None` when turned off).
+    pub limiter: Option<Arc<limits::RateLimiter>>,
+    /// Open change-feed streams, at most `limits.max_feed_subscribers`.
+    pub feed_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// The full router. `stop` turns true when the node shuts down.
 pub fn router(app: Arc<App>, metrics: PrometheusHandle, stop: watch::Receiver<bool>) -> Router {
     let mcp = crate::api::mcp::routes(&app, stop.clone());
-    let state = Http { app, metrics, stop };
+    let limiter = limits::RateLimiter::new(&app.config.limits.rate).map(Arc::new);
+    let feed_slots = Arc::new(tokio::sync::Semaphore::new(
+        app.config.limits.max_feed_subscribers,
+    ));
+    let state = Http {
+        app,
+        metrics,
+        stop,
+        limiter,
+        feed_slots,
+    };
     Router::new()
         .route(
             "/api/dispatch",
@@ -97,6 +133,7 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle, stop: watch::Receiver<bo
         .route("/api/directory/counts", get(directory::counts))
         .route("/api/directory/import-mcp", post(import::import_mcp))
         .route("/api/share", post(share::mint))
+        .route("/api/share/rotate", post(share::rotate))
         .route("/api/share/{id}", delete(share::revoke))
         .route("/api/directory/changes", get(changes::changes))
         .route(
@@ -117,6 +154,7 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle, stop: watch::Receiver<bo
         .route("/readyz", get(cluster::readyz))
         .merge(mcp)
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), limits::limit))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }
@@ -132,7 +170,7 @@ async fn observe(State(http): State<Http>, request: Request, next: Next) -> Resp
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let mut response = next.run(request).await;
     if !route.starts_with("/api/mcp") && is_plain_rejection(&response) {
         response = json_rejection(response).await;
@@ -156,6 +194,26 @@ async fn observe(State(http): State<Http>, request: Request, next: Next) -> Resp
     metrics::histogram!(crate::metrics::HTTP_REQUEST_SECONDS, "route" => route)
         .record(started.elapsed().as_secs_f64());
     response
+}
+
+/// The `method` label of request metrics: the methods HTTP defines, or `other`, so that
+/// made-up methods cannot add series.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    [
+        Method::GET,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::PATCH,
+        Method::CONNECT,
+        Method::TRACE,
+    ]
+    .iter()
+    .find(|known| *known == method)
+    .map_or("other", Method::as_str)
 }
 
 /// Whether `response` is a plain-text client error from axum itself (an extractor's

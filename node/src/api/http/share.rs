@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::{credential, read_json, request_id, written_headers, Http};
+use super::{credential, no_store, read_json, request_id, written_headers, Http};
 use crate::api::base_url;
 use crate::service::share as service;
 use crate::service::{Admin, ServiceError};
@@ -42,15 +42,48 @@ pub async fn mint(
     let body: MintBody = read_json(&headers, body, app.config.limits.max_body_bytes).await?;
     let base = base_url(app, &headers);
     let minted = service::mint(app, &admin, &base, &body.key, body.ttl_secs).await?;
-    Ok(Json(json!({
-        "ok": true,
-        "token": minted.token,
-        "id": minted.id,
-        "key": minted.key,
-        "expires_at": minted.expires_at,
-        "run_now": minted.run_now,
-    }))
-    .into_response())
+    Ok(no_store(
+        Json(json!({
+            "ok": true,
+            "token": minted.token,
+            "id": minted.id,
+            "key": minted.key,
+            "expires_at": minted.expires_at,
+            "run_now": minted.run_now,
+            "header": super::SHARE_HEADER,
+        }))
+        .into_response(),
+    ))
+}
+
+/// The body of `POST /api/share/rotate`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateBody {
+    /// Keep accepting tokens signed with the replaced secret until they expire (a planned
+    /// rotation). Default false: they are refused at once (a leaked secret).
+    #[serde(default)]
+    keep_previous: bool,
+}
+
+/// Rotate the cluster's share-token secret (admin key): new tokens are signed with a new key;
+/// tokens of the replaced key stop working unless `keep_previous` (the key before that stops
+/// either way).
+#[utoipa::path(post, path = "/api/share/rotate", request_body = RotateBody,
+    responses((status = 200, description = "`{ok, kid, kept}`"), (status = 401, description = "no admin key"),
+              (status = 503, description = "no quorum")))]
+pub async fn rotate(
+    State(http): State<Http>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ServiceError> {
+    let app = &http.app;
+    let admin = Admin::check(app, credential(&headers), "rotate the share secret")?;
+    let body: RotateBody = read_json(&headers, body, 4096).await?;
+    let rotated = service::rotate(app, &admin, request_id(&headers)?, body.keep_previous).await?;
+    let response =
+        Json(json!({ "ok": true, "kid": rotated.kid, "kept": rotated.kept })).into_response();
+    Ok(written_headers(response, rotated.logged))
 }
 
 /// Revoke a share token by id (or give the whole token) (admin key). Revocations replicate

@@ -122,8 +122,12 @@ impl Projection {
                     .and_then(Value::as_u64)
                     .map_or(5, |n| usize::try_from(n).unwrap_or(MAX_LIMIT))
                     .clamp(1, MAX_LIMIT);
-                let answer = rank(&self.app, base, query, limit);
-                CallToolResult::structured(serde_json::to_value(answer).unwrap_or(Value::Null))
+                match rank(&self.app, base, query, limit) {
+                    Ok(answer) => CallToolResult::structured(
+                        serde_json::to_value(answer).unwrap_or(Value::Null),
+                    ),
+                    Err(e) => CallToolResult::structured_error(e.body()),
+                }
             }
             tools::CONTRACT => {
                 let Some(key) = text("key") else {

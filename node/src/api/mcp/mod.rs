@@ -6,6 +6,7 @@
 //!     └─ authenticate (Bearer: an MCP token or the admin key; else 401 + WWW-Authenticate)
 //!         └─ rmcp StreamableHttpService: Host / Origin (403) / MCP-Protocol-Version (400)
 //!             ├─ Sessions (in memory; any node rebuilds a session it has not seen — sessions.rs)
+//!             │    └─ Replay (event ids, Last-Event-ID resumption, bounded buffers — replay.rs)
 //!             └─ Projection (one per session — handler.rs)
 //!                  tools/list ── catalogue (key order, pages, opaque cursors — tools.rs)
 //!                  tools/call ── service::dispatch::invoke_as (auth, validation, receipt)
@@ -21,6 +22,7 @@
 //! node *applies* an entry that changes the projection — whichever node took the write.
 
 mod handler;
+mod replay;
 mod sessions;
 pub mod tools;
 
@@ -28,20 +30,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tokio::sync::watch;
 
 use self::handler::Projection;
-use self::sessions::{RecognisedIds, Sessions};
+use self::sessions::{RecognisedIds, SessionCaps, SessionRefusal, Sessions};
 use crate::api::presented_credential;
 use crate::app::App;
 use crate::auth::Scope;
 use crate::config::Config;
+use crate::service::ServiceError;
 
 /// Which projection an endpoint serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +54,20 @@ pub enum Mode {
     Rows,
     /// Search, contract, invoke.
     Compact,
+}
+
+/// Where the compact projection is served (the rows projection is at `/api/mcp`).
+const COMPACT_PATH: &str = "/api/mcp/compact";
+
+impl Mode {
+    /// The mode of the endpoint at `path`.
+    fn of_path(path: &str) -> Self {
+        if path == COMPACT_PATH {
+            Self::Compact
+        } else {
+            Self::Rows
+        }
+    }
 }
 
 /// The MCP routes. `stop` turns true when the node shuts down: open streams then end, so
@@ -64,10 +82,20 @@ pub fn routes<S: Clone + Send + Sync + 'static>(
         let _ = stop.wait_for(|stopped| *stopped).await;
         cancel.cancel();
     });
+    let limits = &app.config.limits;
+    let caps = Arc::new(SessionCaps::new(
+        limits.max_mcp_sessions_per_token,
+        limits.max_mcp_sessions,
+        Duration::from_secs(app.config.mcp.session_idle_secs.max(1)),
+    ));
     Router::new()
         .route_service("/api/mcp", service(app, Mode::Rows, base.clone()))
-        .route_service("/api/mcp/compact", service(app, Mode::Compact, base))
-        .route_layer(middleware::from_fn_with_state(app.clone(), authenticate))
+        .route_service(COMPACT_PATH, service(app, Mode::Compact, base))
+        .route_layer(middleware::from_fn(end_session))
+        .route_layer(middleware::from_fn_with_state(
+            (app.clone(), caps),
+            authenticate,
+        ))
 }
 
 fn service(
@@ -168,15 +196,56 @@ fn allowed_origins(config: &Config) -> Vec<String> {
 
 /// Lets through requests bearing an MCP token (or the admin key), recording who they are
 /// for the receipts; answers 401 with `WWW-Authenticate: Bearer` before rmcp sees anything
-/// else, and 403 to a credential of another scope (an invoke key).
-async fn authenticate(State(app): State<Arc<App>>, mut request: Request, next: Next) -> Response {
+/// else, and 403 to a credential of another scope (an invoke key). A request that would
+/// open a session on this node needs room under the session caps (see `sessions`).
+async fn authenticate(
+    State((app, caps)): State<(Arc<App>, Arc<SessionCaps>)>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let principal = presented_credential(request.headers())
         .filter(|token| !token.is_empty())
         .and_then(|token| app.credentials.identify(token));
     match principal {
         Some(principal) if principal.allows(Scope::Mcp) => {
+            let session = request
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let holder = principal.name.clone();
+            let now = std::time::Instant::now();
+            let closing = request.method() == axum::http::Method::DELETE;
+            if !closing {
+                if let Err(refusal) = caps.admit(&holder, session.as_deref(), now) {
+                    let error = match refusal {
+                        SessionRefusal::PerToken { limit } => ServiceError::TooManySessions {
+                            name: holder,
+                            limit,
+                        },
+                        SessionRefusal::Total { limit } => ServiceError::Busy {
+                            what: "MCP sessions",
+                            limit,
+                        },
+                    };
+                    return error.into_response();
+                }
+            }
             request.extensions_mut().insert(principal);
-            next.run(request).await
+            let response = next.run(request).await;
+            match (&session, response.headers().get(SESSION_HEADER)) {
+                // Closed, or an id rmcp did not accept: it holds no session here.
+                (Some(id), _) if closing || response.status() == StatusCode::NOT_FOUND => {
+                    caps.closed(id)
+                }
+                (None, Some(created)) => {
+                    if let Ok(id) = created.to_str() {
+                        caps.opened(&holder, id, now);
+                    }
+                }
+                _ => {}
+            }
+            response
         }
         Some(principal) => refuse(
             StatusCode::FORBIDDEN,
@@ -190,6 +259,32 @@ async fn authenticate(State(app): State<Arc<App>>, mut request: Request, next: N
         ),
     }
 }
+
+/// A session's DELETE: rmcp answers 202 Accepted, where clients expect 200 or 204 (the
+/// Python SDK logs "Session termination failed: 202"); the session is closed by then, so the
+/// answer is 204. An id this endpoint never issues is 404, as for any other request.
+async fn end_session(request: Request, next: Next) -> Response {
+    if request.method() != Method::DELETE {
+        return next.run(request).await;
+    }
+    let mode = Mode::of_path(request.uri().path());
+    let foreign = request
+        .headers()
+        .get(HEADER_SESSION_ID)
+        .and_then(|id| id.to_str().ok())
+        .is_some_and(|id| !sessions::well_formed(mode, id));
+    if foreign {
+        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+    }
+    let mut response = next.run(request).await;
+    if response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
+}
+
+/// The header naming an MCP session.
+const SESSION_HEADER: &str = "mcp-session-id";
 
 fn refuse(status: StatusCode, challenge: &'static str, message: String) -> Response {
     let code = if status == StatusCode::FORBIDDEN {

@@ -10,9 +10,19 @@
 //! move between nodes request by request, behind any load balancer, and survives restarts.
 //! The rebuilt session replays `initialize` with default client parameters; nothing in
 //! rowcall's answers depends on them.
+//!
+//! Every session a node holds in memory costs it a worker task and buffers, and since any
+//! well-formed id makes one, a node caps them ([`SessionCaps`]): per credential
+//! (`limits.max_mcp_sessions_per_token`, 429) and in all (`limits.max_mcp_sessions`, 503).
+//! A session counts from the request that creates it here (an `initialize`, or the first
+//! request naming an id this node has not seen) until it is closed or idle for the idle
+//! period, as rmcp's own session is.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use futures_util::Stream;
 use rmcp::model::{
@@ -22,10 +32,11 @@ use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
 };
 use rmcp::transport::streamable_http_server::session::{
-    RestoreOutcome, ServerSseMessage, SessionId, SessionManager, SessionState, SessionStore,
-    SessionStoreError,
+    EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager, SessionState,
+    SessionStore, SessionStoreError,
 };
 
+use super::replay::Replay;
 use super::Mode;
 
 /// Why a session operation failed.
@@ -61,18 +72,24 @@ pub fn well_formed(mode: Mode, id: &str) -> bool {
     })
 }
 
-/// rmcp's in-memory sessions, with ids minted by rowcall.
+/// rmcp's in-memory sessions, with ids minted by rowcall and resumable streams.
 pub struct Sessions {
     mode: Mode,
     inner: LocalSessionManager,
+    replay: Arc<Replay>,
 }
 
 impl Sessions {
     /// Sessions of one endpoint, dropped from memory after `idle` without a request.
     pub fn new(mode: Mode, idle: std::time::Duration) -> Self {
-        let mut inner = LocalSessionManager::default();
+        let replay = Arc::new(Replay::default());
+        let mut inner = LocalSessionManager::default().with_event_store(replay.clone());
         inner.session_config.keep_alive = Some(idle);
-        Self { mode, inner }
+        Self {
+            mode,
+            inner,
+            replay,
+        }
     }
 }
 
@@ -102,6 +119,7 @@ impl SessionManager for Sessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.replay.forget_session(id);
         Ok(self.inner.close_session(id).await?)
     }
 
@@ -141,6 +159,88 @@ impl SessionManager for Sessions {
         id: SessionId,
     ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
         Ok(self.inner.restore_session(id).await?)
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        Some(self.replay.clone())
+    }
+}
+
+/// The sessions one node holds, by id: whose they are and when they were last used.
+#[derive(Debug)]
+pub struct SessionCaps {
+    per_token: usize,
+    total: usize,
+    idle: Duration,
+    open: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+/// Why a request may not open another session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionRefusal {
+    /// The credential holds `limit` sessions already.
+    PerToken {
+        /// The limit.
+        limit: usize,
+    },
+    /// The node holds `limit` sessions already.
+    Total {
+        /// The limit.
+        limit: usize,
+    },
+}
+
+impl SessionCaps {
+    /// Caps of `per_token` sessions per credential and `total` in all; a session unused for
+    /// `idle` no longer counts.
+    pub fn new(per_token: usize, total: usize, idle: Duration) -> Self {
+        Self {
+            per_token,
+            total,
+            idle,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Admits a request of `holder` naming session `id` (`None`: it may create one). A known
+    /// id is refreshed; an unknown one, or none, needs room under both caps.
+    pub fn admit(
+        &self,
+        holder: &str,
+        id: Option<&str>,
+        now: Instant,
+    ) -> Result<(), SessionRefusal> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, seen)) = id.and_then(|id| open.get_mut(id)) {
+            *seen = now;
+            return Ok(());
+        }
+        let idle = self.idle;
+        open.retain(|_, (_, seen)| now.saturating_duration_since(*seen) < idle);
+        if open.len() >= self.total {
+            return Err(SessionRefusal::Total { limit: self.total });
+        }
+        if open.values().filter(|(h, _)| h == holder).count() >= self.per_token {
+            return Err(SessionRefusal::PerToken {
+                limit: self.per_token,
+            });
+        }
+        if let Some(id) = id {
+            open.insert(id.to_owned(), (holder.to_owned(), now));
+        }
+        Ok(())
+    }
+
+    /// Records a session created for `holder` (the id rmcp answered an `initialize` with).
+    pub fn opened(&self, holder: &str, id: &str, now: Instant) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.insert(id.to_owned(), (holder.to_owned(), now));
+    }
+
+    /// Forgets a closed session.
+    pub fn closed(&self, id: &str) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.remove(id);
     }
 }
 
@@ -193,6 +293,31 @@ impl SessionStore for RecognisedIds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sessions_are_capped_per_token_and_in_all_until_idle_or_closed() {
+        let caps = SessionCaps::new(2, 3, Duration::from_secs(60));
+        let now = Instant::now();
+        caps.admit("a", None, now).unwrap();
+        caps.opened("a", "s1", now);
+        caps.admit("a", Some("s2"), now).unwrap();
+        assert_eq!(
+            caps.admit("a", None, now),
+            Err(SessionRefusal::PerToken { limit: 2 })
+        );
+        // Known sessions keep working; another token has room until the total is reached.
+        caps.admit("a", Some("s1"), now).unwrap();
+        caps.admit("b", Some("s3"), now).unwrap();
+        assert_eq!(
+            caps.admit("c", Some("s4"), now),
+            Err(SessionRefusal::Total { limit: 3 })
+        );
+        caps.closed("s3");
+        caps.admit("c", Some("s4"), now).unwrap();
+        // Idle sessions stop counting.
+        let later = now + Duration::from_secs(61);
+        caps.admit("a", None, later).unwrap();
+    }
 
     #[test]
     fn ids_are_recognised_by_their_own_mode_only() {

@@ -456,6 +456,138 @@ async fn the_first_share_secret_wins_and_travels_with_revocations_in_snapshots()
 }
 
 #[tokio::test]
+async fn a_rotation_replaces_the_secret_and_keeps_the_old_one_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, _) = machine(&dir.path().join("a"));
+    let (first, second, third) = (
+        ShareSecret::generate(),
+        ShareSecret::generate(),
+        ShareSecret::generate(),
+    );
+    let rotate = |secret: &ShareSecret, keep_previous| {
+        Request::new(Command::RotateShareSecret {
+            secret: secret.clone(),
+            keep_previous,
+        })
+    };
+    sm.apply([
+        entry(
+            1,
+            Request::new(Command::SetShareSecret {
+                secret: first.clone(),
+            }),
+        ),
+        entry(2, rotate(&second, true)),
+    ])
+    .await
+    .unwrap();
+    let keys = sm.receipts().share_keys().unwrap().unwrap();
+    assert_eq!((keys.current, keys.previous), (second.clone(), Some(first)));
+    // A later first-secret proposal changes nothing; a rotation without keep drops the old.
+    sm.apply([
+        entry(
+            3,
+            Request::new(Command::SetShareSecret {
+                secret: ShareSecret::generate(),
+            }),
+        ),
+        entry(4, rotate(&third, false)),
+    ])
+    .await
+    .unwrap();
+    let keys = sm.receipts().share_keys().unwrap().unwrap();
+    assert_eq!((keys.current.clone(), keys.previous), (third.clone(), None));
+
+    sm.apply([entry(5, rotate(&second, true))]).await.unwrap();
+    let snapshot = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let (mut other, _, _) = machine(&dir.path().join("b"));
+    other
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    let keys = other.receipts().share_keys().unwrap().unwrap();
+    assert_eq!((keys.current, keys.previous), (second, Some(third)));
+}
+
+#[tokio::test]
+async fn pruning_drops_by_age_then_per_key_surplus_in_bounded_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, _) = machine(&dir.path().join("a"));
+    // Six receipts of two keys, started at 1 000 ms to 6 000 ms.
+    let receipts: Vec<Receipt> = (1..=6u64)
+        .map(|i| Receipt {
+            key: if i % 2 == 0 { "EVEN" } else { "ODD" }.into(),
+            started_at: format_ms(i * 1_000),
+            ..receipt(&format!("inv_000000000{i}"), "r")
+        })
+        .collect();
+    let entries: Vec<Entry> = receipts
+        .iter()
+        .zip(1..)
+        .map(|(r, index)| entry(index, Request::new(append(r.clone()))))
+        .collect();
+    sm.apply(entries).await.unwrap();
+    let prune = |before_ms, keep_per_key, limit| {
+        Request::new(Command::PruneReceipts {
+            before_ms,
+            keep_per_key,
+            limit,
+        })
+    };
+    // Older than 2 500 ms: receipts 1 and 2, one per entry.
+    let results = sm
+        .apply([entry(7, prune(2_500, 0, 1)), entry(8, prune(2_500, 0, 1))])
+        .await
+        .unwrap();
+    assert_eq!(
+        results,
+        [
+            CommandResult::Pruned {
+                dropped: 1,
+                more: true
+            },
+            // The second entry of the batch sees the first one's removal.
+            CommandResult::Pruned {
+                dropped: 1,
+                more: false
+            },
+        ]
+    );
+    let results = sm.apply([entry(9, prune(2_500, 0, 10))]).await.unwrap();
+    assert_eq!(
+        results,
+        [CommandResult::Pruned {
+            dropped: 0,
+            more: false
+        }]
+    );
+    let reader = sm.receipts();
+    assert!(reader.get("inv_0000000001").unwrap().is_none());
+    assert!(reader.get("inv_0000000002").unwrap().is_none());
+    // Keep one per key: receipt 3 (ODD) goes, 4 (EVEN) goes; 5 and 6 stay.
+    let results = sm.apply([entry(10, prune(0, 1, 10))]).await.unwrap();
+    assert_eq!(
+        results,
+        [CommandResult::Pruned {
+            dropped: 2,
+            more: false
+        }]
+    );
+    let left: Vec<String> = ["ODD", "EVEN"]
+        .iter()
+        .flat_map(|k| reader.by_key(k, 10).unwrap())
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(left, ["inv_0000000005", "inv_0000000006"]);
+    assert_eq!(reader.count(), 2);
+}
+
+#[tokio::test]
 async fn a_build_that_finishes_after_a_newer_install_never_replaces_it() {
     let dir = tempfile::tempdir().unwrap();
     let (mut follower, catalogue, _) = machine(&dir.path().join("follower"));

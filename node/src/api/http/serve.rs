@@ -1,0 +1,148 @@
+//! The HTTP connection loop: hyper with a timer, so that a client that is slow to send its
+//! request line and headers (slowloris) is disconnected after `header_read_timeout_ms`, and
+//! at most `max_connections` connections are open at once (more are closed as they are
+//! accepted, so the node's memory and file descriptors stay bounded).
+//!
+//! ```text
+//!   accept ─ slot free? ─ no ─► close
+//!             │ yes
+//!             ▼
+//!   first bytes within the header timeout? ─ no ─► close
+//!             │  "PRI * HTTP/2.0" ─► HTTP/2 (keepalive pings, stream and header-list caps)
+//!             ▼  anything else
+//!   HTTP/1.1 (header read timeout, at most 100 headers, bounded buffers)
+//!             ▼
+//!   the router, with the peer's address as `ConnectInfo` (for per-address rate limits)
+//! ```
+//!
+//! axum's own `serve` has no timer, and so no header timeout. On shutdown every connection
+//! is asked to finish what it is doing (bounded by [`DRAIN`]); long-lived streams end on
+//! the node's stop signal themselves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tower::ServiceExt as _;
+
+use crate::config::LimitsConfig;
+
+/// The HTTP/2 connection preface.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// Longest wait for open connections to finish at shutdown.
+const DRAIN: Duration = Duration::from_secs(10);
+/// Request headers per request at most (HTTP/1.1); more get 431.
+const MAX_HEADERS: usize = 100;
+/// Bytes of request line and headers at most (HTTP/1.1 read buffer; HTTP/2 header list).
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Serves `router` on `listener` until `stop` turns true.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: &LimitsConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    let header_timeout = Duration::from_millis(limits.header_read_timeout_ms.max(1));
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .max_headers(MAX_HEADERS)
+        .max_buf_size(MAX_HEADER_BYTES.max(8192));
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .max_concurrent_streams(256)
+        .max_header_list_size(MAX_HEADER_BYTES as u32)
+        .max_pending_accept_reset_streams(64)
+        .max_local_error_reset_streams(256);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accepting an HTTP connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = async { stop.wait_for(|s| *s).await.is_ok() } => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            metrics::counter!(crate::metrics::CONNECTIONS_REFUSED_TOTAL).increment(1);
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service =
+            router
+                .clone()
+                .map_request(move |mut request: axum::http::Request<Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    request.map(axum::body::Body::new)
+                });
+        let service = TowerToHyperService::new(service);
+        let (http1, http2) = (http1.clone(), http2.clone());
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let gauge = metrics::gauge!(crate::metrics::CONNECTIONS_OPEN);
+            gauge.increment(1.0);
+            match first_bytes_are_h2(&stream, header_timeout).await {
+                None => {}
+                Some(true) => {
+                    let conn = http2.serve_connection(TokioIo::new(stream), service);
+                    let _ = watcher.watch(conn).await;
+                }
+                Some(false) => {
+                    let conn = http1.serve_connection(TokioIo::new(stream), service);
+                    let _ = watcher.watch(conn).await;
+                }
+            }
+            gauge.decrement(1.0);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("HTTP connections still open after the drain period; closing them");
+    }
+}
+
+/// Whether the connection speaks HTTP/2 (its first bytes are the preface), decided as soon
+/// as the bytes allow; `None` if the client sends nothing decisive within `within` or goes.
+async fn first_bytes_are_h2(stream: &TcpStream, within: Duration) -> Option<bool> {
+    let sniff = async {
+        let mut buf = [0u8; H2_PREFACE.len()];
+        loop {
+            let n = match stream.peek(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => n,
+            };
+            if buf[..n] != H2_PREFACE[..n] {
+                return Some(false);
+            }
+            if n == H2_PREFACE.len() {
+                return Some(true);
+            }
+            // A prefix of the preface: wait for more (peek does not consume).
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(within, sniff).await.ok().flatten()
+}

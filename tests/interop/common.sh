@@ -1,0 +1,24 @@
+# Sourced by the interop scripts: a scratch folder and the nodes they start, both cleaned up
+# on exit, and helpers to start nodes on free loopback ports.
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+wait_ready() { # url log
+    for _ in $(seq 1 300); do
+        if curl -fsS "$1/readyz" >/dev/null 2>&1; then return 0; fi
+        sleep 0.1
+    done
+    echo "node at $1 never became ready; its log:" >&2
+    cat "$2" >&2
+    return 1
+}
