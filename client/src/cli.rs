@@ -1,33 +1,85 @@
 //! The `rowcall` command line: one clap subcommand per operation, each a small function over
-//! [`NodeClient`]. DESIGN §7.1 lists the full set (ask, contract, invoke, confirm, put, rm,
-//! counts, cluster, import-mcp); each new one is a variant of [`Command`] and a function here.
+//! the gRPC [`Client`] (plus `import-mcp` over HTTP, which has no gRPC call). Output is text
+//! for people, or JSON with `--json`; see [`crate::render`].
+//!
+//! Exit codes: 0 done, 1 failed (including a capability that ran and failed), 2 usage, 3
+//! not found, 4 no node could answer.
 
 use std::fmt::Write as _;
+use std::io::{Read as _, Write};
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
+use futures_util::StreamExt as _;
+use serde_json::{Map, Value};
 
+use crate::client::Client;
+use crate::error::Error;
 use crate::node::{ImportReport, NodeClient};
 use crate::quality::{parse_queries, Quality, Scorecard, RECALL_DEPTH};
+use crate::render::{self, Style};
+use crate::rows::{row_input, row_json};
 
 /// Misses printed by `eval` without `--misses`.
 const MISSES_SHOWN: usize = 20;
 
-/// rowcall: ask a rowcall node for capabilities and check its answers.
+/// Exit code: the thing asked for does not exist.
+pub const EXIT_NOT_FOUND: u8 = 3;
+/// Exit code: no node could answer.
+pub const EXIT_UNAVAILABLE: u8 = 4;
+
+/// rowcall: find, run and manage the capabilities of a rowcall cluster.
+///
+/// Exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 no node could answer.
 #[derive(Debug, Parser)]
-#[command(name = "rowcall", version, about)]
+#[command(
+    name = "rowcall",
+    version,
+    about,
+    long_about = None,
+    after_help = "Exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 no node could answer."
+)]
 pub struct Cli {
-    /// The node to talk to (any member of the cluster).
+    /// gRPC addresses of cluster members, comma-separated (any members: the client finds
+    /// the rest of the way).
     #[arg(
         long,
         global = true,
-        env = "ROWCALL_NODE",
-        default_value = "http://127.0.0.1:8080"
+        env = "ROWCALL_NODES",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:9090"
     )]
-    pub node: String,
+    pub nodes: Vec<String>,
+    /// The credential sent with every call: the admin key (directory writes, receipts,
+    /// membership), or an invoke key.
+    #[arg(long, global = true, env = "ROWCALL_ADMIN_KEY", hide_env_values = true)]
+    pub admin_key: Option<String>,
+    /// Print JSON (the HTTP protocol's shapes) instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// How long one command may take, retries included.
+    #[arg(long, global = true, default_value = "15s", value_parser = humantime_duration)]
+    pub timeout: Duration,
     #[command(subcommand)]
     pub command: Command,
+}
+
+fn humantime_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |at| text.split_at(at));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 5s or 500ms"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("{text:?} is not a duration like 5s or 500ms")),
+    }
 }
 
 /// The operations.
@@ -40,18 +92,102 @@ pub enum Command {
         words: Vec<String>,
         /// How many candidates at most (the node caps it at 50).
         #[arg(long, default_value_t = 5)]
-        limit: usize,
-        /// Print the node's JSON answer instead of a table.
-        #[arg(long)]
-        json: bool,
+        limit: u32,
     },
+    /// A row's contract: what it does and how to call it.
+    Contract {
+        /// The row's key.
+        key: String,
+        /// Markdown, written for models, instead of JSON.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// Run a row. Arguments come from `--arg name=value` (a JSON value, else a string) or
+    /// `--args '{"name": …}'`.
+    Invoke {
+        /// The row's key.
+        key: String,
+        /// One argument; repeat for more.
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        arg: Vec<String>,
+        /// All arguments as a JSON object (merged under `--arg`).
+        #[arg(long, value_name = "JSON")]
+        args: Option<String>,
+        /// A raw body, for rows that take one.
+        #[arg(long)]
+        body: Option<String>,
+        /// A share token standing in for an invoke key.
+        #[arg(long)]
+        share: Option<String>,
+    },
+    /// Check a receipt (no credential needed).
+    Confirm {
+        /// The receipt id, `inv_…`.
+        id: String,
+    },
+    /// One row.
+    Get {
+        /// The row's key.
+        key: String,
+    },
+    /// List rows in key order.
+    Ls {
+        /// Only rows of this category.
+        #[arg(long)]
+        category: Option<String>,
+        /// Rows per page.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Start after this cursor (a page's `next_cursor`).
+        #[arg(long, default_value = "")]
+        cursor: String,
+        /// Every page, not just the first.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Insert or replace rows from a JSON file (or stdin): one object, or an array written
+    /// atomically (admin key).
+    Put {
+        /// The file; `-` or nothing reads stdin.
+        file: Option<PathBuf>,
+    },
+    /// Delete a row; its receipts stay (admin key).
+    Rm {
+        /// The row's key.
+        key: String,
+        /// Only if the stored version is this.
+        #[arg(long)]
+        if_version: Option<u64>,
+    },
+    /// The four counts of the directory.
+    Counts,
+    /// Follow the directory's changes (until interrupted, or `--count` events).
+    Watch {
+        /// Replay the changes after this index first.
+        #[arg(long)]
+        since: Option<u64>,
+        /// Stop after this many events.
+        #[arg(long)]
+        count: Option<usize>,
+    },
+    /// A row's receipts (a key), or one receipt (an `inv_…` id) (admin key).
+    Receipts {
+        /// A row key, or a receipt id.
+        key_or_id: String,
+        /// Most receipts of a row.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// The cluster: status and membership.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Resolver quality on a query set: top-1, recall@5 and MRR, and the misses.
     Eval {
         /// JSON lines of `{"q": "...", "gold": ["KEY", ...]}`.
         queries: PathBuf,
         /// Candidates asked for per query; MRR is computed to this depth.
         #[arg(long, default_value_t = 10)]
-        limit: usize,
+        limit: u32,
         /// Print every miss (otherwise the first 20).
         #[arg(long)]
         misses: bool,
@@ -67,43 +203,479 @@ pub enum Command {
         /// Category of the rows (default: the server's name).
         #[arg(long)]
         category: Option<String>,
-        /// The node's admin key.
-        #[arg(long, env = "ROWCALL_ADMIN_KEY", hide_env_values = true)]
-        admin_key: String,
-        /// Print the node's JSON answer instead of a summary.
+        /// The node's HTTP address (default: the HTTP address the cluster lists for the node
+        /// that answers).
         #[arg(long)]
-        json: bool,
+        http: Option<String>,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    Man,
 }
 
-/// Runs one command against the node.
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let node = NodeClient::new(&cli.node)?;
-    match cli.command {
-        Command::Ask { words, limit, json } => ask(&node, &words.join(" "), limit, json).await,
+/// Cluster subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// This node's view: role, leader, term, indexes, members.
+    Status,
+    /// Add a node as a learner (a read replica).
+    AddLearner {
+        /// Its id.
+        id: u64,
+        /// Its gRPC address, host:port.
+        grpc_addr: String,
+        /// Its HTTP address, host:port.
+        http_addr: String,
+    },
+    /// Make a learner a voter.
+    Promote {
+        /// Its id.
+        id: u64,
+    },
+    /// Take a member out.
+    Remove {
+        /// Its id.
+        id: u64,
+    },
+    /// Build a snapshot now and purge the log behind it.
+    Snapshot,
+}
+
+/// Runs the command line of this process: parses it, runs the command, prints, and says
+/// the exit code.
+pub async fn main() -> ExitCode {
+    let style = Style::detect();
+    let code = execute(
+        std::env::args_os(),
+        &mut std::io::stdout(),
+        &mut std::io::stderr(),
+        style,
+    )
+    .await;
+    ExitCode::from(code)
+}
+
+/// Runs one command line (`args` starts with the program's name), writing the answer to
+/// `out` and errors to `err`; returns the exit code (0 done, 1 failed, 2 usage, 3 not found,
+/// 4 unavailable).
+pub async fn execute<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write, style: Style) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are successes written to the output.
+            let text = e.render().to_string();
+            if e.use_stderr() {
+                let _ = write!(err, "{text}");
+            } else {
+                let _ = write!(out, "{text}");
+            }
+            return u8::try_from(e.exit_code()).unwrap_or(2);
+        }
+    };
+    let mut printer = Out {
+        w: out,
+        json: cli.json,
+        style,
+    };
+    match run(cli, &mut printer).await {
+        Ok(code) => code,
+        Err(error) => {
+            let _ = writeln!(err, "rowcall: {error:#}");
+            exit_code(&error)
+        }
+    }
+}
+
+/// The exit code of a failure: 3 not found, 4 unavailable, else 1.
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    match error.downcast_ref::<Error>() {
+        Some(e) if e.is_not_found() => EXIT_NOT_FOUND,
+        Some(e) if e.is_unavailable() => EXIT_UNAVAILABLE,
+        _ => 1,
+    }
+}
+
+/// Where answers go, and in which form.
+pub struct Out<'a> {
+    w: &'a mut dyn Write,
+    json: bool,
+    style: Style,
+}
+
+impl Out<'_> {
+    /// Prints `value` as JSON (pretty) or `text`. A closed pipe (`| head`) is not an error
+    /// worth a message.
+    fn emit(&mut self, value: impl FnOnce() -> Value, text: impl FnOnce() -> String) {
+        let _ = if self.json {
+            writeln!(
+                self.w,
+                "{}",
+                serde_json::to_string_pretty(&value()).unwrap_or_default()
+            )
+        } else {
+            write!(self.w, "{}", text())
+        };
+    }
+
+    /// Prints one line of a stream now (a pipe sees it at once).
+    fn line(&mut self, value: impl FnOnce() -> Value, text: impl FnOnce() -> String) {
+        let line = if self.json {
+            value().to_string() + "\n"
+        } else {
+            text()
+        };
+        let _ = self.w.write_all(line.as_bytes());
+        let _ = self.w.flush();
+    }
+}
+
+/// Runs one command; the exit code when it did not fail outright (1 for a capability that
+/// ran and failed).
+async fn run(cli: Cli, out: &mut Out<'_>) -> anyhow::Result<u8> {
+    let style = out.style;
+    let command = match cli.command {
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "rowcall", &mut out.w);
+            return Ok(0);
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut out.w)?;
+            return Ok(0);
+        }
+        command => command,
+    };
+    let mut builder = Client::builder().nodes(&cli.nodes).deadline(cli.timeout);
+    if let Some(key) = &cli.admin_key {
+        builder = builder.credential(key);
+    }
+    let client = builder.build()?;
+    match command {
+        Command::Ask { words, limit } => {
+            let answer = client.ask(&words.join(" "), limit).await?;
+            out.emit(
+                || render::ask_json(&answer),
+                || render::ask_text(style, &answer),
+            );
+        }
+        Command::Contract { key, markdown } => {
+            if markdown {
+                let text = client.contract_markdown(&key).await?;
+                out.emit(|| Value::String(text.clone()), || text.clone());
+            } else {
+                let contract = client.contract(&key).await?;
+                let text = serde_json::to_string_pretty(&contract)? + "\n";
+                out.emit(|| contract.clone(), || text);
+            }
+        }
+        Command::Invoke {
+            key,
+            arg,
+            args,
+            body,
+            share,
+        } => {
+            let args = invoke_args(&arg, args.as_deref())?;
+            let request = crate::proto::InvokeRequest {
+                key,
+                args: args.map(rowcall_proto::json::to_struct),
+                body,
+                share,
+            };
+            let ran = client.invoke_with(request).await?;
+            out.emit(
+                || render::invocation_json(&ran),
+                || render::invocation_text(style, &ran),
+            );
+            if !ran.ok {
+                return Ok(1);
+            }
+        }
+        Command::Confirm { id } => {
+            let confirmed = client.confirm(&id).await?;
+            out.emit(
+                || render::confirm_json(&confirmed),
+                || render::confirm_text(style, &confirmed),
+            );
+        }
+        Command::Get { key } => {
+            let row = client.get(&key).await?;
+            out.emit(|| row_json(&row), || render::row_text(style, &row));
+        }
+        Command::Ls {
+            category,
+            limit,
+            cursor,
+            all,
+        } => ls(&client, out, category.as_deref(), limit, cursor, all).await?,
+        Command::Put { file } => {
+            let rows = read_rows(file.as_ref())?;
+            let written = match rows {
+                Rows::One(row) => client.put(*row).await?,
+                Rows::Many(rows) => client.put_many(rows).await?,
+            };
+            out.emit(
+                || render::put_json(&written),
+                || render::put_text(style, &written),
+            );
+        }
+        Command::Rm { key, if_version } => {
+            let deleted = client.delete(&key, if_version).await?;
+            out.emit(
+                || serde_json::json!({"ok": true, "deleted": deleted.deleted, "index": deleted.index}),
+                || format!("deleted {key} (index {})\n", deleted.index),
+            );
+        }
+        Command::Counts => {
+            let counts = client.counts().await?;
+            out.emit(
+                || render::counts_json(&counts),
+                || render::counts_text(style, &counts),
+            );
+        }
+        Command::Watch { since, count } => {
+            let mut events = client.watch(since);
+            let mut seen = 0;
+            while count.is_none_or(|n| seen < n) {
+                let Some(event) = events.next().await else {
+                    break;
+                };
+                let event = event?;
+                out.line(
+                    || render::event_json(&event),
+                    || render::event_text(style, &event),
+                );
+                seen += 1;
+            }
+        }
+        Command::Receipts { key_or_id, limit } => {
+            if looks_like_receipt_id(&key_or_id) {
+                let receipt = client.receipt(&key_or_id).await?;
+                out.emit(
+                    || render::receipt_json(&receipt),
+                    || render::receipts_text(style, std::slice::from_ref(&receipt)),
+                );
+            } else {
+                let list = client.receipts(&key_or_id, limit).await?;
+                out.emit(
+                    || serde_json::json!({"key": list.key, "count": list.receipts.len(),
+                        "receipts": list.receipts.iter().map(render::receipt_json).collect::<Vec<_>>()}),
+                    || render::receipts_text(style, &list.receipts),
+                );
+            }
+        }
+        Command::Cluster(command) => cluster(&client, out, command).await?,
         Command::Eval {
             queries,
             limit,
             misses,
-        } => eval(&node, &queries, limit, misses).await,
+        } => eval(&client, out, &cli.nodes.join(","), &queries, limit, misses).await?,
         Command::ImportMcp {
             url,
             prefix,
             category,
-            admin_key,
-            json,
+            http,
         } => {
+            let http = match http {
+                Some(http) => http,
+                None => http_address(&client).await?,
+            };
+            let node = NodeClient::new(&http)?;
+            let admin_key = cli.admin_key.as_deref().unwrap_or_default();
             let report = node
-                .import_mcp(&url, prefix.as_deref(), category.as_deref(), &admin_key)
+                .import_mcp(&url, prefix.as_deref(), category.as_deref(), admin_key)
                 .await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report.raw)?);
-            } else {
-                print!("{}", import_summary(&url, &report));
-            }
-            Ok(())
+            out.emit(|| report.raw.clone(), || import_summary(&url, &report));
         }
+        Command::Completions { .. } | Command::Man => {}
     }
+    Ok(0)
+}
+
+/// Whether `text` has the shape of a receipt id (`inv_` and 10 base36 characters).
+fn looks_like_receipt_id(text: &str) -> bool {
+    text.strip_prefix("inv_")
+        .is_some_and(|rest| rest.len() == 10 && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// Arguments of `invoke`: `--args` JSON, then each `--arg name=value` over it (the value as
+/// JSON when it parses, else as a string).
+fn invoke_args(
+    pairs: &[String],
+    object: Option<&str>,
+) -> anyhow::Result<Option<Map<String, Value>>> {
+    let mut args = match object {
+        None => None,
+        Some(text) => match serde_json::from_str::<Value>(text).context("--args is not JSON")? {
+            Value::Object(map) => Some(map),
+            other => anyhow::bail!("--args must be a JSON object, not {other}"),
+        },
+    };
+    for pair in pairs {
+        let (name, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--arg {pair:?} is not NAME=VALUE"))?;
+        let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
+        args.get_or_insert_with(Map::new)
+            .insert(name.to_owned(), value);
+    }
+    Ok(args)
+}
+
+/// One row or many.
+enum Rows {
+    One(Box<crate::proto::RowInput>),
+    Many(Vec<crate::proto::RowInput>),
+}
+
+/// Rows from a JSON file or stdin: an object is one row, an array an atomic bulk write.
+fn read_rows(file: Option<&PathBuf>) -> anyhow::Result<Rows> {
+    let text = match file {
+        Some(path) if path.as_os_str() != "-" => {
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+        }
+        _ => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading stdin")?;
+            text
+        }
+    };
+    match serde_json::from_str::<Value>(&text).context("the rows are not JSON")? {
+        Value::Array(items) => Ok(Rows::Many(
+            items.into_iter().map(row_input).collect::<Result<_, _>>()?,
+        )),
+        row => Ok(Rows::One(Box::new(row_input(row)?))),
+    }
+}
+
+async fn ls(
+    client: &Client,
+    out: &mut Out<'_>,
+    category: Option<&str>,
+    limit: u32,
+    mut cursor: String,
+    all: bool,
+) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    let mut last = loop {
+        let page = client.list(category, &cursor, limit).await?;
+        let done = !all || page.next_cursor.is_empty();
+        cursor = page.next_cursor.clone();
+        if done {
+            break page;
+        }
+        rows.extend(page.rows);
+    };
+    rows.append(&mut last.rows);
+    last.rows = rows;
+    let style = out.style;
+    out.emit(
+        || render::page_json(&last),
+        || {
+            let mut text = render::rows_text(style, &last.rows);
+            if !last.next_cursor.is_empty() {
+                let _ = writeln!(text, "more: --cursor {} (or --all)", last.next_cursor);
+            }
+            text
+        },
+    );
+    Ok(())
+}
+
+async fn cluster(
+    client: &Client,
+    out: &mut Out<'_>,
+    command: ClusterCommand,
+) -> anyhow::Result<()> {
+    let style = out.style;
+    let (done, id) = match command {
+        ClusterCommand::Status => {
+            let status = client.status().await?;
+            out.emit(
+                || render::status_json(&status),
+                || render::status_text(style, &status),
+            );
+            return Ok(());
+        }
+        ClusterCommand::AddLearner {
+            id,
+            grpc_addr,
+            http_addr,
+        } => {
+            client.add_learner(id, &grpc_addr, &http_addr).await?;
+            ("added as a learner", Some(id))
+        }
+        ClusterCommand::Promote { id } => {
+            client.promote(id).await?;
+            ("promoted to voter", Some(id))
+        }
+        ClusterCommand::Remove { id } => {
+            client.remove(id).await?;
+            ("removed", Some(id))
+        }
+        ClusterCommand::Snapshot => {
+            client.snapshot().await?;
+            ("snapshot started", None)
+        }
+    };
+    out.emit(
+        || serde_json::json!({"ok": true, "id": id, "done": done}),
+        || match id {
+            Some(id) => format!("node {id} {done}\n"),
+            None => format!("{done}\n"),
+        },
+    );
+    Ok(())
+}
+
+/// The HTTP address of the node that answers, as the cluster lists it.
+async fn http_address(client: &Client) -> anyhow::Result<String> {
+    let status = client.status().await?;
+    let me = status
+        .members
+        .iter()
+        .find(|m| m.id == status.node_id)
+        .context("the answering node is not in its own member list; pass --http")?;
+    Ok(format!("http://{}", me.http_addr))
+}
+
+async fn eval(
+    client: &Client,
+    out: &mut Out<'_>,
+    nodes: &str,
+    path: &PathBuf,
+    limit: u32,
+    all_misses: bool,
+) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let queries = parse_queries(&text).with_context(|| format!("in {}", path.display()))?;
+    anyhow::ensure!(!queries.is_empty(), "{} has no queries", path.display());
+    if (limit as usize) < RECALL_DEPTH {
+        eprintln!("note: --limit {limit} is below {RECALL_DEPTH}, so recall@{RECALL_DEPTH} only sees {limit} candidates");
+    }
+    let mut card = Scorecard::new(limit as usize);
+    for query in &queries {
+        let answer = client
+            .ask(&query.q, limit)
+            .await
+            .with_context(|| format!("asking {:?}", query.q))?;
+        let ranked: Vec<String> = answer.candidates.into_iter().map(|c| c.key).collect();
+        card.add(query, &ranked);
+    }
+    let text = report(&card, nodes, all_misses.then_some(usize::MAX));
+    let _ = out.w.write_all(text.as_bytes());
+    Ok(())
 }
 
 /// What `import-mcp` prints: counts, then one line per added, changed and removed key.
@@ -141,63 +713,6 @@ pub fn import_summary(url: &str, report: &ImportReport) -> String {
         let _ = writeln!(out, "  warning  {warning}");
     }
     out
-}
-
-async fn ask(node: &NodeClient, query: &str, limit: usize, json: bool) -> anyhow::Result<()> {
-    let answer = node.ask(query, limit).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&answer.raw)?);
-        return Ok(());
-    }
-    if answer.candidates.is_empty() {
-        println!("no candidates for {query:?}");
-        return Ok(());
-    }
-    let width = answer
-        .candidates
-        .iter()
-        .map(|c| c.key.len())
-        .max()
-        .unwrap_or(0);
-    for (rank, c) in answer.candidates.iter().enumerate() {
-        println!(
-            "{:>2}. {:<width$}  {:>7.3}  {}",
-            rank + 1,
-            c.key,
-            c.score,
-            c.what
-        );
-    }
-    Ok(())
-}
-
-async fn eval(
-    node: &NodeClient,
-    path: &PathBuf,
-    limit: usize,
-    all_misses: bool,
-) -> anyhow::Result<()> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let queries = parse_queries(&text).with_context(|| format!("in {}", path.display()))?;
-    anyhow::ensure!(!queries.is_empty(), "{} has no queries", path.display());
-    if limit < RECALL_DEPTH {
-        eprintln!("note: --limit {limit} is below {RECALL_DEPTH}, so recall@{RECALL_DEPTH} only sees {limit} candidates");
-    }
-    let mut card = Scorecard::new(limit);
-    for query in &queries {
-        let answer = node
-            .ask(&query.q, limit)
-            .await
-            .with_context(|| format!("asking {:?}", query.q))?;
-        let ranked: Vec<String> = answer.candidates.into_iter().map(|c| c.key).collect();
-        card.add(query, &ranked);
-    }
-    print!(
-        "{}",
-        report(&card, node.base(), all_misses.then_some(usize::MAX))
-    );
-    Ok(())
 }
 
 /// The text `eval` prints: the averages, then up to `shown` misses (default 20).
@@ -292,12 +807,12 @@ mod tests {
             "rowcall",
             "eval",
             "q.jsonl",
-            "--node",
-            "http://x:1",
+            "--nodes",
+            "http://x:1,http://y:2",
             "--misses",
         ])
         .unwrap();
-        assert_eq!(cli.node, "http://x:1");
+        assert_eq!(cli.nodes, ["http://x:1", "http://y:2"]);
         assert!(matches!(
             cli.command,
             Command::Eval {
@@ -316,14 +831,56 @@ mod tests {
             "k",
         ])
         .unwrap();
+        assert_eq!(cli.admin_key.as_deref(), Some("k"));
         assert!(matches!(
             cli.command,
-            Command::ImportMcp { ref prefix, ref admin_key, .. }
-                if prefix.as_deref() == Some("gh") && admin_key == "k"
+            Command::ImportMcp { ref prefix, .. } if prefix.as_deref() == Some("gh")
         ));
         let cli = Cli::try_parse_from(["rowcall", "ask", "what", "time"]).unwrap();
         assert!(
             matches!(cli.command, Command::Ask { ref words, limit: 5, .. } if words.len() == 2)
         );
+    }
+
+    #[test]
+    fn invoke_arguments_merge_flags_over_json() {
+        let args = invoke_args(
+            &["n=3".into(), "name=ada".into(), "tags=[1]".into()],
+            Some(r#"{"n": 1, "keep": true}"#),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            Value::Object(args),
+            serde_json::json!({"n": 3, "keep": true, "name": "ada", "tags": [1]})
+        );
+        assert!(invoke_args(&["novalue".into()], None).is_err());
+        assert!(invoke_args(&[], Some("[1]")).is_err());
+        assert_eq!(invoke_args(&[], None).unwrap(), None);
+    }
+
+    #[test]
+    fn not_found_and_unavailable_have_their_exit_codes() {
+        use crate::error::Rejection;
+        let rejection = |status| Rejection {
+            status,
+            code: "x".into(),
+            message: "m".into(),
+            hint: String::new(),
+            request_id: None,
+            violations: Vec::new(),
+        };
+        let missing =
+            anyhow::Error::new(Error::Rejected(Box::new(rejection(tonic::Code::NotFound))));
+        assert_eq!(exit_code(&missing), EXIT_NOT_FOUND);
+        let down = anyhow::Error::new(Error::Unavailable {
+            attempts: 3,
+            last: Box::new(rejection(tonic::Code::Unavailable)),
+        });
+        assert_eq!(exit_code(&down), EXIT_UNAVAILABLE);
+        let refused = anyhow::Error::new(Error::Rejected(Box::new(rejection(
+            tonic::Code::InvalidArgument,
+        ))));
+        assert_eq!(exit_code(&refused), 1);
     }
 }

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
-use crate::api::http;
+use crate::api::{grpc, http};
 use crate::app::App;
 use crate::auth::{generate_key, Credentials};
 use crate::catalogue::{demo, SharedCatalogue};
@@ -279,7 +279,13 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     }));
     let mut stop = shutdown.subscribe();
     let service = raft_service(app.clone(), PeerAuth::new(secret, tls.is_some()));
-    let router = grpc_server(&config.limits.grpc).add_service(service);
+    // The public API beside Raft, its links pointing at this node's HTTP address. Peer TLS
+    // does not ask public clients for a certificate; the Raft service's interceptor does.
+    let base = crate::service::base_url(&app, Some(&me.http_addr));
+    let public = grpc::routes(app.clone(), base, shutdown.subscribe())?;
+    let router = grpc_server(&config.limits.grpc)
+        .add_routes(public)
+        .add_service(service);
     let stopped = async move {
         let _ = stop.wait_for(|s| *s).await;
     };

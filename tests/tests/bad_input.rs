@@ -386,3 +386,152 @@ async fn reads_for_a_future_index_wait_then_answer_503() {
     assert_eq!(caught_up.status(), 200);
     node.handle.shutdown().await;
 }
+
+/// What a failed gRPC call said: its status code, and rowcall's code, message and hint.
+fn grpc_error(error: rowcall_client::Error) -> (tonic::Code, String, String, String) {
+    let rejection = error.rejection().cloned().expect("a node's answer");
+    (
+        rejection.status,
+        rejection.code,
+        rejection.message,
+        rejection.hint,
+    )
+}
+
+/// The HTTP error body's code, message and hint.
+fn http_error(body: &Value) -> (String, String, String) {
+    let text = |field: &str| body["error"][field].as_str().unwrap_or_default().to_owned();
+    (text("code"), text("message"), text("hint"))
+}
+
+#[tokio::test]
+async fn bad_input_over_grpc_gets_the_answers_http_gives() {
+    use rowcall_client::{row_input, Client};
+    let node = node().await;
+    let grpc = format!("http://{}", node.handle.grpc_addr);
+    let client = |key: Option<&str>| {
+        let builder = Client::builder().node(&grpc).hedge_after(None);
+        match key {
+            Some(key) => builder.credential(key),
+            None => builder,
+        }
+        .build()
+        .unwrap()
+    };
+    let admin = client(Some(ADMIN));
+    let post_row = |key: Option<&str>, row: &Value| {
+        let request = node
+            .http
+            .post(format!("{}/api/directory", node.url))
+            .json(row);
+        match key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    };
+
+    // An invalid key: the same rule, word for word.
+    let bad_key = json!({"key": "lower-case", "type": "static", "content": "# WHAT: x\n"});
+    let over_http = expect_error(
+        &node,
+        post_row(Some(ADMIN), &bad_key),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_row",
+    )
+    .await;
+    let over_grpc = admin.put(row_input(bad_key).unwrap()).await.unwrap_err();
+    let (status, code, message, hint) = grpc_error(over_grpc);
+    assert_eq!(status, tonic::Code::InvalidArgument);
+    assert_eq!((code, message, hint), http_error(&over_http));
+
+    // Missing and wrong credentials.
+    let good = json!({"key": "PARITY_ROW", "type": "static", "auth": "public",
+                      "args_schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+                      "content": "# WHAT: parity\n\n1"});
+    for key in [None, Some("not-a-key")] {
+        let over_http = expect_error(
+            &node,
+            post_row(key, &good),
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        )
+        .await;
+        let over_grpc = client(key)
+            .put(row_input(good.clone()).unwrap())
+            .await
+            .unwrap_err();
+        let (status, code, message, hint) = grpc_error(over_grpc);
+        assert_eq!(status, tonic::Code::Unauthenticated, "{key:?}");
+        assert_eq!((code, message, hint), http_error(&over_http), "{key:?}");
+    }
+    // A credential that may not write the directory.
+    let over_http = expect_error(
+        &node,
+        post_row(Some(common::INVOKE), &good),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    let over_grpc = client(Some(common::INVOKE))
+        .put(row_input(good.clone()).unwrap())
+        .await
+        .unwrap_err();
+    let (status, code, message, hint) = grpc_error(over_grpc);
+    assert_eq!(status, tonic::Code::PermissionDenied);
+    assert_eq!((code, message, hint), http_error(&over_http));
+
+    // Arguments that break the row's schema: refused before anything runs, each violation named.
+    admin.put(row_input(good).unwrap()).await.unwrap();
+    let over_http = expect_error(
+        &node,
+        node.http
+            .post(format!("{}/api/dispatch", node.url))
+            .json(&json!({"key": "PARITY_ROW", "args": {"n": "three"}})),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_args",
+    )
+    .await;
+    let args = json!({"n": "three"}).as_object().cloned();
+    let over_grpc = admin.invoke("PARITY_ROW", args).await.unwrap_err();
+    let rejection = over_grpc.rejection().cloned().unwrap();
+    assert_eq!(rejection.status, tonic::Code::InvalidArgument);
+    assert_eq!(
+        (
+            rejection.code.clone(),
+            rejection.message.clone(),
+            rejection.hint.clone()
+        ),
+        http_error(&over_http)
+    );
+    let http_violations: Vec<(String, String)> = over_http["error"]["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["pointer"].as_str().unwrap().to_owned(),
+                v["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(rejection.violations, http_violations);
+    assert!(!rejection.violations.is_empty());
+
+    // An unknown row, read and invoked.
+    let over_http = expect_error(
+        &node,
+        node.http
+            .get(format!("{}/api/directory/NO_SUCH_ROW", node.url)),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    let (status, code, message, hint) = grpc_error(admin.get("NO_SUCH_ROW").await.unwrap_err());
+    assert_eq!(status, tonic::Code::NotFound);
+    assert_eq!((code, message, hint), http_error(&over_http));
+    let (status, code, ..) = grpc_error(admin.invoke("NO_SUCH_ROW", None).await.unwrap_err());
+    assert_eq!(
+        (status, code.as_str()),
+        (tonic::Code::NotFound, "not_found")
+    );
+}

@@ -1,7 +1,9 @@
 //! The node's public front ends, each a thin adapter over [`crate::service`]: `http` serves
 //! the whole protocol of DESIGN §3; `mcp` the MCP projection of §5, mounted in the same
-//! router. The helpers here read what both take from HTTP headers.
+//! router; `grpc` the public gRPC API (`rowcall.v1`) on the gRPC listener. The helpers here
+//! read what they all take from HTTP headers (gRPC metadata is HTTP/2 headers).
 
+pub mod grpc;
 pub mod http;
 pub mod mcp;
 

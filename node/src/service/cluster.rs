@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::{read_barrier, Admin, Freshness, ServiceError};
 use crate::app::App;
+use crate::raft::calls::{JoinRequest, MembershipError};
 use crate::raft::NodeId;
 
 /// A member of the cluster.
@@ -198,6 +199,31 @@ pub async fn add_member(app: &App, _admin: &Admin, add: AddMember) -> Result<(),
     }
     app.add_member(add.id, &add.grpc_addr, &add.http_addr, add.learner)
         .await?;
+    Ok(())
+}
+
+/// Makes learner `id` a voter; any node hands the change to the leader. Promoting a voter
+/// is harmless; an id that is not a member is refused.
+pub async fn promote(app: &App, _admin: &Admin, id: NodeId) -> Result<(), ServiceError> {
+    let node = app
+        .raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .get_node(&id)
+        .cloned();
+    let Some(node) = node else {
+        return Err(ServiceError::Membership(MembershipError::Rejected {
+            reason: format!("node {id} is not a member; add it as a learner first"),
+        }));
+    };
+    app.join(JoinRequest {
+        id,
+        node,
+        learner: false,
+    })
+    .await?;
     Ok(())
 }
 

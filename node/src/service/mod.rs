@@ -115,7 +115,8 @@ impl Freshness {
 
 /// Waits, bounded, until this node may answer a read as the caller asks: after it applied
 /// `min_index` (read-your-writes across nodes), and for `consistency=linearizable` after it
-/// applied the leader's quorum-confirmed read index. `behind` (503) when it has not in time.
+/// applied the leader's quorum-confirmed read index. `behind` (503) when it has not in time,
+/// or at once when it is cut off from the leader and so cannot catch up.
 pub async fn read_barrier(app: &App, freshness: &Freshness) -> Result<(), ServiceError> {
     let wait = Duration::from_millis(app.config.limits.min_index_wait_ms);
     match freshness.consistency.as_deref() {
@@ -140,6 +141,14 @@ pub async fn read_barrier(app: &App, freshness: &Freshness) -> Result<(), Servic
         return Err(ServiceError::BadRequest {
             message: format!("min_index {wanted} is past the end of the log"),
             hint: "send the x-rowcall-index of an answer this cluster gave",
+        });
+    }
+    // Cut off from the leader, this node cannot catch up: say so at once, so the caller
+    // tries another node now instead of after the whole wait.
+    if wanted > app.applied_index() && app.is_stale() {
+        return Err(ServiceError::Behind {
+            wanted,
+            applied: app.applied_index(),
         });
     }
     if app.wait_applied(wanted, wait).await {

@@ -1,0 +1,1190 @@
+//! [`Client`]: rowcall's public gRPC API (`rowcall.v1`) over several nodes, riding through
+//! their failures.
+//!
+//! ```text
+//!   call ──► order the nodes ─► attempt on one (deadline per attempt) ──► answer ─► note index, leader
+//!              reads:  the node that answered last, then the others; a second node is
+//!                      asked too when the first is slow (hedge), the first answer wins
+//!              writes: the leader the nodes named, then the others (same idempotency-key)
+//!            ◄─ a node-level failure (unreachable, paused, behind, no quorum): next node at
+//!               once; after every node failed, back off (exponential, full jitter) and go round
+//!               again until the call's deadline
+//!            ◄─ an answer (not found, invalid, refused): returned as it is
+//! ```
+//!
+//! A client is one session: it remembers the highest index any answer carried and sends it
+//! as `x-rowcall-min-index` on every call, so whichever node answers has applied everything
+//! the session saw (read-your-writes, monotonic reads). Clones share the session.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use futures_util::stream::FuturesUnordered;
+use futures_util::StreamExt as _;
+use rand::Rng as _;
+use rowcall_proto::json;
+use rowcall_proto::v1::cluster_client::ClusterClient;
+use rowcall_proto::v1::directory_client::DirectoryClient;
+use rowcall_proto::v1::dispatch_client::DispatchClient;
+use rowcall_proto::v1::receipts_client::ReceiptsClient;
+use rowcall_proto::v1::{self as proto, contract_response};
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Response, Status};
+
+use crate::error::{Error, Rejection};
+use crate::watch::Watch;
+
+/// Request metadata: wait until this index is applied.
+pub const MIN_INDEX: &str = "x-rowcall-min-index";
+/// Response metadata: the node's applied index, or a write's index.
+pub const INDEX: &str = "x-rowcall-index";
+/// Response metadata: the leader the node knows, `ID=GRPC_ADDR`.
+pub const LEADER: &str = "x-rowcall-leader";
+/// Request metadata: names a write, so a retry is answered with its first outcome.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// rowcall's codes that mean "this node cannot serve it now; another may": the call did not
+/// take effect, so any call may go to the next node.
+const NODE_LEVEL: &[&str] = &[
+    "behind",
+    "no_quorum",
+    "no_leader",
+    "shutting_down",
+    "no_read_index",
+    "share_unchecked",
+];
+
+/// How a client retries and waits. Every field has a default that suits a cluster on one
+/// network; see [`ClientBuilder`].
+#[derive(Debug, Clone)]
+struct Options {
+    credential: Option<String>,
+    connect_timeout: Duration,
+    read_timeout: Duration,
+    write_timeout: Duration,
+    invoke_timeout: Duration,
+    deadline: Duration,
+    hedge_after: Option<Duration>,
+    backoff: Duration,
+    backoff_max: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            credential: None,
+            connect_timeout: Duration::from_millis(500),
+            read_timeout: Duration::from_secs(1),
+            // A node gives a write 5 s to commit before it says the outcome is unknown.
+            write_timeout: Duration::from_secs(6),
+            // Runners may take 10 s, the receipt 2 s more.
+            invoke_timeout: Duration::from_secs(15),
+            deadline: Duration::from_secs(15),
+            hedge_after: Some(Duration::from_millis(150)),
+            backoff: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Builds a [`Client`]: the nodes, the credential and the timeouts.
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// let client = rowcall_client::Client::builder()
+///     .nodes(["http://127.0.0.1:9081", "http://127.0.0.1:9082"])
+///     .credential("my-admin-key")
+///     .read_timeout(Duration::from_millis(500))
+///     .hedge_after(Some(Duration::from_millis(100)))
+///     .build()?;
+/// # Ok::<(), rowcall_client::Error>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct ClientBuilder {
+    nodes: Vec<String>,
+    options: Options,
+    session: u64,
+}
+
+impl ClientBuilder {
+    /// Adds a node's gRPC address (`http://host:port`, or `host:port`).
+    ///
+    /// ```
+    /// let builder = rowcall_client::Client::builder().node("127.0.0.1:9090");
+    /// # let _ = builder;
+    /// ```
+    pub fn node(mut self, address: impl Into<String>) -> Self {
+        self.nodes.push(address.into());
+        self
+    }
+
+    /// Adds several nodes' gRPC addresses.
+    ///
+    /// ```
+    /// let builder = rowcall_client::Client::builder().nodes(["a:9090", "b:9090"]);
+    /// # let _ = builder;
+    /// ```
+    pub fn nodes<I, S>(mut self, addresses: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.nodes.extend(addresses.into_iter().map(Into::into));
+        self
+    }
+
+    /// The credential sent on every call (`authorization: Bearer …`): the admin key, an
+    /// invoke key, or nothing for public reads and public rows.
+    ///
+    /// ```
+    /// let builder = rowcall_client::Client::builder().credential("secret");
+    /// # let _ = builder;
+    /// ```
+    pub fn credential(mut self, key: impl Into<String>) -> Self {
+        self.options.credential = Some(key.into());
+        self
+    }
+
+    /// How long to wait for a TCP connection to a node (default 500 ms).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let builder = rowcall_client::Client::builder().connect_timeout(Duration::from_secs(1));
+    /// # let _ = builder;
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.options.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one node may take to answer a read before the next is tried (default 1 s).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let builder = rowcall_client::Client::builder().read_timeout(Duration::from_millis(300));
+    /// # let _ = builder;
+    /// ```
+    pub fn read_timeout(mut self, timeout: Duration) -> Self {
+        self.options.read_timeout = timeout;
+        self
+    }
+
+    /// How long one node may take to answer a write (default 6 s, beyond the node's own 5 s
+    /// commit timeout).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let builder = rowcall_client::Client::builder().write_timeout(Duration::from_secs(3));
+    /// # let _ = builder;
+    /// ```
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.options.write_timeout = timeout;
+        self
+    }
+
+    /// How long an invocation may take (default 15 s: the runner's timeout and the
+    /// receipt's).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let builder = rowcall_client::Client::builder().invoke_timeout(Duration::from_secs(30));
+    /// # let _ = builder;
+    /// ```
+    pub fn invoke_timeout(mut self, timeout: Duration) -> Self {
+        self.options.invoke_timeout = timeout;
+        self
+    }
+
+    /// How long one call may take in all, retries included (default 15 s).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let builder = rowcall_client::Client::builder().deadline(Duration::from_secs(5));
+    /// # let _ = builder;
+    /// ```
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.options.deadline = deadline;
+        self
+    }
+
+    /// After how long without an answer a read is also sent to a second node, the first
+    /// answer winning (default 150 ms; `None`: never).
+    ///
+    /// ```
+    /// let builder = rowcall_client::Client::builder().hedge_after(None);
+    /// # let _ = builder;
+    /// ```
+    pub fn hedge_after(mut self, delay: Option<Duration>) -> Self {
+        self.options.hedge_after = delay;
+        self
+    }
+
+    /// Starts the session at `index` instead of 0: a session carried over from elsewhere
+    /// (another process, a web request that saw this index) keeps reading its writes.
+    ///
+    /// ```no_run
+    /// let client = rowcall_client::Client::builder().node("a:9090").session_index(812).build()?;
+    /// assert_eq!(client.session_index(), 812);
+    /// # Ok::<(), rowcall_client::Error>(())
+    /// ```
+    pub fn session_index(mut self, index: u64) -> Self {
+        self.session = index;
+        self
+    }
+
+    /// The client. Connections open lazily, on first use, so a node that is down when the
+    /// client is built costs nothing until it is needed. Build it inside a Tokio runtime:
+    /// each node's channel starts its worker there (outside one, building panics; the
+    /// examples are therefore compiled, not run).
+    ///
+    /// ```no_run
+    /// let client = rowcall_client::Client::builder().node("127.0.0.1:9090").build()?;
+    /// # let _ = client;
+    /// # Ok::<(), rowcall_client::Error>(())
+    /// ```
+    pub fn build(self) -> Result<Client, Error> {
+        if self.nodes.is_empty() {
+            return Err(Error::NoNodes);
+        }
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|address| Node::new(address, &self.options))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                nodes: RwLock::new(nodes),
+                preferred: AtomicUsize::new(0),
+                leader: Mutex::new(None),
+                seen: AtomicU64::new(self.session),
+                options: self.options,
+            }),
+        })
+    }
+}
+
+/// One node: its address and a reused channel (HTTP/2, multiplexed, reconnecting).
+#[derive(Debug, Clone)]
+struct Node {
+    /// `host:port`, as leader hints name it.
+    authority: String,
+    channel: Channel,
+}
+
+impl Node {
+    fn new(address: &str, options: &Options) -> Result<Self, Error> {
+        let uri = if address.contains("://") {
+            address.to_owned()
+        } else {
+            format!("http://{address}")
+        };
+        let invalid = |reason: String| Error::Address {
+            address: address.to_owned(),
+            reason,
+        };
+        let endpoint = Endpoint::from_shared(uri).map_err(|e| invalid(e.to_string()))?;
+        let authority = endpoint
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_owned())
+            .ok_or_else(|| invalid("no host:port".into()))?;
+        let channel = endpoint
+            .connect_timeout(options.connect_timeout)
+            .tcp_nodelay(true)
+            // Find a dead connection (a paused or partitioned node) without waiting for TCP.
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(Duration::from_secs(2))
+            .keep_alive_while_idle(true)
+            .connect_lazy();
+        Ok(Self { authority, channel })
+    }
+}
+
+/// A session with a rowcall cluster over gRPC: every call of the public API, retried across
+/// the nodes as far as that is safe. Cloning is cheap and shares the session.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), rowcall_client::Error> {
+/// let client = rowcall_client::Client::connect(["http://127.0.0.1:9081", "http://127.0.0.1:9082"])?;
+/// let answer = client.ask("what time is it", 3).await?;
+/// if let Some(best) = answer.best {
+///     let ran = client.invoke(&best.key, None).await?;
+///     println!("{} -> {:?}", best.key, ran.result);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    nodes: RwLock<Vec<Node>>,
+    /// The node that answered last: reads go there first.
+    preferred: AtomicUsize,
+    /// The leader's `host:port`, from the nodes' hints: writes go there first.
+    leader: Mutex<Option<String>>,
+    /// The highest index any answer carried: sent as the min index of every call.
+    seen: AtomicU64,
+    options: Options,
+}
+
+/// How a call may be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Changes nothing: retried on any node, hedged.
+    Read,
+    /// A write the nodes deduplicate by its idempotency key: retried with the same key, even
+    /// when its outcome is unknown.
+    Write,
+    /// Must not happen twice (an invocation, a removal): retried only when it surely did
+    /// not reach a node, or a node refused it before doing anything.
+    Once,
+}
+
+/// What one attempt on one node came to.
+enum Attempt<T> {
+    Answered(Response<T>),
+    /// An answer to return as it is.
+    Rejected(Rejection),
+    /// The node could not serve it; another may.
+    Retry(Rejection),
+    /// The call may have taken effect; not retried.
+    Unknown(Rejection),
+}
+
+/// A finished invocation, with its JSON result decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invocation {
+    /// Whether the capability succeeded (a failed run is an answer too: it has a receipt).
+    pub ok: bool,
+    /// The row that ran.
+    pub key: String,
+    /// What it returned, when `ok`.
+    pub result: Option<Value>,
+    /// Why it failed, when not `ok`.
+    pub error: Option<proto::ErrorDetail>,
+    /// The receipt.
+    pub proof: proto::Proof,
+}
+
+impl From<proto::InvokeResponse> for Invocation {
+    fn from(r: proto::InvokeResponse) -> Self {
+        Self {
+            ok: r.ok,
+            key: r.key,
+            result: r.result.map(json::from_value),
+            error: r.error,
+            proof: r.proof.unwrap_or_default(),
+        }
+    }
+}
+
+impl Client {
+    /// A client for these nodes (gRPC addresses of any members), with default timeouts and
+    /// no credential. Nothing is contacted yet.
+    ///
+    /// ```no_run
+    /// let client = rowcall_client::Client::connect(["http://a:9090", "http://b:9090"])?;
+    /// # let _ = client;
+    /// # Ok::<(), rowcall_client::Error>(())
+    /// ```
+    pub fn connect<I, S>(nodes: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::builder().nodes(nodes).build()
+    }
+
+    /// A builder for nodes, credential and timeouts.
+    ///
+    /// ```no_run
+    /// let client = rowcall_client::Client::builder().node("a:9090").credential("k").build()?;
+    /// # let _ = client;
+    /// # Ok::<(), rowcall_client::Error>(())
+    /// ```
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// The highest index this session has seen: every call waits until the node answering
+    /// it has applied this much.
+    ///
+    /// ```no_run
+    /// let client = rowcall_client::Client::connect(["a:9090"])?;
+    /// assert_eq!(client.session_index(), 0);
+    /// # Ok::<(), rowcall_client::Error>(())
+    /// ```
+    pub fn session_index(&self) -> u64 {
+        self.inner.seen.load(Ordering::Relaxed)
+    }
+
+    /// The same cluster and credential in a new session (its own index).
+    ///
+    /// ```no_run
+    /// let client = rowcall_client::Client::connect(["a:9090"])?;
+    /// let other = client.new_session();
+    /// assert_eq!(other.session_index(), 0);
+    /// # Ok::<(), rowcall_client::Error>(())
+    /// ```
+    pub fn new_session(&self) -> Self {
+        let nodes = self.nodes();
+        Self {
+            inner: Arc::new(Inner {
+                nodes: RwLock::new(nodes),
+                preferred: AtomicUsize::new(self.inner.preferred.load(Ordering::Relaxed)),
+                leader: Mutex::new(self.leader()),
+                seen: AtomicU64::new(0),
+                options: self.inner.options.clone(),
+            }),
+        }
+    }
+
+    /// Moves reads off the node that answered last (its stream just broke).
+    pub(crate) fn rotate(&self) {
+        self.inner.preferred.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn nodes(&self) -> Vec<Node> {
+        self.inner
+            .nodes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn leader(&self) -> Option<String> {
+        self.inner
+            .leader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Which nodes to try, in order: for writes the leader first (added if it was not
+    /// listed), then from the node that answered last, round the list.
+    fn order(&self, kind: Kind) -> Vec<usize> {
+        let leader = (kind != Kind::Read).then(|| self.leader()).flatten();
+        let leader_at = leader.and_then(|authority| self.node_at(&authority));
+        let count = self
+            .inner
+            .nodes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        let start = self.inner.preferred.load(Ordering::Relaxed) % count.max(1);
+        let mut order: Vec<usize> = leader_at.into_iter().collect();
+        order.extend(
+            (0..count)
+                .map(|i| (start + i) % count)
+                .filter(|i| Some(*i) != leader_at),
+        );
+        order
+    }
+
+    /// The position of the node at `authority`, adding it if a hint named one not listed.
+    fn node_at(&self, authority: &str) -> Option<usize> {
+        let mut nodes = self.inner.nodes.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = nodes.iter().position(|n| n.authority == authority) {
+            return Some(i);
+        }
+        let node = Node::new(authority, &self.inner.options).ok()?;
+        nodes.push(node);
+        Some(nodes.len() - 1)
+    }
+
+    fn channel(&self, at: usize) -> Option<(String, Channel)> {
+        let nodes = self.inner.nodes.read().unwrap_or_else(|p| p.into_inner());
+        nodes
+            .get(at)
+            .map(|n| (n.authority.clone(), n.channel.clone()))
+    }
+
+    /// Notes what an answer (or an error) says: the index seen, the leader.
+    fn observe(&self, metadata: &MetadataMap) {
+        let text = |key: &str| metadata.get(key).and_then(|v| v.to_str().ok());
+        if let Some(index) = text(INDEX).and_then(|v| v.parse::<u64>().ok()) {
+            self.inner.seen.fetch_max(index, Ordering::Relaxed);
+        }
+        if let Some((_, address)) = text(LEADER).and_then(|v| v.split_once('=')) {
+            *self.inner.leader.lock().unwrap_or_else(|p| p.into_inner()) = Some(address.to_owned());
+        }
+    }
+
+    fn attempt_timeout(&self, kind: Kind, write_like: bool) -> Duration {
+        let options = &self.inner.options;
+        match (kind, write_like) {
+            (Kind::Read, _) => options.read_timeout,
+            (_, true) => options.write_timeout,
+            (_, false) => options.invoke_timeout,
+        }
+    }
+
+    /// Makes one call: builds the request for each attempt (credential, session index,
+    /// idempotency key, deadline), orders the nodes, hedges reads, retries what is safe to.
+    async fn call<M, T, F, Fut>(
+        &self,
+        kind: Kind,
+        write_like: bool,
+        message: M,
+        rpc: F,
+    ) -> Result<Response<T>, Error>
+    where
+        M: Clone,
+        F: Fn(Channel, Request<M>) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let options = &self.inner.options;
+        let deadline = Instant::now() + options.deadline;
+        let per_attempt = self.attempt_timeout(kind, write_like);
+        // One key for every attempt of a write: the cluster applies it at most once.
+        let idempotency_key = (kind == Kind::Write).then(new_request_id);
+        let mut backoff = options.backoff;
+        let mut attempts = 0u32;
+        let mut last = None;
+        loop {
+            let order = self.order(kind);
+            let mut next = order.iter().copied();
+            let mut pending = FuturesUnordered::new();
+            let launch = |at: usize, pending: &mut FuturesUnordered<_>| {
+                let Some((authority, channel)) = self.channel(at) else {
+                    return;
+                };
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                let timeout = per_attempt.min(remaining);
+                let request = self.request(message.clone(), idempotency_key.as_deref(), timeout);
+                let sent = rpc(channel, request);
+                pending.push(async move {
+                    let outcome = tokio::time::timeout(timeout, sent).await;
+                    (at, authority, outcome)
+                });
+            };
+            if let Some(at) = next.next() {
+                launch(at, &mut pending);
+                attempts += 1;
+            }
+            while !pending.is_empty() {
+                // A read still unanswered after the hedge delay goes to one more node.
+                let hedge = match (kind, options.hedge_after) {
+                    (Kind::Read, Some(delay)) if pending.len() < 2 => delay,
+                    _ => Duration::MAX,
+                };
+                let sleep = pin!(tokio::time::sleep(hedge.min(Duration::from_secs(3600))));
+                tokio::select! {
+                    Some((at, authority, outcome)) = pending.next() => {
+                        match self.judge(kind, outcome) {
+                            Attempt::Answered(response) => {
+                                if kind == Kind::Read {
+                                    self.inner.preferred.store(at, Ordering::Relaxed);
+                                }
+                                return Ok(response);
+                            }
+                            Attempt::Rejected(rejection) => return Err(Error::Rejected(Box::new(rejection))),
+                            Attempt::Unknown(rejection) => {
+                                return Err(Error::Unknown { node: authority, last: Box::new(rejection) })
+                            }
+                            Attempt::Retry(rejection) => {
+                                last = Some(rejection);
+                                // Fast failover: the next node at once.
+                                if pending.is_empty() && Instant::now() < deadline {
+                                    if let Some(at) = next.next() {
+                                        launch(at, &mut pending);
+                                        attempts += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    _ = sleep, if hedge != Duration::MAX => {
+                        if let Some(at) = next.next() {
+                            launch(at, &mut pending);
+                            attempts += 1;
+                        }
+                    }
+                }
+            }
+            // Every node failed this round: back off, with full jitter, and go round again.
+            let now = Instant::now();
+            if now >= deadline {
+                let last = last.unwrap_or_else(|| Rejection {
+                    status: Code::DeadlineExceeded,
+                    code: String::new(),
+                    message: "the call's deadline passed".into(),
+                    hint: String::new(),
+                    request_id: None,
+                    violations: Vec::new(),
+                });
+                return Err(Error::Unavailable {
+                    attempts,
+                    last: Box::new(last),
+                });
+            }
+            let pause = rand::rng().random_range(Duration::ZERO..=backoff);
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            backoff = (backoff * 2).min(options.backoff_max);
+        }
+    }
+
+    /// A request with the session's metadata.
+    fn request<M>(
+        &self,
+        message: M,
+        idempotency_key: Option<&str>,
+        timeout: Duration,
+    ) -> Request<M> {
+        let mut request = Request::new(message);
+        request.set_timeout(timeout);
+        let metadata = request.metadata_mut();
+        if let Some(key) = &self.inner.options.credential {
+            if let Ok(value) = format!("Bearer {key}").parse() {
+                metadata.insert("authorization", value);
+            }
+        }
+        let seen = self.session_index();
+        if seen > 0 {
+            metadata.insert(MIN_INDEX, MetadataValue::from(seen));
+        }
+        if let Some(key) = idempotency_key.and_then(|k| k.parse().ok()) {
+            metadata.insert(IDEMPOTENCY_KEY, key);
+        }
+        request
+    }
+
+    /// What one attempt's outcome means for the call.
+    fn judge<T>(
+        &self,
+        kind: Kind,
+        outcome: Result<Result<Response<T>, Status>, tokio::time::error::Elapsed>,
+    ) -> Attempt<T> {
+        let status = match outcome {
+            Ok(Ok(response)) => {
+                self.observe(response.metadata());
+                return Attempt::Answered(response);
+            }
+            Ok(Err(status)) => status,
+            // No answer in time: a paused or partitioned node.
+            Err(_) => Status::deadline_exceeded("no answer within the attempt's timeout"),
+        };
+        self.observe(status.metadata());
+        let rejection = Rejection::from_status(&status);
+        if rejection.from_rowcall() {
+            let node_level = NODE_LEVEL.contains(&rejection.code.as_str());
+            return match kind {
+                _ if node_level => Attempt::Retry(rejection),
+                Kind::Write if rejection.code == "outcome_unknown" => Attempt::Retry(rejection),
+                _ => Attempt::Rejected(rejection),
+            };
+        }
+        // No answer from rowcall: the transport failed, or the attempt timed out.
+        let never_sent = status.code() == Code::Unavailable
+            && status.message().to_ascii_lowercase().contains("connect");
+        match kind {
+            Kind::Read | Kind::Write => Attempt::Retry(rejection),
+            Kind::Once if never_sent => Attempt::Retry(rejection),
+            Kind::Once => Attempt::Unknown(rejection),
+        }
+    }
+
+    // ---- Dispatch ----
+
+    /// Ranked candidates for a plain-language request (`limit` 0: the default, 5).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let answer = client.ask("convert currencies", 5).await?;
+    /// for c in &answer.candidates {
+    ///     println!("{} {:.2} {}", c.key, c.score, c.what);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn ask(&self, ask: &str, limit: u32) -> Result<proto::AskResponse, Error> {
+        let message = proto::AskRequest {
+            ask: ask.to_owned(),
+            limit,
+        };
+        let response = self
+            .call(Kind::Read, false, message, |ch, r| async move {
+                DispatchClient::new(ch).ask(r).await
+            })
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// A row's contract as JSON (what it does, how to call it, an example, auth, risk,
+    /// troubleshooting).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let contract = client.contract("TIME_NOW").await?;
+    /// println!("{}", contract["invoke"]["body"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn contract(&self, key: &str) -> Result<Value, Error> {
+        match self.contract_in(key, "json").await? {
+            contract_response::Contract::Json(s) => Ok(Value::Object(json::from_struct(s))),
+            contract_response::Contract::Markdown(text) => Ok(Value::String(text)),
+        }
+    }
+
+    /// A row's contract in Markdown, written for models.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// println!("{}", client.contract_markdown("TIME_NOW").await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn contract_markdown(&self, key: &str) -> Result<String, Error> {
+        match self.contract_in(key, "markdown").await? {
+            contract_response::Contract::Markdown(text) => Ok(text),
+            contract_response::Contract::Json(s) => {
+                Ok(Value::Object(json::from_struct(s)).to_string())
+            }
+        }
+    }
+
+    async fn contract_in(
+        &self,
+        key: &str,
+        format: &str,
+    ) -> Result<contract_response::Contract, Error> {
+        let message = proto::ContractRequest {
+            key: key.to_owned(),
+            format: format.to_owned(),
+        };
+        let response = self
+            .call(Kind::Read, false, message, |ch, r| async move {
+                DispatchClient::new(ch).contract(r).await
+            })
+            .await?;
+        response
+            .into_inner()
+            .contract
+            .ok_or_else(|| Error::Argument("the node answered an empty contract".into()))
+    }
+
+    /// Runs a row with named arguments. Never retried once it may have reached a node: a
+    /// retry would run the capability again.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let args = serde_json::json!({"text": "hello"});
+    /// let ran = client.invoke("ECHO", args.as_object().cloned()).await?;
+    /// assert!(ran.ok);
+    /// println!("receipt {}", ran.proof.invocation_id);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn invoke(
+        &self,
+        key: &str,
+        args: Option<Map<String, Value>>,
+    ) -> Result<Invocation, Error> {
+        self.invoke_with(proto::InvokeRequest {
+            key: key.to_owned(),
+            args: args.map(json::to_struct),
+            body: None,
+            share: None,
+        })
+        .await
+    }
+
+    /// Runs a row as the request says (arguments, a raw body, a share token).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// use rowcall_client::proto::InvokeRequest;
+    /// let request = InvokeRequest { key: "ECHO".into(), body: Some("hi".into()), ..Default::default() };
+    /// let ran = client.invoke_with(request).await?;
+    /// # let _ = ran;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn invoke_with(&self, request: proto::InvokeRequest) -> Result<Invocation, Error> {
+        let response = self
+            .call(Kind::Once, false, request, |ch, r| async move {
+                DispatchClient::new(ch).invoke(r).await
+            })
+            .await?;
+        Ok(response.into_inner().into())
+    }
+
+    /// Checks a receipt without a credential; an unknown id is [`Error::is_not_found`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let confirmed = client.confirm("inv_0123456789").await?;
+    /// println!("{} ran at {}", confirmed.key, confirmed.at);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn confirm(&self, id: &str) -> Result<proto::ConfirmResponse, Error> {
+        let message = proto::ConfirmRequest { id: id.to_owned() };
+        let response = self
+            .call(Kind::Read, false, message, |ch, r| async move {
+                DispatchClient::new(ch).confirm(r).await
+            })
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    // ---- Directory ----
+
+    /// One row.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let row = client.get("TIME_NOW").await?;
+    /// println!("{} v{}", row.key, row.version);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn get(&self, key: &str) -> Result<proto::Row, Error> {
+        let message = proto::GetRowRequest {
+            key: key.to_owned(),
+        };
+        let response = self
+            .call(Kind::Read, false, message, |ch, r| async move {
+                DirectoryClient::new(ch).get(r).await
+            })
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// A page of rows in key order (`limit` 0: the default, 100); pass the answer's
+    /// `next_cursor` for the next page.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let mut cursor = String::new();
+    /// loop {
+    ///     let page = client.list(None, &cursor, 0).await?;
+    ///     for row in &page.rows {
+    ///         println!("{}", row.key);
+    ///     }
+    ///     if page.next_cursor.is_empty() {
+    ///         break;
+    ///     }
+    ///     cursor = page.next_cursor;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn list(
+        &self,
+        category: Option<&str>,
+        cursor: &str,
+        limit: u32,
+    ) -> Result<proto::ListRowsResponse, Error> {
+        let message = proto::ListRowsRequest {
+            category: category.unwrap_or_default().to_owned(),
+            cursor: cursor.to_owned(),
+            limit,
+        };
+        let response = self
+            .call(Kind::Read, false, message, |ch, r| async move {
+                DirectoryClient::new(ch).list(r).await
+            })
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// Inserts or replaces one row (admin key). Retried safely: every attempt carries the
+    /// same idempotency key, so the row is written once.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let row = serde_json::json!({"key": "HELLO", "type": "static", "auth": "public",
+    ///                              "content": "# WHAT: Say hello\n\nhello"});
+    /// let written = client.put(rowcall_client::row_input(row)?).await?;
+    /// println!("HELLO is at version {}", written.rows[0].version);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn put(&self, row: proto::RowInput) -> Result<proto::PutRowsResponse, Error> {
+        let message = proto::PutRowRequest { row: Some(row) };
+        let response = self
+            .call(Kind::Write, true, message, |ch, r| async move {
+                DirectoryClient::new(ch).put(r).await
+            })
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// Inserts or replaces rows in one atomic write (admin key): all or none.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client, rows: Vec<rowcall_client::proto::RowInput>) -> Result<(), rowcall_client::Error> {
+    /// let written = client.put_many(rows).await?;
+    /// println!("{} rows at index {}", written.rows.len(), written.index);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn put_many(
+        &self,
+        rows: Vec<proto::RowInput>,
+    ) -> Result<proto::PutRowsResponse, Error> {
+        let message = proto::PutManyRequest { rows };
+        let response = self
+            .call(Kind::Write, true, message, |ch, r| async move {
+                DirectoryClient::new(ch).put_many(r).await
+            })
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// Deletes a row (admin key), only at `if_version` when given. Its receipts stay.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// client.delete("HELLO", None).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn delete(
+        &self,
+        key: &str,
+        if_version: Option<u64>,
+    ) -> Result<proto::DeleteRowResponse, Error> {
+        let message = proto::DeleteRowRequest {
+            key: key.to_owned(),
+            if_version,
+        };
+        let response = self
+            .call(Kind::Write, true, message, |ch, r| async move {
+                DirectoryClient::new(ch).delete(r).await
+            })
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// The four counts of the directory.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let counts = client.counts().await?;
+    /// println!("{} rows, {} projected to MCP", counts.rows_total, counts.mcp_projected);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn counts(&self) -> Result<proto::Counts, Error> {
+        let response = self
+            .call(
+                Kind::Read,
+                false,
+                proto::CountsRequest {},
+                |ch, r| async move { DirectoryClient::new(ch).counts(r).await },
+            )
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// The directory's changes after index `since` (live changes only without it), as a
+    /// stream that reconnects to another node when its node goes away and resumes where it
+    /// was, with no change missed or repeated. A `Reset` event means changes could not be
+    /// replayed: list the directory again, then keep reading.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// use futures_util::StreamExt as _;
+    /// let mut changes = client.watch(Some(0));
+    /// while let Some(event) = changes.next().await {
+    ///     let event = event?;
+    ///     println!("index {}: {:?}", event.index, event.event);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn watch(&self, since: Option<u64>) -> Watch {
+        Watch::new(self.clone(), since)
+    }
+
+    /// Opens one watch stream on one node (for [`Watch`]): the request carries `since` and
+    /// asks the node to have applied it first.
+    pub(crate) async fn open_watch(
+        &self,
+        since: Option<u64>,
+    ) -> Result<Response<tonic::Streaming<proto::WatchEvent>>, Error> {
+        let message = proto::WatchRequest { since };
+        self.call(Kind::Read, false, message, move |ch, mut r| {
+            if let Some(since) = since {
+                let seen = since.max(self.session_index());
+                r.metadata_mut()
+                    .insert(MIN_INDEX, MetadataValue::from(seen));
+            }
+            // A stream lives on: no per-request deadline.
+            r.metadata_mut().remove("grpc-timeout");
+            async move { DirectoryClient::new(ch).watch(r).await }
+        })
+        .await
+    }
+
+    // ---- Receipts ----
+
+    /// One receipt with its stored input and output (admin key).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let receipt = client.receipt("inv_0123456789").await?;
+    /// println!("{} by {}", receipt.key, receipt.caller);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn receipt(&self, id: &str) -> Result<proto::Receipt, Error> {
+        let message = proto::GetReceiptRequest { id: id.to_owned() };
+        let response = self
+            .call(Kind::Read, false, message, |ch, r| async move {
+                ReceiptsClient::new(ch).get(r).await
+            })
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// The receipts of one row, newest first (admin key; `limit` 0: the default, 50).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let receipts = client.receipts("TIME_NOW", 10).await?;
+    /// println!("{} receipts", receipts.receipts.len());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn receipts(
+        &self,
+        key: &str,
+        limit: u32,
+    ) -> Result<proto::ListReceiptsResponse, Error> {
+        let message = proto::ListReceiptsRequest {
+            key: key.to_owned(),
+            limit,
+        };
+        let response = self
+            .call(Kind::Read, false, message, |ch, r| async move {
+                ReceiptsClient::new(ch).list_by_key(r).await
+            })
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    // ---- Cluster ----
+
+    /// One node's view of the cluster (the node that answers first).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let status = client.status().await?;
+    /// println!("node {} is {}, leader {:?}", status.node_id, status.role, status.leader);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn status(&self) -> Result<proto::StatusResponse, Error> {
+        let response = self
+            .call(
+                Kind::Read,
+                false,
+                proto::StatusRequest {},
+                |ch, r| async move { ClusterClient::new(ch).status(r).await },
+            )
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// Adds a node as a learner (admin key); joining twice is harmless.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// client.add_learner(4, "10.0.0.4:9090", "10.0.0.4:8080").await?;
+    /// client.promote(4).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn add_learner(
+        &self,
+        id: u64,
+        grpc_addr: &str,
+        http_addr: &str,
+    ) -> Result<(), Error> {
+        let message = proto::AddLearnerRequest {
+            id,
+            grpc_addr: grpc_addr.to_owned(),
+            http_addr: http_addr.to_owned(),
+        };
+        self.call(Kind::Write, true, message, |ch, r| async move {
+            ClusterClient::new(ch).add_learner(r).await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Makes a learner a voter (admin key); promoting a voter is harmless.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// client.promote(4).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn promote(&self, id: u64) -> Result<(), Error> {
+        let message = proto::PromoteRequest { id };
+        self.call(Kind::Write, true, message, |ch, r| async move {
+            ClusterClient::new(ch).promote(r).await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Takes a voter or a learner out (admin key). Not retried once sent: a second removal
+    /// would be refused ("not a member") after the first took effect.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// client.remove(4).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn remove(&self, id: u64) -> Result<(), Error> {
+        let message = proto::RemoveRequest { id };
+        self.call(Kind::Once, true, message, |ch, r| async move {
+            ClusterClient::new(ch).remove(r).await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Has the node that answers build a snapshot now and purge its log (admin key).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// client.snapshot().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn snapshot(&self) -> Result<(), Error> {
+        self.call(
+            Kind::Write,
+            true,
+            proto::SnapshotRequest {},
+            |ch, r| async move { ClusterClient::new(ch).snapshot(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// A fresh idempotency key: 128 random bits, hex.
+fn new_request_id() -> String {
+    let bits: u128 = rand::random();
+    format!("{bits:032x}")
+}

@@ -1,0 +1,323 @@
+//! The Rust client against an in-process 3-node cluster over the public gRPC API: every call
+//! works; a write sent to a follower lands; a session that moves between nodes reads its own
+//! writes; the client rides through a leader kill and a node being down without the caller
+//! seeing an error; a watch resumes on another node after its node stops, with no change
+//! missed or repeated.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::{eventually, Cluster};
+use common::ADMIN;
+use futures_util::StreamExt as _;
+use rowcall_client::proto::watch_event::Event;
+use rowcall_client::{row_input, Client};
+use serde_json::{json, Value};
+
+fn row(key: &str, what: &str) -> Value {
+    json!({"key": key, "type": "static", "auth": "public", "category": "Client",
+           "content": format!("# WHAT: {what}\n\n{{\"key\":\"{key}\"}}\n")})
+}
+
+fn grpc(cluster: &Cluster, id: u64) -> String {
+    format!("http://{}", cluster.member(id).grpc)
+}
+
+/// A client of the given nodes, in that order, with the admin key.
+fn client(cluster: &Cluster, ids: &[u64]) -> Client {
+    Client::builder()
+        .nodes(ids.iter().map(|&id| grpc(cluster, id)))
+        .credential(ADMIN)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_client_call_works_against_a_cluster() {
+    let cluster = Cluster::start(3, 1).await;
+    let client = client(&cluster, &[1, 2, 3]);
+
+    let one = client
+        .put(row_input(row("CLIENT_ONE", "Greet the client test")).unwrap())
+        .await
+        .unwrap();
+    assert!(one.rows[0].created && !one.replayed);
+    assert_eq!(client.session_index(), one.index);
+    let many = client
+        .put_many(vec![
+            row_input(row("CLIENT_TWO", "Second row of the bulk write")).unwrap(),
+            row_input(row("CLIENT_THREE", "Third row of the bulk write")).unwrap(),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(many.rows.len(), 2);
+    assert!(many.rows.iter().all(|o| o.version == many.index));
+
+    let got = client.get("CLIENT_TWO").await.unwrap();
+    assert_eq!((got.key.as_str(), got.version), ("CLIENT_TWO", many.index));
+    let first = client.list(Some("client"), "", 2).await.unwrap();
+    assert_eq!(first.rows.len(), 2);
+    let rest = client
+        .list(Some("client"), &first.next_cursor, 2)
+        .await
+        .unwrap();
+    let keys: Vec<&str> = first
+        .rows
+        .iter()
+        .chain(&rest.rows)
+        .map(|r| r.key.as_str())
+        .collect();
+    assert_eq!(keys, ["CLIENT_ONE", "CLIENT_THREE", "CLIENT_TWO"]);
+    assert!(rest.next_cursor.is_empty());
+    assert_eq!(client.counts().await.unwrap().rows_total, 3);
+
+    let asked = client.ask("greet the client test", 3).await.unwrap();
+    assert_eq!(asked.best.as_ref().unwrap().key, "CLIENT_ONE");
+    let contract = client.contract("CLIENT_ONE").await.unwrap();
+    assert_eq!(contract["invoke"]["body"], json!({"key": "CLIENT_ONE"}));
+    let markdown = client.contract_markdown("CLIENT_ONE").await.unwrap();
+    assert!(markdown.starts_with("# CLIENT_ONE"), "{markdown}");
+
+    let ran = client.invoke("CLIENT_ONE", None).await.unwrap();
+    assert!(ran.ok);
+    assert_eq!(ran.result, Some(json!({"key": "CLIENT_ONE"})));
+    assert_eq!(ran.proof.status, "committed");
+    let id = ran.proof.invocation_id.clone();
+    let confirmed = client.confirm(&id).await.unwrap();
+    assert!(confirmed.confirmed && confirmed.ok);
+    assert_eq!(confirmed.index, ran.proof.index);
+    let receipt = client.receipt(&id).await.unwrap();
+    assert_eq!(
+        (receipt.key.as_str(), receipt.caller.as_str()),
+        ("CLIENT_ONE", "admin")
+    );
+    let receipts = client.receipts("CLIENT_ONE", 0).await.unwrap();
+    assert_eq!(receipts.receipts.len(), 1);
+
+    let deleted = client.delete("CLIENT_THREE", None).await.unwrap();
+    assert_eq!(deleted.deleted, 1);
+    let gone = client.get("CLIENT_THREE").await.unwrap_err();
+    assert!(gone.is_not_found(), "{gone}");
+    assert!(client
+        .confirm("inv_0000000000")
+        .await
+        .unwrap_err()
+        .is_not_found());
+
+    let status = client.status().await.unwrap();
+    assert_eq!(status.members.len(), 4);
+    assert!(status.members.iter().any(|m| m.id == 4 && !m.voter));
+    client.snapshot().await.unwrap();
+    client.promote(4).await.unwrap();
+    eventually(Duration::from_secs(20), "node 4 votes", || {
+        let client = client.clone();
+        async move {
+            let status = client.status().await.unwrap();
+            status.members.iter().any(|m| m.id == 4 && m.voter)
+        }
+    })
+    .await;
+    client.remove(4).await.unwrap();
+    eventually(Duration::from_secs(20), "node 4 is out", || {
+        let client = client.clone();
+        async move {
+            !client
+                .status()
+                .await
+                .unwrap()
+                .members
+                .iter()
+                .any(|m| m.id == 4)
+        }
+    })
+    .await;
+    let member = cluster.member(4);
+    client
+        .add_learner(4, &member.grpc.to_string(), &member.http.to_string())
+        .await
+        .unwrap();
+    let status = client.status().await.unwrap();
+    assert!(
+        status.members.iter().any(|m| m.id == 4 && !m.voter),
+        "{status:?}"
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_sent_to_a_follower_lands_and_a_moving_session_reads_it() {
+    let cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let followers: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|&id| id != leader)
+        .collect();
+    // Replication to the second follower is slow: without the session's index it would
+    // answer from before the write.
+    cluster
+        .faults
+        .delay(leader, followers[1], Duration::from_millis(60));
+    let mut index = 0;
+    for i in 0..12 {
+        // Every step a new client on another node, carrying the session's index.
+        let writer = followers[i % 2];
+        let reader = followers[(i + 1) % 2];
+        let on_writer = Client::builder()
+            .node(grpc(&cluster, writer))
+            .credential(ADMIN)
+            .session_index(index)
+            .build()
+            .unwrap();
+        let key = format!("MOVING_{i:02}");
+        let written = on_writer
+            .put(row_input(row(&key, "A row written through a follower")).unwrap())
+            .await
+            .unwrap();
+        assert!(written.rows[0].created);
+        index = on_writer.session_index();
+        let on_reader = Client::builder()
+            .node(grpc(&cluster, reader))
+            .session_index(index)
+            .hedge_after(None)
+            .build()
+            .unwrap();
+        let read = on_reader.get(&key).await.unwrap();
+        assert_eq!(
+            read.version, written.index,
+            "step {i}: node {reader} reads it"
+        );
+        let asked = on_reader
+            .ask("a row written through a follower", 50)
+            .await
+            .unwrap();
+        assert!(
+            asked.candidates.iter().any(|c| c.key == key),
+            "step {i}: ask finds it"
+        );
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_client_rides_through_a_leader_kill_and_a_node_down() {
+    let mut cluster = Cluster::start(3, 0).await;
+    let client = client(&cluster, &[1, 2, 3]);
+    client
+        .put(row_input(row("RIDE_ECHO", "Answer through faults")).unwrap())
+        .await
+        .unwrap();
+    let mut written = Vec::new();
+    let mut step = 0;
+    // Each phase runs the same mixed workload; the caller must never see an error.
+    let mut work = |client: Client, phase: &'static str| {
+        let keys: Vec<String> = (0..8)
+            .map(|_| {
+                step += 1;
+                format!("RIDE_{step:03}")
+            })
+            .collect();
+        async move {
+            for key in &keys {
+                let put = client
+                    .put(row_input(row(key, "Ride through faults")).unwrap())
+                    .await;
+                assert!(put.is_ok(), "{phase}: put {key}: {put:?}");
+                let got = client.get(key).await;
+                assert!(got.is_ok(), "{phase}: get {key}: {got:?}");
+                let ran = client.invoke("RIDE_ECHO", None).await;
+                assert!(ran.as_ref().is_ok_and(|r| r.ok), "{phase}: invoke: {ran:?}");
+                let asked = client.ask("answer through faults", 3).await;
+                assert!(asked.is_ok(), "{phase}: ask: {asked:?}");
+            }
+            keys
+        }
+    };
+    written.extend(work(client.clone(), "healthy").await);
+    let leader = cluster.leader().await;
+    cluster.stop(leader).await;
+    written.extend(work(client.clone(), "leader killed").await);
+    cluster.restart(leader).await;
+    let down = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    cluster.stop(down).await;
+    written.extend(work(client.clone(), "one node down").await);
+    cluster.restart(down).await;
+    // Nothing acknowledged was lost: every node has every row.
+    let index = client.session_index();
+    for id in cluster.ids() {
+        let on_node = Client::builder()
+            .node(grpc(&cluster, id))
+            .session_index(index)
+            .build()
+            .unwrap();
+        for key in &written {
+            assert!(on_node.get(key).await.is_ok(), "{key} on node {id}");
+        }
+    }
+    cluster.shutdown().await;
+}
+
+/// The next event of a watch, which must be a change: its index and key.
+async fn next_change(events: &mut rowcall_client::Watch) -> (u64, String) {
+    let event = tokio::time::timeout(Duration::from_secs(20), events.next())
+        .await
+        .expect("an event in time")
+        .expect("the watch goes on")
+        .expect("no error");
+    match event.event {
+        Some(Event::Change(change)) => (event.index, change.key),
+        other => panic!("unexpected event {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watch_resumes_on_another_node_after_its_node_stops() {
+    let mut cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let watched = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let others: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|&id| id != watched)
+        .collect();
+    let writer = client(&cluster, &others);
+    let start = writer
+        .put(row_input(row("WATCH_START", "Before the watch")).unwrap())
+        .await
+        .unwrap()
+        .index;
+    // The watch reads from `watched` first.
+    let watcher = client(&cluster, &[watched, others[0], others[1]]);
+    let mut events = watcher.watch(Some(start));
+    let mut seen: Vec<(u64, String)> = Vec::new();
+    writer
+        .put(row_input(row("WATCH_A", "First")).unwrap())
+        .await
+        .unwrap();
+    let bulk: Vec<_> = ["WATCH_B", "WATCH_C", "WATCH_D"]
+        .iter()
+        .map(|k| row_input(row(k, "Bulk")).unwrap())
+        .collect();
+    let bulk_index = writer.put_many(bulk).await.unwrap().index;
+    seen.push(next_change(&mut events).await);
+    seen.push(next_change(&mut events).await);
+    // Stop the watched node in the middle of the bulk write's events.
+    assert_eq!(seen.last().unwrap(), &(bulk_index, "WATCH_B".to_owned()));
+    cluster.stop(watched).await;
+    writer
+        .put(row_input(row("WATCH_E", "After the stop")).unwrap())
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        seen.push(next_change(&mut events).await);
+    }
+    let keys: Vec<&str> = seen.iter().map(|(_, k)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["WATCH_A", "WATCH_B", "WATCH_C", "WATCH_D", "WATCH_E"]
+    );
+    assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "{seen:?}");
+    cluster.restart(watched).await;
+    cluster.shutdown().await;
+}
