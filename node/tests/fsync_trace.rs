@@ -105,24 +105,16 @@ fn result_path(result: &str) -> Option<&str> {
     (close > open).then(|| &result[open + 1..close])
 }
 
-/// How the trace names the node's end of the connection from `client_port`. With the
-/// kernel's socket diagnostics, strace writes `TCP:[node->client]`; without them (as in some
-/// containers) only `TCP:[inode]` or `socket:[inode]`. The `accept4` that took the
-/// connection ties the client's port (decoded from its arguments) to that name either way.
-fn client_socket(calls: &[Call], http_port: u16, client_port: u16) -> Option<String> {
+/// How the trace names the node's end of the connection from `client_port`: with the
+/// kernel's socket diagnostics `TCP:[node->client]`, without them (as in some containers)
+/// `TCP:[inode]` or `socket:[inode]`. The `accept4` that took the connection ties the
+/// client's port (decoded from its arguments) to that name either way.
+fn client_socket(calls: &[Call], client_port: u16) -> Option<String> {
     let peer = format!("sin_port=htons({client_port})");
-    let accepted = calls
+    calls
         .iter()
         .filter(|c| c.name.starts_with("accept") && c.args.contains(&peer))
-        .find_map(|c| result_path(&c.result).map(str::to_owned));
-    accepted.or_else(|| {
-        let socket = format!(":{http_port}->127.0.0.1:{client_port}]");
-        calls
-            .iter()
-            .map(|c| &c.target)
-            .find(|t| t.starts_with("TCP:[") && t.ends_with(&socket))
-            .cloned()
-    })
+        .find_map(|c| result_path(&c.result).map(str::to_owned))
 }
 
 /// One acknowledged request: the markers of its data, and the client port it answered.
@@ -160,8 +152,8 @@ fn row(key: &str, filler: usize) -> Value {
 }
 
 /// Checks one acknowledgement against the trace; returns how many data writes it covered.
-fn check(ack: &Ack, calls: &[Call], data: &str, http_port: u16) -> usize {
-    let socket = client_socket(calls, http_port, ack.port)
+fn check(ack: &Ack, calls: &[Call], data: &str) -> usize {
+    let socket = client_socket(calls, ack.port)
         .unwrap_or_else(|| panic!("{}: no accept of port {} in the trace", ack.what, ack.port));
     let answered = calls
         .iter()
@@ -241,7 +233,6 @@ async fn every_file_written_for_an_acknowledgement_is_fsynced_before_the_answer_
     let node = spawn_under(&wrapper, &args, &data, None);
     let http = reqwest::Client::new();
     support::wait_ready(&http, &node.url).await;
-    let http_port: u16 = node.http.rsplit(':').next().unwrap().parse().unwrap();
 
     let mut acks = Vec::new();
     for i in 0..8 {
@@ -310,7 +301,7 @@ async fn every_file_written_for_an_acknowledgement_is_fsynced_before_the_answer_
     let data = data.to_str().unwrap();
     let mut blob_writes = 0;
     for ack in &acks {
-        let covered = check(ack, &calls, data, http_port);
+        let covered = check(ack, &calls, data);
         assert!(
             covered >= 2,
             "{}: the log entry and the applied state were both written",

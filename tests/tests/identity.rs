@@ -42,6 +42,17 @@ async fn remove_member(cluster: &Cluster, on: u64, gone: u64) -> reqwest::Status
         .status()
 }
 
+/// Member `id` as a `GET /api/cluster` answer lists it.
+fn member_of(status: &Value, id: u64) -> Value {
+    status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == id)
+        .unwrap()
+        .clone()
+}
+
 fn term(cluster: &Cluster, id: u64) -> u64 {
     let handle = cluster.member(id).handle.as_ref().expect("running");
     handle.app.raft.metrics().borrow().current_term
@@ -151,20 +162,8 @@ async fn a_member_on_a_new_data_folder_is_refused_until_its_old_self_is_removed(
     let (status, _, _) = cluster.get(wiped, "/api/directory/BEFORE_THE_WIPE").await;
     assert_eq!(status, 200);
     let (_, _, status) = cluster.get(wiped, "/api/cluster").await;
-    let member = status["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["id"] == wiped)
-        .unwrap()
-        .clone();
-    let old = before["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["id"] == wiped)
-        .unwrap()
-        .clone();
+    let member = member_of(&status, wiped);
+    let old = member_of(&before, wiped);
     assert_eq!(member["incarnation"], status["incarnation"]);
     assert_ne!(member["incarnation"], old["incarnation"]);
     assert_eq!(status["cluster_id"], before["cluster_id"]);

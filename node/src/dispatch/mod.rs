@@ -418,25 +418,12 @@ mod tests {
 
     fn receipt(id: &str) -> Receipt {
         Receipt {
-            id: id.into(),
             key: "K".into(),
-            row_version: 1,
-            caller: "public".into(),
-            input_sha256: String::new(),
-            output_sha256: String::new(),
-            ok: true,
-            error: None,
-            started_at: format_ms(0),
             duration_ms: 0,
-            served_by: 1,
-            called: None,
-            upstream_status: None,
             input: String::new(),
             output: String::new(),
-            input_truncated: false,
-            output_truncated: false,
             store_cap_bytes: 0,
-            index: 0,
+            ..Receipt::sample(id)
         }
     }
 

@@ -139,6 +139,35 @@ impl From<&Receipt> for Confirmation {
 }
 
 #[cfg(test)]
+impl Receipt {
+    /// A well-formed receipt of an `ECHO` invocation served by node 1, for unit tests that
+    /// change only the fields they are about.
+    pub fn sample(id: &str) -> Self {
+        Self {
+            id: id.into(),
+            key: "ECHO".into(),
+            row_version: 1,
+            caller: "public".into(),
+            input_sha256: String::new(),
+            output_sha256: String::new(),
+            ok: true,
+            error: None,
+            started_at: crate::model::time::format_ms(0),
+            duration_ms: 1,
+            served_by: 1,
+            called: None,
+            upstream_status: None,
+            input: "{}".into(),
+            output: "{}".into(),
+            input_truncated: false,
+            output_truncated: false,
+            store_cap_bytes: 16,
+            index: 0,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

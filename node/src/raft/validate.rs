@@ -209,25 +209,13 @@ mod tests {
 
     fn receipt(served_by: NodeId) -> Receipt {
         Receipt {
-            id: "inv_0123456789".into(),
-            key: "ECHO".into(),
             row_version: 3,
-            caller: "public".into(),
             input_sha256: "a".repeat(64),
             output_sha256: "b".repeat(64),
-            ok: true,
-            error: None,
             started_at: format_ms(NOW - 3_600_000),
-            duration_ms: 1,
             served_by,
-            called: None,
-            upstream_status: None,
-            input: "{}".into(),
-            output: "{}".into(),
-            input_truncated: false,
-            output_truncated: false,
             store_cap_bytes: 16 * 1024,
-            index: 0,
+            ..Receipt::sample("inv_0123456789")
         }
     }
 

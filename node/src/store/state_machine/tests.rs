@@ -43,25 +43,8 @@ fn id(text: &str) -> RequestId {
 
 fn receipt(id: &str, output: &str) -> Receipt {
     Receipt {
-        id: id.into(),
-        key: "ECHO".into(),
-        row_version: 1,
-        caller: "public".into(),
-        input_sha256: String::new(),
-        output_sha256: String::new(),
-        ok: true,
-        error: None,
-        started_at: format_ms(0),
-        duration_ms: 1,
-        served_by: 1,
-        called: None,
-        upstream_status: None,
-        input: "{}".into(),
         output: output.into(),
-        input_truncated: false,
-        output_truncated: false,
-        store_cap_bytes: 16,
-        index: 0,
+        ..Receipt::sample(id)
     }
 }
 
