@@ -170,11 +170,23 @@ async fn a_session_moving_between_nodes_keeps_reading_its_writes() {
     );
     assert!(cluster.applied(reader) < token, "still behind");
 
-    // Healed, the same requests wait until the reader applied the token, then answer.
+    // Healed, the reader catches up (its leader retries the link after a backoff) and the
+    // same requests answer; until then they keep saying `behind`, and a client retries them
+    // as their Retry-After says.
     cluster.faults.heal();
-    let invoked = invoke().await.unwrap();
-    assert_eq!(invoked.status(), 200, "the invocation waited for the token");
-    let invoked: Value = invoked.json().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let invoked: Value = loop {
+        let answer = invoke().await.unwrap();
+        let status = answer.status();
+        let body: Value = answer.json().await.unwrap();
+        if status == 200 {
+            break body;
+        }
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["error"]["code"], "behind", "{body}");
+        assert!(tokio::time::Instant::now() < deadline, "never caught up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(invoked["result"], json!({"key": "MOVING_SESSION"}));
     let got = read().await.unwrap();
     assert_eq!(got.status(), 200, "the read waited for the token");

@@ -296,30 +296,36 @@ async fn the_four_counts_follow_their_predicates() {
 #[tokio::test]
 async fn listing_pages_through_every_row_with_the_field_schema() {
     let node = start(true).await;
-    let mut keys = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut request = node
-            .http
-            .get(format!("{}/api/directory", node.url))
-            .query(&[("limit", "7")]);
-        if let Some(c) = &cursor {
-            request = request.query(&[("cursor", c)]);
+    // Every row, page by page, as the holder of `credential` sees them.
+    let list_all = |credential: Option<&'static str>| {
+        let node = &node;
+        async move {
+            let mut rows: Vec<Value> = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let mut request = node
+                    .http
+                    .get(format!("{}/api/directory", node.url))
+                    .query(&[("limit", "7")]);
+                if let Some(c) = &cursor {
+                    request = request.query(&[("cursor", c)]);
+                }
+                if let Some(key) = credential {
+                    request = request.bearer_auth(key);
+                }
+                let page: Value = request.fetch().await;
+                assert!(page["schema"]["key"].is_string());
+                rows.extend(page["rows"].as_array().unwrap().iter().cloned());
+                match page["next_cursor"].as_str() {
+                    Some(next) => cursor = Some(next.to_owned()),
+                    None => break rows,
+                }
+            }
         }
-        let page: Value = request.fetch().await;
-        assert!(page["schema"]["key"].is_string());
-        keys.extend(
-            page["rows"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| r["key"].as_str().unwrap().to_owned()),
-        );
-        match page["next_cursor"].as_str() {
-            Some(next) => cursor = Some(next.to_owned()),
-            None => break,
-        }
-    }
+    };
+    let key_of = |r: &Value| r["key"].as_str().unwrap().to_owned();
+    let admin_rows = list_all(Some(ADMIN)).await;
+    let keys: Vec<String> = admin_rows.iter().map(key_of).collect();
     let counts: Value = node
         .http
         .get(format!("{}/api/directory/counts", node.url))
@@ -330,6 +336,20 @@ async fn listing_pages_through_every_row_with_the_field_schema() {
     sorted.sort();
     sorted.dedup();
     assert_eq!(sorted, keys, "pages are in key order without repeats");
+
+    // Strangers page through the same rows less the hidden ones, and see no targets.
+    let public_rows = list_all(None).await;
+    let hidden: Vec<String> = admin_rows
+        .iter()
+        .filter(|r| r["planner_visible"] == false)
+        .map(key_of)
+        .collect();
+    assert!(!hidden.is_empty(), "the demo catalogue has a hidden row");
+    let public_keys: Vec<String> = public_rows.iter().map(key_of).collect();
+    let expected: Vec<String> = keys.into_iter().filter(|k| !hidden.contains(k)).collect();
+    assert_eq!(public_keys, expected);
+    assert!(public_rows.iter().all(|r| r.get("target").is_none()));
+    assert!(admin_rows.iter().any(|r| r.get("target").is_some()));
 
     let time_rows: Value = node
         .http

@@ -553,9 +553,10 @@ async fn share_tokens_open_one_row_until_expired_or_revoked() {
     // Another key.
     let (status, answer) = get_json(&node, &with_share("OTHER_REPORT", &token), None).await;
     refused(status, &answer, "is for SECRET_REPORT, not OTHER_REPORT");
-    // Tampered: a later expiry under the old signature.
+    // Tampered: a later expiry under the old signature (st2.<kid>.<id>.<KEY>.<expires>.<sig>).
     let mut parts: Vec<String> = token.split('.').map(str::to_owned).collect();
-    parts[3] = (parts[3].parse::<u64>().unwrap() + 86_400).to_string();
+    let expires = parts.len() - 2;
+    parts[expires] = (parts[expires].parse::<u64>().unwrap() + 86_400).to_string();
     let (status, answer) =
         get_json(&node, &with_share("SECRET_REPORT", &parts.join(".")), None).await;
     refused(status, &answer, "tampered");
@@ -588,7 +589,7 @@ async fn share_tokens_open_one_row_until_expired_or_revoked() {
     assert!(anonymous["best"].get("run_now").is_none(), "{anonymous}");
     let (_, asked) = get_json(&node, ask, Some(INVOKE)).await;
     let link = asked["best"]["run_now"].as_str().unwrap();
-    assert!(link.contains("&share=st1."), "{asked}");
+    assert!(link.contains("&share=st2."), "{asked}");
     let response = node.http.get(link).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
 }
@@ -739,7 +740,7 @@ async fn an_mcp_server_is_imported_invoked_and_reimported() {
         ["DOCS_ADD", "DOCS_SEARCH_DOCS", "DOCS_DELETE_PAGE"]
     );
     assert!(report.version.is_some());
-    let (_, row) = get_json(&node, "/api/directory/DOCS_ADD", None).await;
+    let (_, row) = get_json(&node, "/api/directory/DOCS_ADD", Some(ADMIN)).await;
     assert_eq!(row["type"], "mcp");
     assert_eq!(row["target"], format!("{mcp_url}#add"));
     assert_eq!(row["risk"], "read");
