@@ -267,6 +267,13 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         ..NodeInfo::default()
     };
     let fresh = !raft.is_initialized().await?;
+    let plan = Plan::of(&config.cluster);
+    if fresh && matches!(plan, Plan::FoundWithPeers(_)) {
+        // Said before the listener opens: a peer with a higher id asking in the moment
+        // between our listener opening and our first survey would otherwise find us fresh
+        // and not founding, and found a second cluster beside ours.
+        app.identity.set_founding(true);
+    }
 
     let (shutdown, _) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -338,7 +345,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     if fresh {
         // Peers must be able to reach this node while it joins (hello, replication), so it
         // serves first. On failure, stop what was started before reporting it.
-        let entered = enter(&handle.app, &Plan::of(cluster), &me, cluster.learner).await;
+        let entered = enter(&handle.app, &plan, &me, cluster.learner).await;
         let ready = match entered {
             Ok(Entered::Founded) if node.demo => load_demo(&handle.app).await,
             Ok(_) => Ok(()),
