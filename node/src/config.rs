@@ -108,6 +108,23 @@ pub struct NodeConfig {
     /// Dial some peers through another address: peer gRPC address → address to dial (a local
     /// proxy or sidecar, e.g. the chaos harness's fault proxies).
     pub peer_routes: BTreeMap<String, String>,
+    /// Serve HTTPS instead of plain HTTP on the HTTP listener (`[node.https]`).
+    pub https: Option<HttpsConfig>,
+}
+
+/// HTTPS on the HTTP listener: this node's certificate and key as PEM files (read again when
+/// they change, so certificates can be renewed without a restart). Clients need no
+/// certificate; they authenticate with keys as over plain HTTP.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpsConfig {
+    /// The certificate chain clients verify (naming the host they dial).
+    pub cert_file: PathBuf,
+    /// Its private key.
+    pub key_file: PathBuf,
+    /// How often to look for changed files, in seconds.
+    #[serde(default = "reload_secs")]
+    pub reload_secs: u64,
 }
 
 impl Default for NodeConfig {
@@ -122,6 +139,7 @@ impl Default for NodeConfig {
             advertise_grpc: None,
             advertise_http: None,
             peer_routes: BTreeMap::new(),
+            https: None,
         }
     }
 }

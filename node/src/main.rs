@@ -41,6 +41,12 @@ struct Flags {
     /// This node's private key (PEM).
     #[arg(long, value_name = "FILE", requires = "peer_ca")]
     peer_key: Option<PathBuf>,
+    /// Serve HTTPS on the HTTP listener with this certificate chain (PEM); with --https-key.
+    #[arg(long, value_name = "FILE", requires = "https_key")]
+    https_cert: Option<PathBuf>,
+    /// The private key (PEM) of --https-cert.
+    #[arg(long, value_name = "FILE", requires = "https_cert")]
+    https_key: Option<PathBuf>,
     /// A file holding the cluster secret (or ROWCALL_CLUSTER_SECRET).
     #[arg(long, value_name = "FILE")]
     cluster_secret_file: Option<PathBuf>,
@@ -107,6 +113,13 @@ impl Flags {
                 cert_file,
                 key_file,
                 reload_secs: config.cluster.tls.as_ref().map_or(10, |t| t.reload_secs),
+            });
+        }
+        if let (Some(cert_file), Some(key_file)) = (self.https_cert, self.https_key) {
+            config.node.https = Some(rowcall_node::config::HttpsConfig {
+                cert_file,
+                key_file,
+                reload_secs: config.node.https.as_ref().map_or(10, |t| t.reload_secs),
             });
         }
         if let Some(file) = self.cluster_secret_file {

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
+use crate::api::http::tls::HttpsTls;
 use crate::api::{grpc, http};
 use crate::app::App;
 use crate::auth::{generate_key, Credentials};
@@ -40,14 +41,17 @@ pub struct NodeHandle {
     pub http_addr: SocketAddr,
     /// Where gRPC listens.
     pub grpc_addr: SocketAddr,
+    /// Whether the HTTP listener speaks HTTPS.
+    pub https: bool,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl NodeHandle {
-    /// `http://<http_addr>`.
+    /// `http://<http_addr>` (`https://` with HTTPS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.http_addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.http_addr)
     }
 
     /// Stops serving and shuts Raft down; storage is flushed.
@@ -197,6 +201,10 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let node = &config.node;
 
     let (tls, secret) = peer_auth(&config)?;
+    let https = match &node.https {
+        Some(files) => Some(Arc::new(HttpsTls::load(files).context("HTTPS")?)),
+        None => None,
+    };
 
     let http_listener = TcpListener::bind(node.http)
         .await
@@ -281,8 +289,9 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let router = http::router(app.clone(), metrics, shutdown.subscribe());
     let stop = shutdown.subscribe();
     let limits = config.limits.clone();
+    let https_serving = https.clone();
     tasks.push(tokio::spawn(async move {
-        http::serve::serve(http_listener, router, &limits, stop).await;
+        http::serve::serve(http_listener, router, &limits, https_serving, stop).await;
     }));
     let mut stop = shutdown.subscribe();
     let service = raft_service(app.clone(), PeerAuth::new(secret, tls.is_some()));
@@ -313,8 +322,19 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     if let Some(tls) = tls {
         let mut stop = shutdown.subscribe();
         tasks.push(tokio::spawn(async move {
+            let reload = reload_tls("peer TLS", tls.reload_every(), || tls.reload());
             tokio::select! {
-                _ = reload_tls(&tls) => {}
+                _ = reload => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        }));
+    }
+    if let Some(tls) = https.clone() {
+        let mut stop = shutdown.subscribe();
+        tasks.push(tokio::spawn(async move {
+            let reload = reload_tls("HTTPS", tls.reload_every(), || tls.reload());
+            tokio::select! {
+                _ = reload => {}
                 _ = stop.wait_for(|s| *s) => {}
             }
         }));
@@ -338,6 +358,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         app,
         http_addr,
         grpc_addr,
+        https: https.is_some(),
         shutdown,
         tasks,
     };
@@ -383,7 +404,7 @@ type PeerCredentials = (Option<Arc<PeerTls>>, Option<Arc<ClusterSecret>>);
 fn peer_auth(config: &Config) -> anyhow::Result<PeerCredentials> {
     let cluster = &config.cluster;
     let tls = match &cluster.tls {
-        Some(files) => Some(Arc::new(PeerTls::load(files)?)),
+        Some(files) => Some(Arc::new(PeerTls::load(files).context("peer TLS")?)),
         None => None,
     };
     let secret = match cluster.read_secret()? {
@@ -408,17 +429,21 @@ fn peer_auth(config: &Config) -> anyhow::Result<PeerCredentials> {
     Ok((tls, secret))
 }
 
-/// Reads the peer TLS files again whenever they change.
-async fn reload_tls(tls: &PeerTls) {
-    let mut tick = tokio::time::interval(tls.reload_every());
+/// Reads TLS files (`what`: peer TLS or HTTPS) again whenever they change.
+async fn reload_tls(
+    what: &str,
+    every: Duration,
+    reload: impl Fn() -> Result<bool, crate::raft::tls::TlsError>,
+) {
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match tls.reload() {
-            Ok(true) => tracing::info!("peer TLS files changed: reloaded"),
+        match reload() {
+            Ok(true) => tracing::info!("{what} files changed: reloaded"),
             Ok(false) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "peer TLS files changed but cannot be used; keeping the previous ones")
+                tracing::warn!(error = %e, "{what} files changed but cannot be used; keeping the previous ones")
             }
         }
     }

@@ -30,11 +30,11 @@ use crate::config::PeerTlsConfig;
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Why the peer TLS files could not be used.
+/// Why TLS files (the peers' or the HTTP listener's) could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// A file could not be read.
-    #[error("peer TLS: cannot read {path}: {source}")]
+    #[error("cannot read {path}: {source}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -42,7 +42,7 @@ pub enum TlsError {
         source: io::Error,
     },
     /// A file holds no usable PEM block of the kind needed.
-    #[error("peer TLS: {path} holds no {what} in PEM form")]
+    #[error("{path} holds no {what} in PEM form")]
     Pem {
         /// The file.
         path: PathBuf,
@@ -50,7 +50,7 @@ pub enum TlsError {
         what: &'static str,
     },
     /// rustls refused the certificates or key.
-    #[error("peer TLS: {reason}")]
+    #[error("{reason}")]
     Config {
         /// What rustls said.
         reason: String,
@@ -88,7 +88,12 @@ fn paths(files: &PeerTlsConfig) -> [&Path; 3] {
 }
 
 fn stamp(files: &PeerTlsConfig) -> Vec<Option<(SystemTime, u64)>> {
-    paths(files)
+    stamp_of(&paths(files))
+}
+
+/// Modification time and length of each file, to notice that one changed.
+pub(crate) fn stamp_of(paths: &[&Path]) -> Vec<Option<(SystemTime, u64)>> {
+    paths
         .iter()
         .map(|p| {
             let meta = std::fs::metadata(p).ok()?;
@@ -97,14 +102,17 @@ fn stamp(files: &PeerTlsConfig) -> Vec<Option<(SystemTime, u64)>> {
         .collect()
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Read {
         path: path.to_owned(),
         source,
     })
 }
 
-fn certificates(pem: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+pub(crate) fn certificates(
+    pem: &[u8],
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<_, _>>()
         .map_err(|_| TlsError::Pem {
@@ -120,6 +128,13 @@ fn certificates(pem: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>,
     Ok(certs)
 }
 
+pub(crate) fn private_key(pem: &[u8], path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|_| TlsError::Pem {
+        path: path.to_owned(),
+        what: "private key",
+    })
+}
+
 fn build(files: &PeerTlsConfig, generation: u64) -> Result<Loaded, TlsError> {
     let stamp = stamp(files);
     let ca = read(&files.ca_file)?;
@@ -132,10 +147,7 @@ fn build(files: &PeerTlsConfig, generation: u64) -> Result<Loaded, TlsError> {
         })?;
     }
     let chain = certificates(&cert, &files.cert_file)?;
-    let private = PrivateKeyDer::from_pem_slice(&key).map_err(|_| TlsError::Pem {
-        path: files.key_file.clone(),
-        what: "private key",
-    })?;
+    let private = private_key(&key, &files.key_file)?;
     let provider = Arc::new(aws_lc_rs::default_provider());
     let config_error = |e: tokio_rustls::rustls::Error| TlsError::Config {
         reason: e.to_string(),

@@ -183,7 +183,7 @@ impl From<&Written> for Logged {
 
 /// Base URL for links in answers (contracts, `run_now`, receipts): the configured public
 /// URL, else the HTTP host the caller addressed (its `Host` header), else this node's HTTP
-/// address as configured.
+/// address as configured; `https://` when the listener speaks HTTPS.
 pub fn base_url(app: &App, host: Option<&str>) -> String {
     if let Some(url) = &app.config.node.public_url {
         return url.trim_end_matches('/').to_owned();
@@ -191,5 +191,10 @@ pub fn base_url(app: &App, host: Option<&str>) -> String {
     let host = host
         .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
         .map_or_else(|| app.config.node.http.to_string(), str::to_owned);
-    format!("http://{host}")
+    let scheme = if app.config.node.https.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    format!("{scheme}://{host}")
 }

@@ -17,6 +17,7 @@ mod openapi;
 mod receipts;
 pub mod serve;
 mod share;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Instant;

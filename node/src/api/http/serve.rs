@@ -18,6 +18,9 @@
 //! axum's own `serve` has no timer, and so no header timeout. On shutdown every connection
 //! is asked to finish what it is doing (bounded by [`DRAIN`]); long-lived streams end on
 //! the node's stop signal themselves.
+//!
+//! With HTTPS ([`super::tls`]) the TLS handshake comes first, bounded by the same header
+//! timeout, and ALPN picks HTTP/2 or HTTP/1.1 instead of the preface.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +35,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tower::ServiceExt as _;
 
+use super::tls::{negotiated_h2, HttpsTls};
 use crate::config::LimitsConfig;
 
 /// The HTTP/2 connection preface.
@@ -43,11 +47,12 @@ const MAX_HEADERS: usize = 100;
 /// Bytes of request line and headers at most (HTTP/1.1 read buffer; HTTP/2 header list).
 const MAX_HEADER_BYTES: usize = 64 * 1024;
 
-/// Serves `router` on `listener` until `stop` turns true.
+/// Serves `router` on `listener` until `stop` turns true, over TLS if `tls` is given.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: &LimitsConfig,
+    tls: Option<Arc<HttpsTls>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let header_timeout = Duration::from_millis(limits.header_read_timeout_ms.max(1));
@@ -97,20 +102,44 @@ pub async fn serve(
         let service = TowerToHyperService::new(service);
         let (http1, http2) = (http1.clone(), http2.clone());
         let watcher = graceful.watcher();
+        let acceptor = tls.as_ref().map(|tls| tls.acceptor());
         tokio::spawn(async move {
             let _slot = slot;
             let gauge = metrics::gauge!(crate::metrics::CONNECTIONS_OPEN);
             gauge.increment(1.0);
-            match first_bytes_are_h2(&stream, header_timeout).await {
-                None => {}
-                Some(true) => {
-                    let conn = http2.serve_connection(TokioIo::new(stream), service);
-                    let _ = watcher.watch(conn).await;
+            match acceptor {
+                Some(acceptor) => {
+                    // A client that does not finish its handshake in time is a slowloris too.
+                    let stream =
+                        match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                            Ok(Ok(stream)) => Some(stream),
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                None
+                            }
+                            Err(_) => None,
+                        };
+                    if let Some(stream) = stream {
+                        if negotiated_h2(stream.get_ref().1.alpn_protocol()) {
+                            let conn = http2.serve_connection(TokioIo::new(stream), service);
+                            let _ = watcher.watch(conn).await;
+                        } else {
+                            let conn = http1.serve_connection(TokioIo::new(stream), service);
+                            let _ = watcher.watch(conn).await;
+                        }
+                    }
                 }
-                Some(false) => {
-                    let conn = http1.serve_connection(TokioIo::new(stream), service);
-                    let _ = watcher.watch(conn).await;
-                }
+                None => match first_bytes_are_h2(&stream, header_timeout).await {
+                    None => {}
+                    Some(true) => {
+                        let conn = http2.serve_connection(TokioIo::new(stream), service);
+                        let _ = watcher.watch(conn).await;
+                    }
+                    Some(false) => {
+                        let conn = http1.serve_connection(TokioIo::new(stream), service);
+                        let _ = watcher.watch(conn).await;
+                    }
+                },
             }
             gauge.decrement(1.0);
         });
