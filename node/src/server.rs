@@ -228,9 +228,11 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     let router = http::router(app.clone(), metrics, shutdown.subscribe());
     let mut stop = shutdown.subscribe();
     tasks.push(tokio::spawn(async move {
-        let serve = axum::serve(http_listener, router).with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        });
+        let serve = axum::serve(crate::net::http(http_listener), router).with_graceful_shutdown(
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+        );
         if let Err(e) = serve.await {
             tracing::error!(error = %e, "HTTP server stopped");
         }
@@ -249,7 +251,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
             }
         }),
         None => tokio::spawn(async move {
-            let plain = tonic::transport::server::TcpIncoming::from(grpc_listener);
+            let plain = crate::net::grpc(grpc_listener);
             if let Err(e) = router.serve_with_incoming_shutdown(plain, stopped).await {
                 tracing::error!(error = %e, "gRPC server stopped");
             }
