@@ -197,6 +197,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
         node_id: node.id,
         identity,
         raft: raft.clone(),
+        batcher: crate::raft::batch::Batcher::start(raft.clone()),
         catalogue,
         receipts,
         outbox,

@@ -5,6 +5,7 @@
 //! node that proposes the command, so applying it is deterministic on every node.
 
 pub mod auth;
+pub mod batch;
 pub mod calls;
 pub mod faults;
 pub mod identity;
@@ -195,6 +196,14 @@ pub enum Command {
         /// When, decided by the proposer.
         at_ms: u64,
     },
+    /// Directory writes of several clients in one entry, applied in order as if each had
+    /// its own entry at this index (each under its own request id), so concurrent writes
+    /// share one log append, one replication round and one sync ([`batch`]). Only a
+    /// leader's batcher makes these; no two of its writes touch the same row.
+    Batch {
+        /// The writes, each a `PutRows` or `DeleteRow`.
+        requests: Vec<Request>,
+    },
 }
 
 impl Command {
@@ -206,6 +215,7 @@ impl Command {
             Self::AppendReceipt { .. } => "append_receipt",
             Self::SetShareSecret { .. } => "set_share_secret",
             Self::RevokeShare { .. } => "revoke_share",
+            Self::Batch { .. } => "batch",
         }
     }
 
@@ -217,7 +227,10 @@ impl Command {
         let mut intent = self.clone();
         match &mut intent {
             Self::PutRows { at_ms, .. } | Self::RevokeShare { at_ms, .. } => *at_ms = 0,
-            Self::DeleteRow { .. } | Self::AppendReceipt { .. } | Self::SetShareSecret { .. } => {}
+            Self::DeleteRow { .. }
+            | Self::AppendReceipt { .. }
+            | Self::SetShareSecret { .. }
+            | Self::Batch { .. } => {}
         }
         // Serialising plain data into memory cannot fail; an empty digest would only make
         // every such command look alike, never panic.
@@ -234,6 +247,7 @@ impl fmt::Display for Command {
             Self::AppendReceipt { receipt } => write!(f, "append_receipt({})", receipt.id),
             Self::SetShareSecret { .. } => write!(f, "set_share_secret"),
             Self::RevokeShare { id, .. } => write!(f, "revoke_share({id})"),
+            Self::Batch { requests } => write!(f, "batch({})", requests.len()),
         }
     }
 }
@@ -304,5 +318,10 @@ pub enum CommandResult {
         request_id: RequestId,
         /// The index of the request that used it first.
         index: u64,
+    },
+    /// The results of a [`Command::Batch`], one per write, in its order.
+    Batch {
+        /// The results.
+        results: Vec<CommandResult>,
     },
 }
