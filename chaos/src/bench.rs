@@ -56,6 +56,8 @@ struct Target {
     name: String,
     kind: Kind,
     url: String,
+    /// rowcall: the leader's URL, whose sync counter tells how many writes share a sync.
+    leader: Option<String>,
 }
 
 /// The figures of one (system, clients) pair, over every round.
@@ -79,6 +81,8 @@ pub struct Row {
     pub throughput_vs_etcd: Option<f64>,
     /// p50 over etcd's p50 at the same clients (below 1 is faster).
     pub p50_vs_etcd: Option<f64>,
+    /// rowcall: storage syncs (fdatasync rounds) on the leader per acknowledged write.
+    pub leader_syncs_per_write: Option<f64>,
 }
 
 /// Everything a `writes` run measured.
@@ -100,6 +104,8 @@ struct Sample {
     latencies_us: Vec<u64>,
     errors: u64,
     seconds: f64,
+    /// Syncs the leader ran meanwhile (rowcall).
+    leader_syncs: Option<f64>,
 }
 
 /// Runs the `writes` benchmark: starts every system, measures, prints the table and
@@ -137,6 +143,7 @@ pub async fn writes(options: &WritesOptions) -> Result<WritesReport, ChaosError>
             name: name.to_owned(),
             kind: Kind::Rowcall,
             url: cluster.node(on).url(),
+            leader: Some(cluster.node(leader.unwrap_or(on)).url()),
         });
         clusters.push(cluster);
     }
@@ -150,6 +157,7 @@ pub async fn writes(options: &WritesOptions) -> Result<WritesReport, ChaosError>
                 name: "etcd 3 members".into(),
                 kind: Kind::Etcd,
                 url: etcd.follower().await,
+                leader: None,
             });
             etcd_version = Some(etcd.version.clone());
             etcd_cluster = Some(etcd);
@@ -178,6 +186,9 @@ pub async fn writes(options: &WritesOptions) -> Result<WritesReport, ChaosError>
                 into.latencies_us.extend(sample.latencies_us);
                 into.errors += sample.errors;
                 into.seconds += sample.seconds;
+                if let Some(syncs) = sample.leader_syncs {
+                    *into.leader_syncs.get_or_insert(0.0) += syncs;
+                }
                 eprintln!(
                     "round {}/{}: {} at {clients} clients done",
                     round + 1,
@@ -205,6 +216,7 @@ pub async fn writes(options: &WritesOptions) -> Result<WritesReport, ChaosError>
                 seconds: sample.seconds,
                 throughput_vs_etcd: None,
                 p50_vs_etcd: None,
+                leader_syncs_per_write: sample.leader_syncs.map(|s| s / ok.max(1) as f64),
             });
         }
     }
@@ -266,12 +278,12 @@ pub fn table(report: &WritesReport) -> String {
         report.settings["seconds_per_measurement"],
         report.settings["rounds"],
     );
-    out.push_str("| clients | system | writes/s | p50 ms | p99 ms | errors | × etcd writes/s | × etcd p50 |\n");
-    out.push_str("|---:|---|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| clients | system | writes/s | p50 ms | p99 ms | errors | × etcd writes/s | × etcd p50 | leader syncs/write |\n");
+    out.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
     let ratio = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.2}"));
     for row in &report.rows {
         out.push_str(&format!(
-            "| {} | {} | {:.0} | {:.1} | {:.1} | {} | {} | {} |\n",
+            "| {} | {} | {:.0} | {:.1} | {:.1} | {} | {} | {} | {} |\n",
             row.clients,
             row.system,
             row.writes_per_s,
@@ -280,6 +292,7 @@ pub fn table(report: &WritesReport) -> String {
             row.errors,
             ratio(row.throughput_vs_etcd),
             ratio(row.p50_vs_etcd),
+            ratio(row.leader_syncs_per_write),
         ));
     }
     if let Some(why) = &report.etcd_skipped {
@@ -290,6 +303,10 @@ pub fn table(report: &WritesReport) -> String {
 
 /// `clients` closed-loop clients writing new keys to `target` for `length`.
 async fn load(target: &Target, clients: usize, length: Duration, value: &str, tag: &str) -> Sample {
+    let syncs_before = match &target.leader {
+        Some(leader) => leader_syncs(leader).await,
+        None => None,
+    };
     let started = Instant::now();
     let deadline = started + length;
     let value: Arc<str> = Arc::from(value);
@@ -308,7 +325,25 @@ async fn load(target: &Target, clients: usize, length: Duration, value: &str, ta
         }
     }
     sample.seconds = started.elapsed().as_secs_f64();
+    if let (Some(before), Some(leader)) = (syncs_before, &target.leader) {
+        sample.leader_syncs = leader_syncs(leader).await.map(|after| after - before);
+    }
     sample
+}
+
+/// The node's `rowcall_store_syncs_total`, from its Prometheus metrics.
+async fn leader_syncs(url: &str) -> Option<f64> {
+    let text = crate::cluster::control_client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("rowcall_store_syncs_total "))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// One client: its own connection, the next write once the previous one is answered.
