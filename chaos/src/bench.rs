@@ -235,7 +235,7 @@ pub async fn writes(options: &WritesOptions) -> Result<WritesReport, ChaosError>
             row.p50_vs_etcd = Some(row.latency.p50_ms / etcd.latency.p50_ms.max(1e-9));
         }
     }
-    rows.sort_by(|a, b| a.clients.cmp(&b.clients));
+    rows.sort_by_key(|r| r.clients);
     let report = WritesReport {
         machine,
         settings: json!({

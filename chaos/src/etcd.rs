@@ -3,14 +3,14 @@
 //! Its v3 JSON gateway (`/v3/kv/put`) is the HTTP/JSON client class rowcall is measured in.
 
 use std::fs::File;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::cluster::control_client;
+use crate::cluster::{control_client, free_ports};
 use crate::error::ChaosError;
 
 /// How long the members may take to elect a leader and answer.
@@ -43,19 +43,6 @@ pub fn on_path() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn loopback_ports(n: usize) -> Result<Vec<SocketAddr>, ChaosError> {
-    // Bound together so they differ; released before etcd binds them.
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ChaosError::io("pick free ports", e))?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ChaosError::io("pick free ports", e))
-}
-
 impl Etcd {
     /// Starts `members` members of one cluster under `root` and waits until every member
     /// answers with a leader.
@@ -71,7 +58,10 @@ impl Etcd {
                     .to_owned()
             })
             .map_err(|e| ChaosError::io(format!("run {} --version", bin.display()), e))?;
-        let ports = loopback_ports(2 * members)?;
+        let ports: Vec<SocketAddr> = free_ports(2 * members)?
+            .into_iter()
+            .map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
+            .collect();
         let name = |i: usize| format!("e{}", i + 1);
         let peer = |i: usize| format!("http://{}", ports[2 * i + 1]);
         let initial = (0..members)
