@@ -183,7 +183,7 @@ impl Drop for Cluster {
 }
 
 /// Free loopback ports, distinct from each other.
-fn free_ports(n: usize) -> Result<Vec<u16>, ChaosError> {
+pub fn free_ports(n: usize) -> Result<Vec<u16>, ChaosError> {
     let listeners = (0..n)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()

@@ -21,9 +21,11 @@
 //! The same workload then runs against one node killed and restarted on the cluster run's
 //! fault windows (the baseline), so the report gives the gain as a ratio from one run.
 
+pub mod bench;
 pub mod check;
 pub mod cluster;
 pub mod error;
+pub mod etcd;
 pub mod faults;
 pub mod history;
 pub mod proxy;

@@ -43,7 +43,8 @@ pub struct Latency {
 }
 
 impl Latency {
-    fn of(mut us: Vec<u64>) -> Latency {
+    /// Percentiles of latencies given in microseconds.
+    pub fn of(mut us: Vec<u64>) -> Latency {
         if us.is_empty() {
             return Latency::default();
         }

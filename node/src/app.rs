@@ -17,6 +17,7 @@ use crate::auth::Credentials;
 use crate::catalogue::SharedCatalogue;
 use crate::config::Config;
 use crate::dispatch::outbox::Outbox;
+use crate::raft::batch::Batcher;
 use crate::raft::calls::{Forwarded, WriteError};
 use crate::raft::identity::LocalIdentity;
 use crate::raft::liveness::Liveness;
@@ -33,6 +34,8 @@ pub struct App {
     pub identity: Arc<LocalIdentity>,
     /// The Raft handle.
     pub raft: Raft,
+    /// Proposes through `raft`, grouping concurrent directory writes into one entry.
+    pub batcher: Batcher,
     /// The applied directory in memory.
     pub catalogue: SharedCatalogue,
     /// Stored receipts.
@@ -176,7 +179,7 @@ impl App {
     ) -> Result<Forwarded, Proposal> {
         let request_id = request.request_id.clone();
         let outcome = self
-            .while_connected(timeout, self.raft.client_write(request))
+            .while_connected(timeout, self.batcher.client_write(request))
             .await;
         match outcome {
             // Handed to Raft and then given up on: it may still commit.

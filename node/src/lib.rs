@@ -33,6 +33,7 @@ pub mod config;
 pub mod dispatch;
 pub mod metrics;
 pub mod model;
+pub mod net;
 pub mod raft;
 pub mod server;
 pub mod service;

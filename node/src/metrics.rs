@@ -13,6 +13,8 @@ pub const HTTP_REQUEST_SECONDS: &str = "rowcall_http_request_duration_seconds";
 pub const INVOCATIONS_TOTAL: &str = "rowcall_dispatch_invocations_total";
 /// Time for a write to be committed and applied, by operation.
 pub const WRITE_SECONDS: &str = "rowcall_raft_write_duration_seconds";
+/// Writes per proposed Raft entry on the leader (the write batcher's group size).
+pub const WRITE_BATCH_SIZE: &str = "rowcall_raft_write_batch_size";
 /// Ask latency (resolver only).
 pub const ASK_SECONDS: &str = "rowcall_resolver_ask_duration_seconds";
 /// The four counts of the directory, by `count`.
@@ -91,6 +93,11 @@ fn describe() {
         "HTTP request latency by route."
     );
     describe_counter!(INVOCATIONS_TOTAL, "Invocations by row type and outcome.");
+    describe_histogram!(
+        WRITE_BATCH_SIZE,
+        Unit::Count,
+        "Directory writes proposed together in one Raft entry by the leader."
+    );
     describe_histogram!(
         WRITE_SECONDS,
         Unit::Seconds,

@@ -248,6 +248,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         node_id: node.id,
         identity,
         raft: raft.clone(),
+        batcher: crate::raft::batch::Batcher::start(raft.clone()),
         catalogue,
         receipts,
         outbox,
@@ -313,7 +314,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
             }
         }),
         None => tokio::spawn(async move {
-            let plain = tonic::transport::server::TcpIncoming::from(grpc_listener);
+            let plain = crate::net::grpc(grpc_listener);
             if let Err(e) = router.serve_with_incoming_shutdown(plain, stopped).await {
                 tracing::error!(error = %e, "gRPC server stopped");
             }

@@ -21,6 +21,11 @@ fn row(key: &str, what: &str) -> Value {
 /// e.g. its leader died or this busy machine answered late) is retried with the same
 /// `Idempotency-Key`, so it takes effect once and its answer is the first attempt's.
 async fn insert(cluster: &Cluster, id: u64, row: &Value) -> reqwest::Response {
+    insert_at(&cluster.http, &cluster.url(id), row).await
+}
+
+/// [`insert`] at the node serving `url` (for writers spawned as tasks).
+async fn insert_at(http: &reqwest::Client, url: &str, row: &Value) -> reqwest::Response {
     static WRITES: AtomicU64 = AtomicU64::new(0);
     let key = format!(
         "cluster-test-{}-{}",
@@ -29,9 +34,8 @@ async fn insert(cluster: &Cluster, id: u64, row: &Value) -> reqwest::Response {
     );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let response = cluster
-            .http
-            .post(format!("{}/api/directory", cluster.url(id)))
+        let response = http
+            .post(format!("{url}/api/directory"))
             .header("x-terminal-key", ADMIN)
             .header("idempotency-key", &key)
             .json(row)
@@ -103,6 +107,90 @@ async fn every_node_reads_its_own_writes_at_once() {
     for id in cluster.ids() {
         let (_, _, counts) = cluster.get(id, "/api/directory/counts").await;
         assert_eq!(counts["rows_total"], 200, "node {id}");
+    }
+    cluster.shutdown().await;
+}
+
+/// Concurrent writes on a busy leader share Raft entries (one append, one replication round,
+/// one sync per entry), and each writer is answered with its own write: its key, the version
+/// its row got, and the row as it wrote it on every node. Two writes of one row never share
+/// an entry, so each version names one content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writes_share_entries_and_each_writer_gets_its_own_answer() {
+    let cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let follower = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+    // A slow disk on the leader keeps its proposals in flight while the writes queue up.
+    let app = &cluster.member(leader).handle.as_ref().unwrap().app;
+    app.storage.slow_down(Duration::from_millis(30));
+    let mut writers = tokio::task::JoinSet::new();
+    for i in 0..50usize {
+        // Two writers also write one shared row, each with its own content.
+        let key = if i < 48 {
+            format!("BATCH_{i:02}")
+        } else {
+            "BATCH_SHARED".to_owned()
+        };
+        let body = row(&key, &format!("Batched write number {i}"));
+        let url = cluster.url(if i % 2 == 0 { leader } else { follower });
+        let http = cluster.http.clone();
+        writers.spawn(async move {
+            let response = insert_at(&http, &url, &body).await;
+            let status = response.status();
+            let index = index_of(&response);
+            let answer: Value = response.json().await.unwrap();
+            (i, key, status, index, answer)
+        });
+    }
+    let mut versions = std::collections::BTreeMap::new();
+    let mut indexes = std::collections::BTreeSet::new();
+    while let Some(written) = writers.join_next().await {
+        let (i, key, status, index, answer) = written.unwrap();
+        assert!(status.is_success(), "write {i}: {status} {answer}");
+        assert_eq!(
+            answer["key"], key,
+            "write {i} was answered with another write"
+        );
+        assert_eq!(answer["version"], index, "write {i}: {answer}");
+        versions.insert(i, answer["version"].as_u64().unwrap());
+        indexes.insert(index);
+    }
+    app.storage.slow_down(Duration::ZERO);
+    assert!(
+        indexes.len() < 50,
+        "50 concurrent writes took {} entries: none shared one",
+        indexes.len()
+    );
+    assert_ne!(
+        versions[&48], versions[&49],
+        "two writes of one row in one entry"
+    );
+    let last = cluster.applied(leader);
+    cluster.converge(last).await;
+    let shared_winner = if versions[&48] > versions[&49] {
+        48
+    } else {
+        49
+    };
+    for id in cluster.ids() {
+        for (i, version) in &versions {
+            let key = if *i < 48 {
+                format!("BATCH_{i:02}")
+            } else {
+                "BATCH_SHARED".to_owned()
+            };
+            let (status, _, got) = cluster.get(id, &format!("/api/directory/{key}")).await;
+            assert_eq!(status, 200, "node {id} reads {key}");
+            let expected = if *i < 48 { *i } else { shared_winner };
+            let what = format!("Batched write number {expected}\n");
+            assert!(
+                got["content"].as_str().unwrap().contains(&what),
+                "node {id}: {key} holds {got}"
+            );
+            if *i < 48 || *i == shared_winner {
+                assert_eq!(got["version"], *version, "node {id}: {key}");
+            }
+        }
     }
     cluster.shutdown().await;
 }

@@ -5,6 +5,7 @@
 //! node that proposes the command, so applying it is deterministic on every node.
 
 pub mod auth;
+pub mod batch;
 pub mod calls;
 pub mod faults;
 pub mod identity;
@@ -215,6 +216,14 @@ pub enum Command {
         /// Receipts dropped by this entry at most.
         limit: u32,
     },
+    /// Directory writes of several clients in one entry, applied in order as if each had
+    /// its own entry at this index (each under its own request id), so concurrent writes
+    /// share one log append, one replication round and one sync ([`batch`]). Only a
+    /// leader's batcher makes these; no two of its writes touch the same row.
+    Batch {
+        /// The writes, each a `PutRows` or `DeleteRow`.
+        requests: Vec<Request>,
+    },
 }
 
 impl Command {
@@ -228,6 +237,7 @@ impl Command {
             Self::RevokeShare { .. } => "revoke_share",
             Self::RotateShareSecret { .. } => "rotate_share_secret",
             Self::PruneReceipts { .. } => "prune_receipts",
+            Self::Batch { .. } => "batch",
         }
     }
 
@@ -243,7 +253,8 @@ impl Command {
             | Self::AppendReceipt { .. }
             | Self::SetShareSecret { .. }
             | Self::RotateShareSecret { .. }
-            | Self::PruneReceipts { .. } => {}
+            | Self::PruneReceipts { .. }
+            | Self::Batch { .. } => {}
         }
         // Serialising plain data into memory cannot fail; an empty digest would only make
         // every such command look alike, never panic.
@@ -264,6 +275,7 @@ impl fmt::Display for Command {
                 write!(f, "rotate_share_secret(keep_previous={keep_previous})")
             }
             Self::PruneReceipts { .. } => write!(f, "prune_receipts"),
+            Self::Batch { requests } => write!(f, "batch({})", requests.len()),
         }
     }
 }
@@ -341,5 +353,10 @@ pub enum CommandResult {
         request_id: RequestId,
         /// The index of the request that used it first.
         index: u64,
+    },
+    /// The results of a [`Command::Batch`], one per write, in its order.
+    Batch {
+        /// The results.
+        results: Vec<CommandResult>,
     },
 }

@@ -249,7 +249,7 @@ pub fn incoming(
                 // The server stopped: release the port.
                 _ = tx.closed() => return,
             };
-            let _ = tcp.set_nodelay(true);
+            crate::net::no_delay(&tcp);
             let acceptor = TlsAcceptor::from(tls.current().server.clone());
             let tx = tx.clone();
             tokio::spawn(async move {

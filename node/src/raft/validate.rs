@@ -66,6 +66,9 @@ pub enum Refusal {
     /// A share secret no node makes.
     #[error("the share secret has the wrong shape")]
     ShareSecret,
+    /// A batch: only the leader groups writes, never a peer that forwards them.
+    #[error("a batch of writes cannot be forwarded")]
+    Batch,
     /// A request id a client could not have sent.
     #[error("request id: {reason}")]
     RequestId {
@@ -180,6 +183,7 @@ pub fn check_forwarded(request: &Request, sender: NodeId, now_ms: u64) -> Result
             })
         }
         Command::PruneReceipts { .. } => Ok(()),
+        Command::Batch { .. } => Err(Refusal::Batch),
         Command::RevokeShare { id, at_ms } => {
             if !valid_token_id(id) {
                 return Err(Refusal::TokenId { id: id.clone() });
@@ -310,5 +314,14 @@ mod tests {
             check_forwarded(&revoke, 2, NOW),
             Err(Refusal::TokenId { .. })
         ));
+        // Only the leader groups writes: a batch would carry writes past these checks.
+        let delete = Request::new(Command::DeleteRow {
+            key: "A_ROW".into(),
+            if_version: None,
+        });
+        let batch = Request::new(Command::Batch {
+            requests: vec![delete],
+        });
+        assert_eq!(check_forwarded(&batch, 2, NOW), Err(Refusal::Batch));
     }
 }

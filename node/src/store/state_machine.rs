@@ -389,6 +389,15 @@ impl StateMachine {
         stage: &mut Stage,
     ) -> Result<CommandResult, StorageError> {
         match command {
+            // Each write as if in its own entry at this index; the batcher put no two
+            // writes of one row together, so every version still names one content.
+            Command::Batch { requests } => {
+                let results = requests
+                    .into_iter()
+                    .map(|request| self.apply_request(request, index, stage))
+                    .collect::<Result<_, _>>()?;
+                Ok(CommandResult::Batch { results })
+            }
             Command::PutRows { at_ms, rows } => {
                 // All or nothing: every if_version is checked before anything is staged.
                 for input in &rows {

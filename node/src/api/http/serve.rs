@@ -75,7 +75,7 @@ pub async fn serve(
         .max_local_error_reset_streams(256);
     loop {
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = crate::net::accept_http(&listener) => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -91,7 +91,6 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        let _ = stream.set_nodelay(true);
         let service =
             router
                 .clone()

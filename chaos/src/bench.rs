@@ -1,0 +1,449 @@
+//! `rowcall-bench writes`: insert throughput and latency of rowcall beside a 3-member etcd on
+//! the same machine, through the same client (HTTP/1.1 + JSON, one connection per client,
+//! each client sending its next write when the previous one is answered), with the load on
+//! a follower, every system's runs interleaved so that a busy moment of a shared machine
+//! falls on all of them alike.
+//!
+//! rowcall: `POST /api/directory` inserting a new row whose content is `value_bytes` long;
+//! etcd: `POST /v3/kv/put` (its JSON gateway) of a new key with a value of the same size.
+//! Both sync to disk before answering (rowcall's default `fdatasync`, etcd's WAL fsync).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::cluster::{Cluster, ClusterOptions, ADMIN_KEY};
+use crate::error::ChaosError;
+use crate::etcd::Etcd;
+use crate::report::Latency;
+
+/// How to run `writes`.
+#[derive(Debug, Clone)]
+pub struct WritesOptions {
+    /// The rowcall-node binary.
+    pub node_bin: PathBuf,
+    /// Another rowcall-node binary measured beside it on 3 nodes (e.g. a build of main), so
+    /// that a change's effect is a ratio from one run.
+    pub baseline_bin: Option<PathBuf>,
+    /// The etcd binary, or why etcd is not measured (rowcall is then measured alone).
+    pub etcd: Result<PathBuf, String>,
+    /// Data folders, logs and `writes.json` go under here.
+    pub out: PathBuf,
+    /// Concurrent clients, one measurement each.
+    pub clients: Vec<usize>,
+    /// Length of one measurement.
+    pub cell: Duration,
+    /// Rounds: every (system, clients) measurement runs once per round, interleaved.
+    pub rounds: usize,
+    /// Size of each written value (rowcall: the row's content).
+    pub value_bytes: usize,
+}
+
+/// One system under load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Kind {
+    Rowcall,
+    Etcd,
+}
+
+/// Where a system takes its load.
+struct Target {
+    name: String,
+    kind: Kind,
+    url: String,
+    /// rowcall: the leader's URL, whose sync counter tells how many writes share a sync.
+    leader: Option<String>,
+}
+
+/// The figures of one (system, clients) pair, over every round.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// The system, e.g. `rowcall 3 nodes`.
+    pub system: String,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Acknowledged writes per second.
+    pub writes_per_s: f64,
+    /// Latency of acknowledged writes.
+    pub latency: Latency,
+    /// Acknowledged writes.
+    pub ok: u64,
+    /// Writes refused or failed (not in the latency figures).
+    pub errors: u64,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// writes/s over etcd's at the same clients (when etcd ran).
+    pub throughput_vs_etcd: Option<f64>,
+    /// p50 over etcd's p50 at the same clients (below 1 is faster).
+    pub p50_vs_etcd: Option<f64>,
+    /// rowcall: storage syncs (fdatasync rounds) on the leader per acknowledged write.
+    pub leader_syncs_per_write: Option<f64>,
+}
+
+/// Everything a `writes` run measured.
+#[derive(Debug, Serialize)]
+pub struct WritesReport {
+    /// Where it ran.
+    pub machine: Value,
+    /// How it ran.
+    pub settings: Value,
+    /// Why etcd was not measured, if it was not.
+    pub etcd_skipped: Option<String>,
+    /// One row per system and clients.
+    pub rows: Vec<Row>,
+}
+
+/// Raw figures of one measurement.
+#[derive(Default)]
+struct Sample {
+    latencies_us: Vec<u64>,
+    errors: u64,
+    seconds: f64,
+    /// Syncs the leader ran meanwhile (rowcall).
+    leader_syncs: Option<f64>,
+}
+
+/// Runs the `writes` benchmark: starts every system, measures, prints the table and
+/// writes `writes.json` under `options.out`.
+pub async fn writes(options: &WritesOptions) -> Result<WritesReport, ChaosError> {
+    std::fs::create_dir_all(&options.out)
+        .map_err(|e| ChaosError::io(format!("create {}", options.out.display()), e))?;
+    let machine = machine();
+    // Every system stays up for the whole run, so measurements can interleave.
+    let mut clusters = Vec::new();
+    let mut targets = Vec::new();
+    let mut systems = vec![("rowcall 3 nodes", &options.node_bin, 3)];
+    if let Some(baseline) = &options.baseline_bin {
+        systems.push(("baseline 3 nodes", baseline, 3));
+    }
+    systems.push(("rowcall 1 node", &options.node_bin, 1));
+    for (name, bin, nodes) in systems {
+        let cluster = Cluster::start(&ClusterOptions {
+            bin: bin.clone(),
+            nodes,
+            root: options.out.join(name.replace(' ', "-")),
+            proxies: false,
+            snapshot_every: 5_000,
+            seed: 1,
+            tls: false,
+        })
+        .await?;
+        let leader = cluster.await_leader(Duration::from_secs(10)).await;
+        let on = cluster
+            .ids()
+            .into_iter()
+            .find(|id| Some(*id) != leader || nodes == 1)
+            .unwrap_or(1);
+        targets.push(Target {
+            name: name.to_owned(),
+            kind: Kind::Rowcall,
+            url: cluster.node(on).url(),
+            leader: Some(cluster.node(leader.unwrap_or(on)).url()),
+        });
+        clusters.push(cluster);
+    }
+    let mut etcd_skipped = None;
+    let mut etcd_cluster = None;
+    let mut etcd_version = None;
+    match &options.etcd {
+        Ok(bin) => {
+            let etcd = Etcd::start(bin, 3, &options.out.join("etcd-3-members")).await?;
+            targets.push(Target {
+                name: "etcd 3 members".into(),
+                kind: Kind::Etcd,
+                url: etcd.follower().await,
+                leader: None,
+            });
+            etcd_version = Some(etcd.version.clone());
+            etcd_cluster = Some(etcd);
+        }
+        Err(why) => {
+            println!("etcd skipped: {why}; measuring rowcall alone");
+            etcd_skipped = Some(why.clone());
+        }
+    }
+
+    let value = "v".repeat(options.value_bytes);
+    // Warm every system up once (connections, caches, the first snapshot of a fresh log).
+    for target in &targets {
+        let warm = options.cell.min(Duration::from_secs(1));
+        load(target, 4, warm, &value, "W").await;
+    }
+    let mut samples: Vec<Vec<Sample>> = (0..targets.len())
+        .map(|_| options.clients.iter().map(|_| Sample::default()).collect())
+        .collect();
+    for round in 0..options.rounds {
+        for (c, &clients) in options.clients.iter().enumerate() {
+            for (t, target) in targets.iter().enumerate() {
+                let tag = format!("R{round}C{clients}");
+                let sample = load(target, clients, options.cell, &value, &tag).await;
+                let into = &mut samples[t][c];
+                into.latencies_us.extend(sample.latencies_us);
+                into.errors += sample.errors;
+                into.seconds += sample.seconds;
+                if let Some(syncs) = sample.leader_syncs {
+                    *into.leader_syncs.get_or_insert(0.0) += syncs;
+                }
+                eprintln!(
+                    "round {}/{}: {} at {clients} clients done",
+                    round + 1,
+                    options.rounds,
+                    target.name
+                );
+            }
+        }
+    }
+    drop(etcd_cluster);
+    drop(clusters);
+
+    let mut rows = Vec::new();
+    for (t, target) in targets.iter().enumerate() {
+        for (c, &clients) in options.clients.iter().enumerate() {
+            let sample = std::mem::take(&mut samples[t][c]);
+            let ok = sample.latencies_us.len() as u64;
+            rows.push(Row {
+                system: target.name.clone(),
+                clients,
+                writes_per_s: ok as f64 / sample.seconds.max(1e-9),
+                latency: Latency::of(sample.latencies_us),
+                ok,
+                errors: sample.errors,
+                seconds: sample.seconds,
+                throughput_vs_etcd: None,
+                p50_vs_etcd: None,
+                leader_syncs_per_write: sample.leader_syncs.map(|s| s / ok.max(1) as f64),
+            });
+        }
+    }
+    let etcd_rows: Vec<Row> = rows
+        .iter()
+        .filter(|r| {
+            targets
+                .iter()
+                .any(|t| t.name == r.system && t.kind == Kind::Etcd)
+        })
+        .cloned()
+        .collect();
+    for row in &mut rows {
+        if let Some(etcd) = etcd_rows.iter().find(|e| e.clients == row.clients) {
+            row.throughput_vs_etcd = Some(row.writes_per_s / etcd.writes_per_s.max(1e-9));
+            row.p50_vs_etcd = Some(row.latency.p50_ms / etcd.latency.p50_ms.max(1e-9));
+        }
+    }
+    rows.sort_by_key(|r| r.clients);
+    let report = WritesReport {
+        machine,
+        settings: json!({
+            "clients": options.clients,
+            "seconds_per_measurement": options.cell.as_secs_f64(),
+            "rounds": options.rounds,
+            "value_bytes": options.value_bytes,
+            "load_on": "a follower (rowcall 1 node: the node)",
+            "client": "HTTP/1.1 JSON, one connection per client, closed loop",
+            "rowcall_sync": "fdatasync (the default)",
+            "node_bin": options.node_bin.display().to_string(),
+            "baseline_bin": options.baseline_bin.as_ref().map(|p| p.display().to_string()),
+            "etcd": etcd_version,
+        }),
+        etcd_skipped,
+        rows,
+    };
+    let path = options.out.join("writes.json");
+    let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+    std::fs::write(&path, text)
+        .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
+    println!("{}", table(&report));
+    println!("JSON: {}", path.display());
+    Ok(report)
+}
+
+/// The report as a Markdown table, machine details on top.
+pub fn table(report: &WritesReport) -> String {
+    let m = &report.machine;
+    let mut out = format!(
+        "writes, {} UTC, {} ({} cores, {} GiB, kernel {}), load average at start {}\n\
+         {} B values, load on a follower, HTTP/JSON, {} s x {} interleaved rounds per figure\n\n",
+        m["date_utc"].as_str().unwrap_or("?"),
+        m["cpu"].as_str().unwrap_or("?"),
+        m["cores"],
+        m["memory_gib"],
+        m["kernel"].as_str().unwrap_or("?"),
+        m["load_average"].as_str().unwrap_or("?"),
+        report.settings["value_bytes"],
+        report.settings["seconds_per_measurement"],
+        report.settings["rounds"],
+    );
+    out.push_str("| clients | system | writes/s | p50 ms | p99 ms | errors | × etcd writes/s | × etcd p50 | leader syncs/write |\n");
+    out.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    let ratio = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.2}"));
+    for row in &report.rows {
+        out.push_str(&format!(
+            "| {} | {} | {:.0} | {:.1} | {:.1} | {} | {} | {} | {} |\n",
+            row.clients,
+            row.system,
+            row.writes_per_s,
+            row.latency.p50_ms,
+            row.latency.p99_ms,
+            row.errors,
+            ratio(row.throughput_vs_etcd),
+            ratio(row.p50_vs_etcd),
+            ratio(row.leader_syncs_per_write),
+        ));
+    }
+    if let Some(why) = &report.etcd_skipped {
+        out.push_str(&format!("\netcd skipped: {why}\n"));
+    }
+    out
+}
+
+/// `clients` closed-loop clients writing new keys to `target` for `length`.
+async fn load(target: &Target, clients: usize, length: Duration, value: &str, tag: &str) -> Sample {
+    let syncs_before = match &target.leader {
+        Some(leader) => leader_syncs(leader).await,
+        None => None,
+    };
+    let started = Instant::now();
+    let deadline = started + length;
+    let value: Arc<str> = Arc::from(value);
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            let (kind, url, value) = (target.kind, target.url.clone(), value.clone());
+            let prefix = format!("BENCH_{tag}_{client}");
+            tokio::spawn(async move { client_loop(kind, &url, &value, &prefix, deadline).await })
+        })
+        .collect();
+    let mut sample = Sample::default();
+    for task in tasks {
+        if let Ok(part) = task.await {
+            sample.latencies_us.extend(part.latencies_us);
+            sample.errors += part.errors;
+        }
+    }
+    sample.seconds = started.elapsed().as_secs_f64();
+    if let (Some(before), Some(leader)) = (syncs_before, &target.leader) {
+        sample.leader_syncs = leader_syncs(leader).await.map(|after| after - before);
+    }
+    sample
+}
+
+/// The node's `rowcall_store_syncs_total`, from its Prometheus metrics.
+async fn leader_syncs(url: &str) -> Option<f64> {
+    let text = crate::cluster::control_client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("rowcall_store_syncs_total "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// One client: its own connection, the next write once the previous one is answered.
+async fn client_loop(kind: Kind, url: &str, value: &str, prefix: &str, until: Instant) -> Sample {
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(1)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("a plain HTTP client builds");
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let etcd_value = b64.encode(value);
+    let mut sample = Sample::default();
+    let mut seq = 0u64;
+    while Instant::now() < until {
+        seq += 1;
+        let key = format!("{prefix}_{seq}");
+        let request = match kind {
+            Kind::Rowcall => http
+                .post(format!("{url}/api/directory"))
+                .header("x-terminal-key", ADMIN_KEY)
+                .json(&json!({"key": key, "type": "static", "auth": "public",
+                              "category": "bench", "content": value})),
+            Kind::Etcd => http
+                .post(format!("{url}/v3/kv/put"))
+                .json(&json!({"key": b64.encode(&key), "value": etcd_value})),
+        };
+        let sent = Instant::now();
+        let answered = match request.send().await {
+            // Read the whole answer: a client has its write only once it has the reply.
+            Ok(r) if r.status().is_success() => r.bytes().await.is_ok(),
+            _ => false,
+        };
+        if answered {
+            sample.latencies_us.push(sent.elapsed().as_micros() as u64);
+        } else {
+            sample.errors += 1;
+        }
+    }
+    sample
+}
+
+/// The machine a run is on, for the top of the report.
+fn machine() -> Value {
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let memory_kib: f64 = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    let loadavg = read("/proc/loadavg");
+    let load_average = loadavg
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    json!({
+        "date_utc": utc(secs),
+        "cpu": cpu,
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "memory_gib": (memory_kib / 1024.0 / 1024.0).round(),
+        "kernel": read("/proc/sys/kernel/osrelease").trim(),
+        "load_average": load_average,
+    })
+}
+
+/// `YYYY-MM-DD HH:MM` of a Unix time (the civil-from-days algorithm).
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let (hour, minute) = ((secs % 86_400) / 3_600, (secs % 3_600) / 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00");
+        assert_eq!(utc(1_796_060_000), "2026-11-30 17:33");
+    }
+}

@@ -1,0 +1,101 @@
+//! `rowcall-bench`: performance measurements of a real rowcall cluster beside etcd on the
+//! same machine, every figure of a table from one run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use rowcall_chaos::bench::{self, WritesOptions};
+use rowcall_chaos::cluster::node_binary;
+
+/// Measures rowcall (release builds give the real figures: `cargo build --release -p
+/// rowcall-node -p rowcall-chaos`) and prints a table; the JSON goes to `--out`.
+#[derive(Debug, Parser)]
+#[command(name = "rowcall-bench", version, about)]
+struct Flags {
+    #[command(subcommand)]
+    command: Bench,
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// Inserts per second and latency at each client count, on 3 nodes and 1 node (load on
+    /// a follower), beside a 3-member etcd from the system's `etcd` (Debian: etcd-server)
+    /// through its JSON gateway; skipped with a message when etcd is not installed.
+    Writes {
+        /// Output folder: writes.json, data folders and logs.
+        #[arg(long)]
+        out: PathBuf,
+        /// Concurrent clients, comma-separated: one figure each.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 16, 64])]
+        clients: Vec<usize>,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Interleaved rounds; each figure sums its system's measurements over the rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Bytes per written value.
+        #[arg(long, default_value_t = 256)]
+        value_bytes: usize,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+        /// Another rowcall-node binary measured beside it on 3 nodes (before/after ratios).
+        #[arg(long)]
+        baseline_bin: Option<PathBuf>,
+        /// The etcd binary [default: `etcd` on the PATH].
+        #[arg(long)]
+        etcd: Option<PathBuf>,
+        /// Do not measure etcd even if it is installed.
+        #[arg(long)]
+        no_etcd: bool,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<ExitCode> {
+    let Bench::Writes {
+        out,
+        clients,
+        seconds,
+        rounds,
+        value_bytes,
+        node_bin,
+        baseline_bin,
+        etcd,
+        no_etcd,
+    } = Flags::parse().command;
+    anyhow::ensure!(
+        seconds > 0.0 && rounds > 0 && clients.iter().all(|c| *c > 0),
+        "--seconds, --rounds and every --clients count must be positive"
+    );
+    let options = WritesOptions {
+        node_bin: node_binary(node_bin.as_deref())?,
+        baseline_bin: baseline_bin.map(|b| node_binary(Some(&b))).transpose()?,
+        etcd: match etcd {
+            _ if no_etcd => Err("--no-etcd".to_owned()),
+            Some(path) if path.is_file() => Ok(path),
+            Some(path) => anyhow::bail!("--etcd {}: no such file", path.display()),
+            None => rowcall_chaos::etcd::on_path().ok_or_else(|| {
+                "no `etcd` on the PATH (Debian: apt-get install etcd-server; or pass --etcd PATH)"
+                    .to_owned()
+            }),
+        },
+        out,
+        clients,
+        cell: Duration::from_secs_f64(seconds),
+        rounds,
+        value_bytes,
+    };
+    // Ctrl-C drops the run, and with it every node and etcd process.
+    tokio::select! {
+        result = bench::writes(&options) => { result?; }
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ninterrupted: stopping every process");
+            return Ok(ExitCode::from(130));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
