@@ -658,3 +658,34 @@ async fn receipts_beyond_the_retention_policy_are_dropped_on_every_run() {
         0
     );
 }
+
+/// A connection that never sends a request does not keep the node (and its database) alive
+/// past `shutdown`: the same data folder opens again at once.
+#[tokio::test]
+async fn a_silent_connection_does_not_outlive_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = rowcall_node::Config::default();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    config.node.http = any;
+    config.node.grpc = any;
+    config.node.data = dir.path().join("data");
+    config.auth.admin_key = Some(ADMIN.into());
+    // Longer than the shutdown's drain period, so only the stop signal can end the wait.
+    config.limits.header_read_timeout_ms = 60_000;
+    let node = rowcall_node::start(config.clone()).await.unwrap();
+    let silent = tokio::net::TcpStream::connect(node.http_addr)
+        .await
+        .unwrap();
+    // Connections are accepted in order: once a later one is answered, the silent one is
+    // open on the node's side.
+    let health = reqwest::get(format!("{}/healthz", node.url()))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    node.shutdown().await;
+    let again = rowcall_node::start(config)
+        .await
+        .expect("the data folder opens again after shutdown");
+    again.shutdown().await;
+    drop(silent);
+}

@@ -102,6 +102,13 @@ pub async fn serve(
         let (http1, http2) = (http1.clone(), http2.clone());
         let watcher = graceful.watcher();
         let acceptor = tls.as_ref().map(|tls| tls.acceptor());
+        // Until it is served, a connection is not one the graceful shutdown waits for: its
+        // handshake or sniff ends as the node stops, so that nothing holding the node's
+        // state (and its database) outlives `shutdown`.
+        let mut node_stop = stop.clone();
+        let stopping = async move {
+            let _ = node_stop.wait_for(|s| *s).await;
+        };
         tokio::spawn(async move {
             let _slot = slot;
             let gauge = metrics::gauge!(crate::metrics::CONNECTIONS_OPEN);
@@ -109,15 +116,18 @@ pub async fn serve(
             match acceptor {
                 Some(acceptor) => {
                     // A client that does not finish its handshake in time is a slowloris too.
-                    let stream =
-                        match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                    let handshake = tokio::time::timeout(header_timeout, acceptor.accept(stream));
+                    let stream = tokio::select! {
+                        done = handshake => match done {
                             Ok(Ok(stream)) => Some(stream),
                             Ok(Err(e)) => {
                                 tracing::debug!(%peer, error = %e, "TLS handshake failed");
                                 None
                             }
                             Err(_) => None,
-                        };
+                        },
+                        () = stopping => None,
+                    };
                     if let Some(stream) = stream {
                         if negotiated_h2(stream.get_ref().1.alpn_protocol()) {
                             let conn = http2.serve_connection(TokioIo::new(stream), service);
@@ -128,7 +138,10 @@ pub async fn serve(
                         }
                     }
                 }
-                None => match first_bytes_are_h2(&stream, header_timeout).await {
+                None => match tokio::select! {
+                    h2 = first_bytes_are_h2(&stream, header_timeout) => h2,
+                    () = stopping => None,
+                } {
                     None => {}
                     Some(true) => {
                         let conn = http2.serve_connection(TokioIo::new(stream), service);
