@@ -321,24 +321,24 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         }),
     });
     if let Some(tls) = tls {
-        let mut stop = shutdown.subscribe();
-        tasks.push(tokio::spawn(async move {
-            let reload = reload_tls("peer TLS", tls.reload_every(), || tls.reload());
-            tokio::select! {
-                _ = reload => {}
-                _ = stop.wait_for(|s| *s) => {}
-            }
-        }));
+        let every = tls.reload_every();
+        let reload = move || tls.reload();
+        tasks.push(tokio::spawn(reload_tls(
+            "peer TLS",
+            every,
+            reload,
+            shutdown.subscribe(),
+        )));
     }
     if let Some(tls) = https.clone() {
-        let mut stop = shutdown.subscribe();
-        tasks.push(tokio::spawn(async move {
-            let reload = reload_tls("HTTPS", tls.reload_every(), || tls.reload());
-            tokio::select! {
-                _ = reload => {}
-                _ = stop.wait_for(|s| *s) => {}
-            }
-        }));
+        let every = tls.reload_every();
+        let reload = move || tls.reload();
+        tasks.push(tokio::spawn(reload_tls(
+            "HTTPS",
+            every,
+            reload,
+            shutdown.subscribe(),
+        )));
     }
 
     let stop = shutdown.subscribe();
@@ -430,16 +430,20 @@ fn peer_auth(config: &Config) -> anyhow::Result<PeerCredentials> {
     Ok((tls, secret))
 }
 
-/// Reads TLS files (`what`: peer TLS or HTTPS) again whenever they change.
+/// Reads TLS files (`what`: peer TLS or HTTPS) again whenever they change, until `stop`.
 async fn reload_tls(
-    what: &str,
+    what: &'static str,
     every: Duration,
     reload: impl Fn() -> Result<bool, crate::raft::tls::TlsError>,
+    mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
         match reload() {
             Ok(true) => tracing::info!("{what} files changed: reloaded"),
             Ok(false) => {}
