@@ -111,6 +111,17 @@ impl Freshness {
             consistency: None,
         }
     }
+
+    /// The index a caller sent in `field` (a header or metadata entry) as a barrier.
+    pub fn parse_min_index(field: &str, value: &str) -> Result<u64, ServiceError> {
+        value
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| ServiceError::BadRequest {
+                message: format!("{field} must be a whole number, not {value:?}"),
+                hint: "send back the x-rowcall-index of an earlier answer",
+            })
+    }
 }
 
 /// Waits, bounded, until this node may answer a read as the caller asks: after it applied

@@ -74,14 +74,7 @@ impl Api {
     fn freshness<T>(request: &Request<T>) -> Result<Freshness, ServiceError> {
         let metadata = request.metadata();
         let min_index = text(metadata, MIN_INDEX)
-            .map(|v| {
-                v.trim()
-                    .parse::<u64>()
-                    .map_err(|_| ServiceError::BadRequest {
-                        message: format!("{MIN_INDEX} must be a whole number, not {v:?}"),
-                        hint: "send back the x-rowcall-index of an earlier answer",
-                    })
-            })
+            .map(|v| Freshness::parse_min_index(MIN_INDEX, v))
             .transpose()?;
         Ok(Freshness {
             min_index,

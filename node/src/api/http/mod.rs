@@ -325,14 +325,7 @@ impl ReadOptions {
         let from_header = headers
             .get(MIN_INDEX_HEADER)
             .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.trim()
-                    .parse::<u64>()
-                    .map_err(|_| ServiceError::BadRequest {
-                        message: format!("{MIN_INDEX_HEADER} must be a whole number, not {v:?}"),
-                        hint: "send back the x-rowcall-index of an earlier answer",
-                    })
-            })
+            .map(|v| Freshness::parse_min_index(MIN_INDEX_HEADER, v))
             .transpose()?;
         Ok(Freshness {
             min_index: from_header.max(self.min_index),
