@@ -434,6 +434,10 @@ pub struct RaftConfig {
     pub snapshot_every: u64,
     /// Entries kept in the log behind a snapshot, for lagging followers.
     pub keep_after_snapshot: u64,
+    /// Bytes of a snapshot file sent to a follower per message (the largest buffer either
+    /// side holds for it). A chunk travels JSON-encoded, up to about four bytes per byte, so
+    /// it may not exceed a quarter of the peer message limit (16 MiB).
+    pub snapshot_chunk_bytes: u64,
 }
 
 impl Default for RaftConfig {
@@ -444,6 +448,7 @@ impl Default for RaftConfig {
             election_timeout_max_ms: 800,
             snapshot_every: 5_000,
             keep_after_snapshot: 1_000,
+            snapshot_chunk_bytes: 1024 * 1024,
         }
     }
 }

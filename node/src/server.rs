@@ -158,6 +158,13 @@ fn grpc_server(limits: &crate::config::GrpcLimits) -> tonic::transport::Server {
 
 fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
     let r = &config.raft;
+    // A chunk travels as JSON numbers (up to four bytes per byte) inside one peer message.
+    let most = crate::raft::network::MAX_MESSAGE_BYTES as u64 / 4;
+    anyhow::ensure!(
+        (1..=most).contains(&r.snapshot_chunk_bytes),
+        "raft.snapshot_chunk_bytes must be 1 to {most}, not {}",
+        r.snapshot_chunk_bytes
+    );
     // openraft bounds every AppendEntries RPC by the heartbeat interval, so the interval must
     // leave room for a follower to decode and fsync a full batch; elections wait longer.
     let raft = openraft::Config {
@@ -166,7 +173,7 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
         election_timeout_min: r.election_timeout_min_ms,
         election_timeout_max: r.election_timeout_max_ms,
         install_snapshot_timeout: 10_000,
-        snapshot_max_chunk_size: 4 * 1024 * 1024,
+        snapshot_max_chunk_size: r.snapshot_chunk_bytes,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_every.max(1)),
         max_in_snapshot_log_to_keep: r.keep_after_snapshot,
         purge_batch_size: 32,
@@ -222,7 +229,8 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let log = LogStore::open(&storage)?;
     let outbox = Outbox::open(&storage)?;
     let catalogue = SharedCatalogue::default();
-    let state_machine = StateMachine::open(&storage, catalogue.clone())?;
+    let state_machine =
+        StateMachine::open(&storage, &node.data.join("snapshots"), catalogue.clone())?;
     let applied = state_machine.applied_index();
     let receipts = state_machine.receipts();
     // openraft's leader lease is the longest election timeout: no new leader can be elected

@@ -15,9 +15,11 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Sle
         &self,
     ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<u64>> {
         let dir = tempfile::tempdir().expect("temporary folder");
-        let storage = Durable::open(dir.path(), SyncMode::Fdatasync).expect("open sled");
+        let storage =
+            Durable::open(&dir.path().join("sled"), SyncMode::Fdatasync).expect("open sled");
         let log = LogStore::open(&storage).expect("open log tree");
-        let sm = StateMachine::open(&storage, SharedCatalogue::default())?;
+        let snapshots = dir.path().join("snapshots");
+        let sm = StateMachine::open(&storage, &snapshots, SharedCatalogue::default())?;
         Ok((dir, log, sm))
     }
 }

@@ -16,7 +16,6 @@ pub mod tls;
 pub mod validate;
 
 use std::fmt;
-use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 
@@ -62,7 +61,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = NodeInfo,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::store::snapshot::file::SnapshotFile,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

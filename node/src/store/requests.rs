@@ -93,23 +93,26 @@ pub fn remember(batch: &mut sled::Batch, record: &Record) -> Result<(), StorageE
     Ok(())
 }
 
-/// The records a state at `upto` remembers (made at `upto - WINDOW + 1 ..= upto`), in index
-/// order: what a snapshot cut at `upto` carries.
-pub fn in_window(tree: &sled::Tree, upto: u64) -> Result<Vec<Record>, StorageError> {
+/// Calls `each` with every record a state at `upto` remembers (made at
+/// `upto - WINDOW + 1 ..= upto`), in index order: what a snapshot cut at `upto` carries.
+pub fn each_in_window(
+    tree: &sled::Tree,
+    upto: u64,
+    mut each: impl FnMut(Record) -> Result<(), StorageError>,
+) -> Result<(), StorageError> {
     let from = upto.saturating_sub(WINDOW).saturating_add(1);
     let start = [BY_INDEX, &from.to_be_bytes()].concat();
     let end = [BY_INDEX, &upto.saturating_add(1).to_be_bytes()].concat();
-    let mut out = Vec::new();
     for item in tree.range(start..end) {
         let (key, _) = item.map_err(|e| read_err(&e))?;
         let Some((index, id)) = split_by_index(&key) else {
             continue;
         };
         if let Some(bytes) = tree.get(record_key(&id, index)).map_err(|e| read_err(&e))? {
-            out.push(serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?);
+            each(serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?)?;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Removes the records no state at or after `upto` remembers. Safe beside concurrent applies
@@ -164,6 +167,15 @@ mod tests {
             fingerprint: "f".into(),
             result: CommandResult::Deleted { deleted: 1 },
         }
+    }
+
+    fn in_window(tree: &sled::Tree, upto: u64) -> Result<Vec<Record>, StorageError> {
+        let mut out = Vec::new();
+        each_in_window(tree, upto, |record| {
+            out.push(record);
+            Ok(())
+        })?;
+        Ok(out)
     }
 
     #[test]

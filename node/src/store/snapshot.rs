@@ -1,14 +1,28 @@
-//! State machine snapshots: what one holds, how it is built beside later applies, and how
-//! the current one is stored as one value.
+//! State machine snapshots: what one holds, how it is built beside later applies, where it
+//! lives (a file in the node's snapshot folder, [`file`]) and how the current one is named.
 //!
-//! # One atomic value, never an older one
+//! # Streamed, never whole in memory
 //!
-//! The current snapshot's meta and data are framed into one sled value (`s/current`), so a
-//! reader gets a consistent pair in one read. A build runs concurrently with applies and
-//! with snapshot installs; when it finishes it stores its snapshot only if the stored one
-//! is older (a compare-and-swap loop), so a build that finishes after a newer snapshot was
-//! installed never replaces it. openraft ignores a built snapshot older than the one it
-//! knows, so the builder returns it anyway.
+//! A snapshot is a file of one JSON value per line ([`format`]): the share state, the rows,
+//! then every receipt and remembered request id, each streamed from a sled scan. A build
+//! writes it through a small buffer; a leader sends it to a follower in chunks read from the
+//! file (openraft's chunked `install_snapshot`, bounded by `raft.snapshot_chunk_bytes`); the
+//! follower writes the chunks to a file and installs it by reading it back line by line,
+//! writing receipts to sled in batches. Only the rows, which the catalogue holds in memory
+//! anyway, are ever collected.
+//!
+//! # One current snapshot, never an older one
+//!
+//! A snapshot file is written under a temporary name, fsynced, renamed to its final name
+//! and the folder fsynced; only then is it named current, by the sled value `s/file` (its
+//! meta and file name), so a reader gets a consistent meta and file in one read, and a
+//! crash before that leaves the previous snapshot current (the orphan file is removed at
+//! the next start). A build runs concurrently with applies and with snapshot installs;
+//! when it finishes it names its file current only if the current one is older (a
+//! compare-and-swap loop), so a build that finishes after a newer snapshot was installed
+//! never replaces it, and its file is removed. openraft ignores a built snapshot older than
+//! the one it knows, so the builder returns it anyway. A replaced file is removed only once
+//! the new name is durable (a reader streaming it keeps its open handle).
 //!
 //! # A consistent cut
 //!
@@ -16,18 +30,23 @@
 //! the cut's log id and membership). Receipts and request records are read from sled at
 //! build time and filtered by index: both are append-only below the cut, so the filter
 //! yields exactly the cut's set. A concurrent install can change them, but the result is
-//! then older than the installed snapshot and is never stored.
+//! then older than the installed snapshot and is never named current.
 
 // openraft's storage error is large; see `store`.
 #![allow(clippy::result_large_err)]
 
-use std::io::Cursor;
+pub mod file;
+pub(crate) mod format;
+
+use std::io::{BufWriter, Write};
 use std::sync::Arc;
 
 use openraft::storage::{RaftSnapshotBuilder, Snapshot, SnapshotMeta};
 use openraft::{ErrorSubject, ErrorVerb, StoredMembership};
 use serde::{Deserialize, Serialize};
 
+use self::file::{Folder, SnapshotFile};
+use self::format::{Header, Writer, FORMAT};
 use super::durable::Durable;
 use super::{io_error, requests};
 use crate::catalogue::row::Row;
@@ -39,11 +58,17 @@ use crate::raft::{LogId, NodeId, NodeInfo, StorageError, TypeConfig};
 pub(crate) type Membership = StoredMembership<NodeId, NodeInfo>;
 pub(crate) type Meta = SnapshotMeta<NodeId, NodeInfo>;
 
-/// The current snapshot: meta and data framed into one value.
-pub(crate) const CURRENT: &[u8] = b"s/current";
-/// The two keys of the old layout, read once to migrate.
+/// The current snapshot: its meta and the name of its file ([`Current`]).
+pub(crate) const CURRENT: &[u8] = b"s/file";
+/// The layout before snapshot files: meta and data framed into one value. Read once, at
+/// open, to migrate.
+const FRAMED: &[u8] = b"s/current";
+/// The two keys of the layout before that, read once to migrate.
 const OLD_META: &[u8] = b"s/meta";
 const OLD_DATA: &[u8] = b"s/data";
+
+/// Bytes a build buffers before writing to its file.
+const WRITE_BUFFER: usize = 64 * 1024;
 
 /// A revoked share token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,21 +77,18 @@ pub(crate) struct Revocation {
     pub at_ms: u64,
 }
 
-/// What a snapshot holds: the whole applied state.
+/// What a snapshot of the layouts before snapshot files holds: the whole applied state as
+/// one JSON value. Read only to migrate such a snapshot into a file.
 #[derive(Serialize, Deserialize)]
-pub(crate) struct SnapshotBody {
+pub(crate) struct OldBody {
     pub rows: Vec<Row>,
     pub receipts: Vec<Receipt>,
-    /// The share-token secret (absent in snapshots older than share tokens).
     #[serde(default)]
     pub share_secret: Option<ShareSecret>,
-    /// Revoked share tokens.
     #[serde(default)]
     pub revoked: Vec<Revocation>,
-    /// The share secret a planned rotation replaced (absent before rotations existed).
     #[serde(default)]
     pub share_previous: Option<ShareSecret>,
-    /// The request ids the cut remembers (absent in snapshots older than request ids).
     #[serde(default)]
     pub requests: Vec<requests::Record>,
 }
@@ -79,12 +101,20 @@ pub(crate) struct ShareState {
     pub revoked: Vec<Revocation>,
 }
 
+/// The current snapshot as `s/file` names it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Current {
+    pub meta: Meta,
+    /// Its file in the snapshot folder.
+    pub file: String,
+}
+
 /// A snapshot failure whose source cannot be carried as is.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct SnapshotError(pub String);
 
-fn fail(verb: ErrorVerb) -> impl Fn(&dyn std::fmt::Display) -> StorageError {
+pub(crate) fn fail(verb: ErrorVerb) -> impl Fn(&dyn std::fmt::Display) -> StorageError {
     move |e| {
         io_error(
             ErrorSubject::Snapshot(None),
@@ -94,17 +124,104 @@ fn fail(verb: ErrorVerb) -> impl Fn(&dyn std::fmt::Display) -> StorageError {
     }
 }
 
-/// `meta` and `data` as one stored value: the meta's length (8 bytes, big-endian), the meta
-/// as JSON, then the data.
-pub(crate) fn frame(meta: &Meta, data: &[u8]) -> Result<Vec<u8>, StorageError> {
-    let meta = serde_json::to_vec(meta).map_err(|e| fail(ErrorVerb::Write)(&e))?;
-    let mut out = Vec::with_capacity(8 + meta.len() + data.len());
-    out.extend_from_slice(&(meta.len() as u64).to_be_bytes());
-    out.extend_from_slice(&meta);
-    out.extend_from_slice(data);
-    Ok(out)
+/// The current snapshot's meta and file name, if there is one.
+pub(crate) fn current_name(tree: &sled::Tree) -> Result<Option<Current>, StorageError> {
+    let fail = fail(ErrorVerb::Read);
+    match tree.get(CURRENT).map_err(|e| fail(&e))? {
+        Some(bytes) => Ok(Some(serde_json::from_slice(&bytes).map_err(|e| fail(&e))?)),
+        None => Ok(None),
+    }
 }
 
+/// The current snapshot, its file opened for reading.
+pub(crate) async fn current(
+    tree: &sled::Tree,
+    folder: &Folder,
+) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+    loop {
+        let Some(named) = current_name(tree)? else {
+            return Ok(None);
+        };
+        match SnapshotFile::open(&folder.path(&named.file)).await {
+            Ok(file) => {
+                return Ok(Some(Snapshot {
+                    meta: named.meta,
+                    snapshot: Box::new(file),
+                }))
+            }
+            // A newer snapshot replaced it (and removed its file) since we read the name.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let now = current_name(tree)?;
+                if now.is_some_and(|n| n.file != named.file) {
+                    continue;
+                }
+                return Err(fail(ErrorVerb::Read)(&e));
+            }
+            Err(e) => return Err(fail(ErrorVerb::Read)(&e)),
+        }
+    }
+}
+
+/// Moves a snapshot stored in sled by an older version (one framed value, or the two keys
+/// before that) into a snapshot file, at open. The file is complete and durable before the
+/// sled batch that names it and drops the old keys, so a crash in between leaves the old
+/// value to migrate again (and an orphan file to remove).
+pub(crate) fn migrate(tree: &sled::Tree, folder: &Folder) -> Result<(), StorageError> {
+    let read_fail = fail(ErrorVerb::Read);
+    let read = |key| tree.get(key).map_err(|e| read_fail(&e));
+    let (meta, data): (Meta, sled::IVec) = match (read(FRAMED)?, read(OLD_META)?, read(OLD_DATA)?) {
+        (Some(framed), _, _) => {
+            let (meta, data) = unframe(&framed)?;
+            (meta, data.into())
+        }
+        (None, Some(meta), Some(data)) => (
+            serde_json::from_slice(&meta).map_err(|e| read_fail(&e))?,
+            data,
+        ),
+        _ => return Ok(()),
+    };
+    // Such a snapshot was one value in memory already; it is converted once.
+    let body: OldBody = serde_json::from_slice(&data).map_err(|e| read_fail(&e))?;
+    let index = meta.last_log_id.map_or(0, |l| l.index);
+    let header = Header {
+        format: FORMAT,
+        share_secret: body.share_secret,
+        share_previous: body.share_previous,
+        revoked: body.revoked,
+    };
+    let name = write_file(folder, index, |out| {
+        let write = || -> Result<_, format::FormatError> {
+            let mut writer = Writer::new(out, &header)?;
+            for row in &body.rows {
+                writer.row(row)?;
+            }
+            // The file's receipts are in id order, as a build writes them.
+            let mut receipts: Vec<&Receipt> = body.receipts.iter().collect();
+            receipts.sort_by(|a, b| a.id.cmp(&b.id));
+            for receipt in receipts {
+                writer.receipt(receipt)?;
+            }
+            for record in &body.requests {
+                writer.request(record)?;
+            }
+            writer.finish()
+        };
+        write().map_err(|e| fail(ErrorVerb::Write)(&e))
+    })?;
+    let current = Current { meta, file: name };
+    let mut batch = sled::Batch::default();
+    batch.insert(CURRENT, encode(&current)?);
+    batch.remove(FRAMED);
+    batch.remove(OLD_META);
+    batch.remove(OLD_DATA);
+    tree.apply_batch(batch)
+        .map_err(|e| fail(ErrorVerb::Write)(&e))?;
+    tracing::info!(file = %current.file, "moved the stored snapshot into a snapshot file");
+    Ok(())
+}
+
+/// Splits the framed value of the one-value layout: the meta's length (8 bytes,
+/// big-endian), the meta as JSON, then the data.
 fn unframe(bytes: &[u8]) -> Result<(Meta, &[u8]), StorageError> {
     let bad = || fail(ErrorVerb::Read)(&"the stored snapshot is cut short");
     let (len, rest) = bytes.split_at_checked(8).ok_or_else(bad)?;
@@ -115,120 +232,158 @@ fn unframe(bytes: &[u8]) -> Result<(Meta, &[u8]), StorageError> {
     Ok((meta, data))
 }
 
-/// The current snapshot, in one read.
-pub(crate) fn current(tree: &sled::Tree) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-    let Some(bytes) = tree.get(CURRENT).map_err(|e| fail(ErrorVerb::Read)(&e))? else {
-        return Ok(None);
-    };
-    let (meta, data) = unframe(&bytes)?;
-    Ok(Some(Snapshot {
-        meta,
-        snapshot: Box::new(Cursor::new(data.to_vec())),
-    }))
+fn encode(value: &impl Serialize) -> Result<Vec<u8>, StorageError> {
+    serde_json::to_vec(value).map_err(|e| fail(ErrorVerb::Write)(&e))
 }
 
-/// Moves a snapshot stored under the old two keys into the one-value layout (at open).
-pub(crate) fn migrate(tree: &sled::Tree) -> Result<(), StorageError> {
-    let read = |key| tree.get(key).map_err(|e| fail(ErrorVerb::Read)(&e));
-    if let (Some(meta), Some(data)) = (read(OLD_META)?, read(OLD_DATA)?) {
-        let meta: Meta = serde_json::from_slice(&meta).map_err(|e| fail(ErrorVerb::Read)(&e))?;
-        let mut batch = sled::Batch::default();
-        batch.insert(CURRENT, frame(&meta, &data)?);
-        batch.remove(OLD_META);
-        batch.remove(OLD_DATA);
-        tree.apply_batch(batch)
-            .map_err(|e| fail(ErrorVerb::Write)(&e))?;
-    }
-    Ok(())
-}
-
-/// Stores `meta`/`data` as the current snapshot unless the stored one is at least as new.
-/// Returns whether it was stored.
-pub(crate) fn store_unless_older(
+/// Names `current` the current snapshot unless the named one is at least as new. Returns
+/// `None` if it was not named, else the file it replaced (if any).
+pub(crate) fn name_unless_older(
     tree: &sled::Tree,
-    meta: &Meta,
-    data: &[u8],
-) -> Result<bool, StorageError> {
-    let framed = frame(meta, data)?;
+    current: &Current,
+) -> Result<Option<Option<String>>, StorageError> {
+    let encoded = encode(current)?;
     loop {
         let stored = tree.get(CURRENT).map_err(|e| fail(ErrorVerb::Read)(&e))?;
+        let mut replaced = None;
         if let Some(bytes) = &stored {
-            let (current, _) = unframe(bytes)?;
-            if current.last_log_id >= meta.last_log_id {
-                return Ok(false);
+            let named: Current =
+                serde_json::from_slice(bytes).map_err(|e| fail(ErrorVerb::Read)(&e))?;
+            if named.meta.last_log_id >= current.meta.last_log_id {
+                return Ok(None);
             }
+            replaced = Some(named.file);
         }
-        // Swap only if nobody stored another snapshot since we looked.
+        // Swap only if nobody named another snapshot since we looked.
         let swapped = tree
-            .compare_and_swap(CURRENT, stored, Some(framed.as_slice()))
+            .compare_and_swap(CURRENT, stored, Some(encoded.as_slice()))
             .map_err(|e| fail(ErrorVerb::Write)(&e))?;
         if swapped.is_ok() {
-            return Ok(true);
+            return Ok(Some(replaced));
         }
     }
+}
+
+/// Writes a snapshot file for a snapshot at `index` through `body`, makes it complete and
+/// durable under its final name, and returns that name.
+pub(crate) fn write_file(
+    folder: &Folder,
+    index: u64,
+    body: impl FnOnce(BufWriter<std::fs::File>) -> Result<BufWriter<std::fs::File>, StorageError>,
+) -> Result<String, StorageError> {
+    let fail = fail(ErrorVerb::Write);
+    let temp = folder.build_file(index).map_err(|e| fail(&e))?;
+    let out = body(BufWriter::with_capacity(WRITE_BUFFER, temp.file))?;
+    let file = out.into_inner().map_err(|e| fail(&e.into_error()))?;
+    file.sync_all().map_err(|e| fail(&e))?;
+    #[cfg(test)]
+    if folder
+        .crash_before_rename
+        .swap(false, std::sync::atomic::Ordering::Relaxed)
+    {
+        return Err(fail(&"test: crashed before the rename"));
+    }
+    folder
+        .publish(&temp.path, &temp.name)
+        .map_err(|e| fail(&e))?;
+    Ok(temp.name)
+}
+
+/// Streams the state at `upto` into `out`: header, rows, then receipts and request
+/// records straight from sled scans, one at a time.
+pub(crate) fn write_body<W: Write>(
+    out: W,
+    tree: &sled::Tree,
+    header: &Header,
+    rows: &[Arc<Row>],
+    upto: u64,
+) -> Result<W, StorageError> {
+    let fail = fail(ErrorVerb::Write);
+    let mut writer = Writer::new(out, header).map_err(|e| fail(&e))?;
+    for row in rows {
+        writer.row(row).map_err(|e| fail(&e))?;
+    }
+    for item in tree.scan_prefix(super::state_machine::RECEIPT) {
+        let (_, bytes) = item.map_err(|e| fail(&e))?;
+        let receipt: Receipt = serde_json::from_slice(&bytes).map_err(|e| fail(&e))?;
+        if receipt.index <= upto {
+            // Stored as compact JSON: one line, copied as is.
+            writer.receipt_json(&bytes).map_err(|e| fail(&e))?;
+        }
+    }
+    requests::each_in_window(tree, upto, |record| {
+        writer.request(&record).map_err(|e| fail(&e))
+    })?;
+    writer.finish().map_err(|e| fail(&e))
 }
 
 /// Builds a snapshot of the state captured when it was made.
 pub struct SnapshotBuilder {
     pub(crate) storage: Durable,
     pub(crate) tree: sled::Tree,
+    pub(crate) folder: Folder,
     pub(crate) share: Result<ShareState, String>,
     pub(crate) last_applied: Option<LogId>,
     pub(crate) membership: Membership,
     pub(crate) rows: Vec<Arc<Row>>,
 }
 
-impl SnapshotBuilder {
-    fn body(&self, upto: u64) -> Result<SnapshotBody, StorageError> {
-        let fail = fail(ErrorVerb::Write);
-        let mut receipts = Vec::new();
-        for item in self.tree.scan_prefix(super::state_machine::RECEIPT) {
-            let (_, bytes) = item.map_err(|e| fail(&e))?;
-            let receipt: Receipt = serde_json::from_slice(&bytes).map_err(|e| fail(&e))?;
-            if receipt.index <= upto {
-                receipts.push(receipt);
-            }
-        }
-        let share = self.share.clone().map_err(|e| fail(&e))?;
-        Ok(SnapshotBody {
-            rows: self.rows.iter().map(|r| (**r).clone()).collect(),
-            receipts,
-            share_secret: share.secret,
-            revoked: share.revoked,
-            share_previous: share.previous,
-            requests: requests::in_window(&self.tree, upto)?,
-        })
-    }
-}
-
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let upto = self.last_applied.map_or(0, |l| l.index);
-        let body = self.body(upto)?;
-        let data = serde_json::to_vec(&body).map_err(|e| fail(ErrorVerb::Write)(&e))?;
+        let share = self.share.clone().map_err(|e| fail(ErrorVerb::Write)(&e))?;
+        let header = Header {
+            format: FORMAT,
+            share_secret: share.secret,
+            share_previous: share.previous,
+            revoked: share.revoked,
+        };
+        // Scans and file writes block: off the async workers.
+        let (tree, folder, rows) = (self.tree.clone(), self.folder.clone(), self.rows.clone());
+        let name = tokio::task::spawn_blocking(move || {
+            write_file(&folder, upto, |out| {
+                write_body(out, &tree, &header, &rows, upto)
+            })
+        })
+        .await
+        .map_err(|e| fail(ErrorVerb::Write)(&e))??;
         let snapshot_id = match self.last_applied {
             Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, now_ms()),
             None => format!("0-0-{}", now_ms()),
         };
-        let meta = Meta {
-            last_log_id: self.last_applied,
-            last_membership: self.membership.clone(),
-            snapshot_id,
+        let current = Current {
+            meta: Meta {
+                last_log_id: self.last_applied,
+                last_membership: self.membership.clone(),
+                snapshot_id,
+            },
+            file: name,
         };
-        if store_unless_older(&self.tree, &meta, &data)? {
-            self.storage
-                .sync()
-                .await
-                .map_err(|e| fail(ErrorVerb::Write)(&e))?;
+        // Opened before it can be removed: the handle reads it whatever happens next.
+        let data = SnapshotFile::open(&self.folder.path(&current.file))
+            .await
+            .map_err(|e| fail(ErrorVerb::Read)(&e))?;
+        match name_unless_older(&self.tree, &current)? {
+            Some(replaced) => {
+                self.storage
+                    .sync()
+                    .await
+                    .map_err(|e| fail(ErrorVerb::Write)(&e))?;
+                if let Some(replaced) = replaced {
+                    self.folder.remove(&replaced);
+                }
+            }
+            // A newer snapshot was installed while this one was built.
+            None => self.folder.remove(&current.file),
         }
         // Request records that no state from this cut on remembers. Their removal needs no
         // sync: the applied state never goes back below this cut, and the window check
         // ignores a record that comes back after a crash.
         let collected = requests::collect(&self.tree, upto)?;
-        tracing::debug!(upto, collected, "snapshot built");
+        tracing::debug!(upto, collected, file = %current.file, "snapshot built");
         Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
+            meta: current.meta,
+            snapshot: Box::new(data),
         })
     }
 }

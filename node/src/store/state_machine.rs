@@ -30,11 +30,16 @@
 //!   the same lock as the catalogue changes, and a reader that takes it under its read
 //!   guard, or after reading, gets one at least as new as the rows it saw. So a session that
 //!   passes it as `x-rowcall-min-index` to another node never sees an older version there.
-//! - A snapshot install replaces the whole state, the current snapshot included, in one
-//!   batch, and is synced before it is published.
+//! - A snapshot install ([`install`]) replaces the whole state. It is not one sled batch
+//!   (a snapshot's receipts need not fit in memory), so it is made restartable instead: the
+//!   snapshot file is durable and named current, with a marker, before the state is
+//!   touched; the marker goes in the last batch, with the applied log id. A start that
+//!   finds the marker finishes the install from the file before anything reads the state.
+//!   Receipts visible before the install stay visible throughout (unless the snapshot's
+//!   history pruned them); new ones show once the install is published.
 
 use std::collections::HashMap;
-use std::io::Cursor;
+use std::path::Path;
 use std::sync::Arc;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -45,7 +50,8 @@ use tokio::sync::watch;
 use super::durable::Durable;
 use super::io_error;
 use super::requests::{self, Record};
-use super::snapshot::{self, Membership, Meta, Revocation, SnapshotBody, SnapshotBuilder};
+use super::snapshot::file::{Folder, SnapshotFile};
+use super::snapshot::{self, Membership, Meta, Revocation, SnapshotBuilder};
 use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::SharedCatalogue;
 use crate::model::receipt::Receipt;
@@ -68,6 +74,8 @@ const RECEIPT_BY_TIME: &[u8] = b"t/";
 /// Set once every stored receipt has its `t/` entry (built at open for older folders).
 const TIME_INDEXED: &[u8] = b"m/receipts_time_indexed";
 const SHARE_REVOKED: &[u8] = b"v/";
+/// Present while a snapshot install is under way (see [`install`]).
+const INSTALLING: &[u8] = b"m/installing";
 
 fn row_key(key: &str) -> Vec<u8> {
     [ROW, key.as_bytes()].concat()
@@ -135,6 +143,7 @@ fn read_err(e: &(impl std::error::Error + 'static)) -> StorageError {
 pub struct StateMachine {
     storage: Durable,
     tree: sled::Tree,
+    snapshots: Folder,
     catalogue: SharedCatalogue,
     applied_tx: Arc<watch::Sender<u64>>,
     last_applied: Option<LogId>,
@@ -287,10 +296,27 @@ fn same_receipt(stored: &Receipt, proposed: &Receipt) -> bool {
 }
 
 impl StateMachine {
-    /// Opens the state machine tree and publishes the stored state to the catalogue.
-    pub fn open(storage: &Durable, catalogue: SharedCatalogue) -> Result<Self, StorageError> {
+    /// Opens the state machine tree and the snapshot folder `snapshots` (finishing an
+    /// install a crash interrupted, moving an older layout's snapshot into a file, removing
+    /// leftover files) and publishes the stored state to the catalogue.
+    pub fn open(
+        storage: &Durable,
+        snapshots: &Path,
+        catalogue: SharedCatalogue,
+    ) -> Result<Self, StorageError> {
         let tree = storage.db().open_tree("sm").map_err(|e| read_err(&e))?;
-        snapshot::migrate(&tree)?;
+        let folder = Folder::open(snapshots).map_err(|e| read_err(&e))?;
+        snapshot::migrate(&tree, &folder)?;
+        if tree.contains_key(INSTALLING).map_err(|e| read_err(&e))? {
+            install::resume(&tree, &folder)?;
+        }
+        let current = snapshot::current_name(&tree)?;
+        let removed = folder
+            .remove_all_but(current.as_ref().map(|c| c.file.as_str()))
+            .map_err(|e| read_err(&e))?;
+        if removed > 0 {
+            tracing::info!(removed, "removed snapshot files a crash left behind");
+        }
         index_receipt_times(&tree)?;
         let read = |key: &[u8]| tree.get(key).map_err(|e| read_err(&e));
         let last_applied: Option<LogId> = match read(APPLIED)? {
@@ -315,6 +341,7 @@ impl StateMachine {
         Ok(Self {
             storage: storage.clone(),
             tree,
+            snapshots: folder,
             catalogue,
             applied_tx: Arc::new(watch::Sender::new(applied_index)),
             last_applied,
@@ -715,6 +742,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         SnapshotBuilder {
             storage: self.storage.clone(),
             tree: self.tree.clone(),
+            folder: self.snapshots.clone(),
             share: read_share_state(&self.tree),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
@@ -722,76 +750,25 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
+        let file = self
+            .snapshots
+            .receive_file()
+            .await
+            .map_err(|e| snapshot::fail(ErrorVerb::Write)(&e))?;
+        Ok(Box::new(file))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &Meta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotFile>,
     ) -> Result<(), StorageError> {
-        let subject = ErrorSubject::Snapshot(Some(meta.signature()));
-        let data = snapshot.into_inner();
-        let body: SnapshotBody = serde_json::from_slice(&data)
-            .map_err(|e| io_error(subject.clone(), ErrorVerb::Read, &e))?;
-        let write_err = |e: &(dyn std::error::Error + 'static)| {
-            io_error(
-                subject.clone(),
-                ErrorVerb::Write,
-                &snapshot::SnapshotError(e.to_string()),
-            )
-        };
-
-        // Replace the whole applied state, and the current snapshot, in one batch.
-        let mut batch = sled::Batch::default();
-        batch.remove(SHARE_SECRET);
-        batch.remove(SHARE_PREVIOUS);
-        for prefix in [ROW, RECEIPT, RECEIPT_BY_KEY, RECEIPT_BY_TIME, SHARE_REVOKED] {
-            for item in self.tree.scan_prefix(prefix) {
-                let (key, _) = item.map_err(|e| write_err(&e))?;
-                batch.remove(key);
-            }
-        }
-        requests::clear(&self.tree, &mut batch)?;
-        for row in &body.rows {
-            batch.insert(row_key(&row.key), encode(row)?);
-        }
-        for receipt in &body.receipts {
-            stage_receipt(&mut batch, receipt)?;
-        }
-        if let Some(secret) = &body.share_secret {
-            batch.insert(SHARE_SECRET, encode(secret)?);
-        }
-        if let Some(previous) = &body.share_previous {
-            batch.insert(SHARE_PREVIOUS, encode(previous)?);
-        }
-        for revocation in &body.revoked {
-            batch.insert(revoked_key(&revocation.id), encode(revocation)?);
-        }
-        for record in &body.requests {
-            requests::remember(&mut batch, record)?;
-        }
-        batch.insert(APPLIED, encode(&meta.last_log_id)?);
-        batch.insert(MEMBERSHIP, encode(&meta.last_membership)?);
-        batch.insert(snapshot::CURRENT, snapshot::frame(meta, &data)?);
-        self.tree.apply_batch(batch).map_err(|e| write_err(&e))?;
-        self.sync(subject.clone()).await?;
-
-        self.last_applied = meta.last_log_id;
-        self.membership = meta.last_membership.clone();
-        let index = meta.last_log_id.map_or(0, |l| l.index);
-        {
-            let mut catalogue = self.catalogue.write();
-            catalogue.replace_all(body.rows);
-            self.catalogue.publish_index(index);
-        }
-        self.applied_tx.send_replace(index);
-        Ok(())
+        self.install(meta, *snapshot).await
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        snapshot::current(&self.tree)
+        snapshot::current(&self.tree, &self.snapshots).await
     }
 }
 
@@ -833,5 +810,6 @@ fn index_receipt_times(tree: &sled::Tree) -> Result<(), StorageError> {
     tree.apply_batch(batch).map_err(|e| read_err(&e))
 }
 
+mod install;
 #[cfg(test)]
 mod tests;

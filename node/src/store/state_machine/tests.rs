@@ -18,12 +18,47 @@ fn entry(index: u64, request: Request) -> Entry {
     }
 }
 
-/// A state machine on its own folder, and the catalogue it publishes to.
+/// A state machine on its own folder (sled in `sled/`, snapshots in `snapshots/`), and the
+/// catalogue it publishes to.
 fn machine(dir: &std::path::Path) -> (StateMachine, SharedCatalogue, Durable) {
-    let storage = Durable::open(dir, SyncMode::Fdatasync).unwrap();
+    let storage = Durable::open(&dir.join("sled"), SyncMode::Fdatasync).unwrap();
     let catalogue = SharedCatalogue::default();
-    let sm = StateMachine::open(&storage, catalogue.clone()).unwrap();
+    let sm = StateMachine::open(&storage, &dir.join("snapshots"), catalogue.clone()).unwrap();
     (sm, catalogue, storage)
+}
+
+/// What a snapshot file holds, read whole (small test snapshots only).
+#[derive(Debug, Default)]
+struct Contents {
+    rows: Vec<Row>,
+    receipts: Vec<Receipt>,
+    requests: Vec<Record>,
+}
+
+fn contents(path: &std::path::Path) -> Contents {
+    use snapshot::format::{Line, Reader};
+    let file = std::io::BufReader::new(std::fs::File::open(path).unwrap());
+    let (_, mut reader) = Reader::new(file).unwrap();
+    let mut out = Contents::default();
+    while let Some(line) = reader.next().unwrap() {
+        match line {
+            Line::Row(row) => out.rows.push(row),
+            Line::Receipt(receipt) => out.receipts.push(receipt),
+            Line::Request(record) => out.requests.push(record),
+            Line::Header(_) | Line::End(_) => unreachable!(),
+        }
+    }
+    out
+}
+
+/// The files in a machine's snapshot folder.
+fn snapshot_files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 fn input(key: &str, content: &str) -> RowInput {
@@ -611,9 +646,10 @@ async fn a_build_that_finishes_after_a_newer_install_never_replaces_it() {
         Some(3),
         "the older build did not replace the installed snapshot"
     );
-    // Meta and data are one value: the data is the state at the meta's index.
-    let body: SnapshotBody = serde_json::from_slice(current.snapshot.get_ref()).unwrap();
-    let keys: Vec<&str> = body.rows.iter().map(|r| r.key.as_str()).collect();
+    // The named file is the state at the meta's index.
+    let body = contents(current.snapshot.path());
+    let mut keys: Vec<&str> = body.rows.iter().map(|r| r.key.as_str()).collect();
+    keys.sort();
     assert_eq!(keys, ["NEW", "OLD"]);
     assert_eq!(body.receipts.len(), 1);
 
@@ -658,4 +694,236 @@ async fn receipts_show_only_up_to_the_published_index() {
     assert!(reader.get(&early.id).unwrap().is_some());
     let (count, _) = reader.digest().unwrap();
     assert_eq!(count, 1);
+}
+
+/// Applies `count` receipts at indexes `from..`, ids `inv_<index>`.
+async fn receipts_at(sm: &mut StateMachine, from: u64, count: u64) {
+    sm.apply((from..from + count).map(|i| {
+        entry(
+            i,
+            Request::new(append(receipt(&format!("inv_{i:010}"), &"o".repeat(64)))),
+        )
+    }))
+    .await
+    .unwrap();
+}
+
+async fn build(sm: &mut StateMachine) -> Snapshot<TypeConfig> {
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_restarted_machine_serves_its_snapshot_from_its_file_and_keeps_only_the_current_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, _) = machine(dir.path());
+    sm.apply([entry(1, Request::new(put(1, vec![input("KEPT", "")])))])
+        .await
+        .unwrap();
+    receipts_at(&mut sm, 2, 3).await;
+    let first = build(&mut sm).await;
+    receipts_at(&mut sm, 5, 2).await;
+    let built = build(&mut sm).await;
+    assert_eq!(built.meta.last_log_id.map(|l| l.index), Some(6));
+    assert_ne!(first.meta.snapshot_id, built.meta.snapshot_id);
+    // The first snapshot's file went once the second was current.
+    let files = snapshot_files(dir.path());
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(sm.tree.get(b"s/current").unwrap().is_none());
+    drop((sm, first));
+
+    let (mut sm, _, _) = machine(dir.path());
+    let current = sm.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.meta, built.meta);
+    assert_eq!(
+        current
+            .snapshot
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy(),
+        files[0]
+    );
+    let body = contents(current.snapshot.path());
+    assert_eq!(body.rows.len(), 1);
+    let ids: Vec<u64> = body.receipts.iter().map(|r| r.index).collect();
+    assert_eq!(ids, [2, 3, 4, 5, 6]);
+}
+
+#[tokio::test]
+async fn a_crash_between_writing_a_snapshot_file_and_its_rename_leaves_the_old_one_current() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, _) = machine(dir.path());
+    receipts_at(&mut sm, 1, 2).await;
+    let old = build(&mut sm).await;
+    receipts_at(&mut sm, 3, 2).await;
+    sm.snapshots
+        .crash_before_rename
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let crashed = sm.get_snapshot_builder().await.build_snapshot().await;
+    assert!(crashed.is_err());
+    assert_eq!(
+        snapshot_files(dir.path()).len(),
+        2,
+        "the complete temporary file is left"
+    );
+    drop((sm, old.snapshot));
+
+    let (mut sm, _, _) = machine(dir.path());
+    let current = sm.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.meta, old.meta, "the old snapshot is still current");
+    assert_eq!(contents(current.snapshot.path()).receipts.len(), 2);
+    let files = snapshot_files(dir.path());
+    assert_eq!(
+        files.len(),
+        1,
+        "the leftover was removed at open: {files:?}"
+    );
+    assert!(files[0].ends_with(".snap"));
+    // And the next build goes through.
+    assert_eq!(
+        build(&mut sm).await.meta.last_log_id.map(|l| l.index),
+        Some(4)
+    );
+}
+
+#[tokio::test]
+async fn a_data_folder_with_the_snapshot_in_one_sled_value_opens_and_moves_it_to_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, _) = machine(dir.path());
+    sm.apply([entry(
+        1,
+        Request::with_id(id("old-layout"), put(1, vec![input("OLDROW", "")])),
+    )])
+    .await
+    .unwrap();
+    receipts_at(&mut sm, 2, 3).await;
+    // What the one-value layout stored: the meta's length, the meta, the whole body.
+    let meta = Meta {
+        last_log_id: sm.last_applied,
+        last_membership: Membership::default(),
+        snapshot_id: "1-4-1700000000000".into(),
+    };
+    let body = serde_json::json!({
+        "rows": sm.catalogue.read().all_rows().iter().map(|r| (**r).clone()).collect::<Vec<_>>(),
+        "receipts": sm.receipts().by_key("ECHO", 10).unwrap(),
+        "share_secret": null,
+        "revoked": [],
+        "requests": [requests::latest(&sm.tree, &id("old-layout")).unwrap().unwrap()],
+    });
+    let meta_json = serde_json::to_vec(&meta).unwrap();
+    let mut framed = (meta_json.len() as u64).to_be_bytes().to_vec();
+    framed.extend_from_slice(&meta_json);
+    framed.extend_from_slice(&serde_json::to_vec(&body).unwrap());
+    sm.tree.insert(b"s/current", framed).unwrap();
+    sm.tree.flush().unwrap();
+    drop(sm);
+
+    let (mut sm, catalogue, _) = machine(dir.path());
+    assert!(sm.tree.get(b"s/current").unwrap().is_none());
+    assert!(catalogue.read().get("OLDROW").is_some());
+    let current = sm.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.meta, meta);
+    let moved = contents(current.snapshot.path());
+    assert_eq!(moved.rows.len(), 1);
+    let ids: Vec<&str> = moved.receipts.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["inv_0000000002", "inv_0000000003", "inv_0000000004"]);
+    assert_eq!(moved.requests.len(), 1);
+    // It installs elsewhere like any snapshot.
+    let (mut other, other_catalogue, _) = machine(&dir.path().join("other"));
+    other
+        .install_snapshot(&current.meta, current.snapshot)
+        .await
+        .unwrap();
+    assert!(other_catalogue.read().get("OLDROW").is_some());
+    assert_eq!(
+        other.receipts().digest().unwrap(),
+        sm.receipts().digest().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn an_install_cut_short_by_a_crash_is_finished_at_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut leader, leader_catalogue, _) = machine(&dir.path().join("leader"));
+    let (mut follower, _, _) = machine(&dir.path().join("follower"));
+    // Both applied index 1; the follower then fell behind while the leader went on past
+    // more than one install batch of receipts.
+    for sm in [&mut leader, &mut follower] {
+        sm.apply([entry(1, Request::new(put(1, vec![input("FIRST", "")])))])
+            .await
+            .unwrap();
+    }
+    leader
+        .apply([entry(2, Request::new(put(2, vec![input("SECOND", "")])))])
+        .await
+        .unwrap();
+    receipts_at(&mut leader, 3, 2_500).await;
+    let snapshot = build(&mut leader).await;
+    follower
+        .snapshots
+        .crash_mid_install
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let cut = follower
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await;
+    assert!(cut.is_err());
+    drop(follower);
+
+    let (mut follower, catalogue, _) = machine(&dir.path().join("follower"));
+    assert_eq!(catalogue.index(), 2_502);
+    assert!(catalogue.read().get("SECOND").is_some());
+    assert_eq!(
+        follower.receipts().digest().unwrap(),
+        leader.receipts().digest().unwrap()
+    );
+    assert_eq!(
+        follower.applied_state().await.unwrap().0,
+        leader.last_applied
+    );
+    assert_eq!(leader_catalogue.read().all_rows().len(), 2);
+}
+
+#[tokio::test]
+async fn an_install_keeps_stored_receipts_the_snapshot_holds_and_drops_pruned_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut leader, _, _) = machine(&dir.path().join("leader"));
+    let (mut follower, _, _) = machine(&dir.path().join("follower"));
+    for sm in [&mut leader, &mut follower] {
+        receipts_at(sm, 1, 4).await;
+    }
+    // The leader's history goes on: receipts pruned to the newest two, then one more.
+    leader
+        .apply([entry(
+            5,
+            Request::new(Command::PruneReceipts {
+                before_ms: 0,
+                keep_per_key: 2,
+                limit: 100,
+            }),
+        )])
+        .await
+        .unwrap();
+    receipts_at(&mut leader, 6, 1).await;
+    let snapshot = build(&mut leader).await;
+    let reader = follower.receipts();
+    follower
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    let left: Vec<u64> = reader
+        .by_key("ECHO", 10)
+        .unwrap()
+        .iter()
+        .map(|r| r.index)
+        .collect();
+    assert_eq!(left, [6, 4, 3]);
+    assert_eq!(reader.count(), 3);
+    assert_eq!(
+        reader.digest().unwrap(),
+        leader.receipts().digest().unwrap()
+    );
 }

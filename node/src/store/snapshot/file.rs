@@ -1,0 +1,234 @@
+//! Snapshot files: the folder that holds them, the temporary files builds and receives write
+//! to, and the file handle openraft reads chunks from and writes received chunks to.
+//!
+//! A snapshot file is named by this node (`snap-<index>-<random>.snap`), never after the
+//! snapshot id a peer sent, so no peer chooses a path. A file is written under a `.part`
+//! name, fsynced, renamed to its `.snap` name, and the folder fsynced: a `.snap` file is
+//! always complete and durable. Which `.snap` file is current is recorded in sled (see
+//! [`super`]); any other file in the folder at open is a leftover of a crash and is removed.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
+
+/// The suffix of a complete snapshot file.
+const DONE: &str = ".snap";
+/// The suffix of a file a build is writing.
+const BUILDING: &str = ".build.part";
+/// The suffix of a file a receive is writing.
+const RECEIVING: &str = ".recv.part";
+
+/// A snapshot's bytes on disk: what openraft sends chunks from and receives chunks into.
+#[derive(Debug)]
+pub struct SnapshotFile {
+    file: tokio::fs::File,
+    path: PathBuf,
+}
+
+impl SnapshotFile {
+    /// Opens the complete snapshot file at `path` for reading.
+    pub(crate) async fn open(path: &Path) -> io::Result<Self> {
+        Ok(Self {
+            file: tokio::fs::File::open(path).await?,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Where the file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes what is buffered and makes the file's data durable.
+    pub(crate) async fn sync(&mut self) -> io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        self.file.flush().await?;
+        self.file.sync_all().await
+    }
+}
+
+// Plain delegation to the tokio file (which is `Unpin`).
+impl AsyncRead for SnapshotFile {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.file).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SnapshotFile {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.file).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.file).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.file).poll_shutdown(cx)
+    }
+}
+
+impl AsyncSeek for SnapshotFile {
+    fn start_seek(mut self: Pin<&mut Self>, position: io::SeekFrom) -> io::Result<()> {
+        Pin::new(&mut self.file).start_seek(position)
+    }
+
+    fn poll_complete(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
+        Pin::new(&mut self.file).poll_complete(cx)
+    }
+}
+
+/// The node's snapshot folder.
+#[derive(Debug, Clone)]
+pub struct Folder {
+    dir: PathBuf,
+    /// Test hook: the next file written stops before its rename, as a crash there would.
+    #[cfg(test)]
+    pub(crate) crash_before_rename: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Test hook: the next install stops after its first batch, as a crash there would.
+    #[cfg(test)]
+    pub(crate) crash_mid_install: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// A file being written; becomes a snapshot file by [`Folder::publish`].
+pub(crate) struct Temp {
+    pub path: PathBuf,
+    /// The snapshot file name it gets.
+    pub name: String,
+    pub file: std::fs::File,
+}
+
+impl Folder {
+    /// Opens (or creates, private to the owner) the folder `dir`.
+    pub fn open(dir: &Path) -> io::Result<Self> {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            builder.mode(0o700);
+        }
+        builder.create(dir)?;
+        // The folder's own entry, in case it was just created.
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fsync(parent)?;
+        }
+        Ok(Self {
+            dir: dir.to_owned(),
+            #[cfg(test)]
+            crash_before_rename: Default::default(),
+            #[cfg(test)]
+            crash_mid_install: Default::default(),
+        })
+    }
+
+    /// Removes every file but `keep`: leftovers of builds, receives and installs that a
+    /// crash interrupted, and snapshots that a crash kept from being removed once replaced.
+    /// Only at open, when no build or receive runs.
+    pub fn remove_all_but(&self, keep: Option<&str>) -> io::Result<usize> {
+        let mut removed = 0;
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            if keep.is_some_and(|k| entry.file_name() == k) {
+                continue;
+            }
+            std::fs::remove_file(entry.path())?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// The path of the snapshot file `name`.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// A fresh snapshot file name for a snapshot whose last index is `index`.
+    pub fn name(index: u64) -> String {
+        format!("snap-{index:020}-{:016x}{DONE}", rand::random::<u64>())
+    }
+
+    /// A new, empty file for a build to write.
+    pub(crate) fn build_file(&self, index: u64) -> io::Result<Temp> {
+        let name = Self::name(index);
+        let path = self.dir.join(format!("{name}{BUILDING}"));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        Ok(Temp { path, name, file })
+    }
+
+    /// A new, empty file to receive a snapshot into. openraft receives one snapshot at a
+    /// time, so an earlier unfinished receive (its leader moved on) is removed first.
+    pub async fn receive_file(&self) -> io::Result<SnapshotFile> {
+        let dir = self.dir.clone();
+        let path = tokio::task::spawn_blocking(move || -> io::Result<PathBuf> {
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                if entry.file_name().to_string_lossy().ends_with(RECEIVING) {
+                    std::fs::remove_file(entry.path())?;
+                }
+            }
+            Ok(dir.join(format!("{}{RECEIVING}", Self::name(0))))
+        })
+        .await
+        .map_err(io::Error::other)??;
+        let file = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .await?;
+        Ok(SnapshotFile { file, path })
+    }
+
+    /// Makes the complete, fsynced file at `from` the snapshot file `name` (a rename, then
+    /// an fsync of the folder so the rename survives a crash).
+    pub fn publish(&self, from: &Path, name: &str) -> io::Result<()> {
+        std::fs::rename(from, self.path(name))?;
+        fsync(&self.dir)
+    }
+
+    /// Makes the complete, fsynced snapshot file at `from` one of this folder's snapshot
+    /// files for a snapshot at `index`, and returns its name: a receive file is renamed; any
+    /// other file (a snapshot handed over in-process) is copied.
+    pub fn adopt(&self, from: &Path, index: u64) -> io::Result<String> {
+        let received = from.parent() == Some(self.dir.as_path())
+            && from.to_string_lossy().ends_with(RECEIVING);
+        if received {
+            let name = Self::name(index);
+            self.publish(from, &name)?;
+            return Ok(name);
+        }
+        let mut temp = self.build_file(index)?;
+        io::copy(&mut std::fs::File::open(from)?, &mut temp.file)?;
+        temp.file.sync_all()?;
+        self.publish(&temp.path, &temp.name)?;
+        Ok(temp.name)
+    }
+
+    /// Removes the snapshot file `name` (one a newer snapshot replaced). A reader that has
+    /// it open keeps reading it.
+    pub fn remove(&self, name: &str) {
+        if let Err(e) = std::fs::remove_file(self.path(name)) {
+            // Left for the next start to remove; not worth failing the snapshot for.
+            tracing::warn!(file = name, error = %e, "could not remove a replaced snapshot");
+        }
+    }
+}
+
+fn fsync(path: &Path) -> io::Result<()> {
+    std::fs::File::open(path)?.sync_all()
+}
