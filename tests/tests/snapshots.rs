@@ -172,3 +172,100 @@ async fn frequent_snapshots_and_purges_while_followers_restart_leave_every_node_
     }
     cluster.shutdown().await;
 }
+
+fn bulky(config: &mut rowcall_node::Config) {
+    config.raft.snapshot_every = 500;
+    config.raft.keep_after_snapshot = 0;
+    // Many chunks per snapshot, so the chunked transfer is what catches the node up.
+    config.raft.snapshot_chunk_bytes = 64 * 1024;
+    config.limits.rate.enabled = false;
+}
+
+/// A node that was down while thousands of receipts were recorded (and the log purged behind
+/// snapshots) catches up by installing a multi-chunk snapshot file, and ends with the
+/// leader's receipt log and directory; every receipt confirms on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_catches_up_by_a_streamed_snapshot_of_thousands_of_receipts() {
+    use futures_util::StreamExt;
+    const RECEIPTS: usize = 3_000;
+    let mut cluster = Cluster::start_with(3, 0, bulky).await;
+    let body = json!({"key": "BULK", "type": "static", "auth": "public", "category": "Bulk",
+                      "content": format!("# WHAT: bulk row\n\n{}\n", "x".repeat(400))});
+    let first = write(
+        &cluster,
+        reqwest::Method::POST,
+        "/api/directory",
+        Some(body),
+        "bulk-row",
+    )
+    .await;
+    let leader = cluster.leader().await;
+    let behind = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    cluster.converge(first).await;
+    cluster.stop(behind).await;
+
+    let url = cluster.url(leader);
+    let receipts: Vec<String> = futures_util::stream::iter(0..RECEIPTS)
+        .map(|_| {
+            let (http, url) = (cluster.http.clone(), url.clone());
+            async move {
+                let invoked: Value = http
+                    .post(format!("{url}/api/dispatch"))
+                    .json(&json!({"key": "BULK"}))
+                    .fetch()
+                    .await;
+                invoked["proof"]["invocation_id"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("no receipt: {invoked}"))
+                    .to_owned()
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let last = write(
+        &cluster,
+        reqwest::Method::POST,
+        "/api/directory",
+        Some(json!({"key": "AFTER", "type": "static", "auth": "public",
+                                 "category": "Bulk", "content": "# WHAT: after\n"})),
+        "after-row",
+    )
+    .await;
+    // The log the node missed is gone: only a snapshot can catch it up.
+    let (_, _, status) = cluster.get(leader, "/api/cluster").await;
+    assert!(
+        status["purged_index"].as_u64().unwrap_or(0) > first + RECEIPTS as u64 / 2,
+        "leader purged: {status}"
+    );
+
+    cluster.restart(behind).await;
+    cluster.converge(last).await;
+    let expected = digest(&cluster, leader).await;
+    assert!(
+        expected["receipts"].as_u64().unwrap() >= RECEIPTS as u64,
+        "{expected}"
+    );
+    eventually(
+        Duration::from_secs(30),
+        &format!("node {behind} has the leader's digest"),
+        || {
+            let cluster = &cluster;
+            let expected = expected.clone();
+            async move { digest(cluster, behind).await == expected }
+        },
+    )
+    .await;
+    let (_, _, status) = cluster.get(behind, "/api/cluster").await;
+    assert!(
+        status["snapshot_index"].as_u64().unwrap_or(0) > first,
+        "{status}"
+    );
+    for receipt in receipts.iter().step_by(97) {
+        let (code, _, confirmed) = cluster
+            .get(behind, &format!("/api/dispatch?confirm={receipt}"))
+            .await;
+        assert_eq!(code, 200, "node {behind} confirms {receipt}: {confirmed}");
+    }
+    cluster.shutdown().await;
+}
