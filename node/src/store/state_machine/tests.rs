@@ -892,10 +892,18 @@ async fn an_install_keeps_stored_receipts_the_snapshot_holds_and_drops_pruned_on
     let dir = tempfile::tempdir().unwrap();
     let (mut leader, _, _) = machine(&dir.path().join("leader"));
     let (mut follower, _, _) = machine(&dir.path().join("follower"));
+    // Receipt ids are not in index order: the first one sorts after all others.
     for sm in [&mut leader, &mut follower] {
-        receipts_at(sm, 1, 4).await;
+        sm.apply([entry(
+            1,
+            Request::new(append(receipt("inv_zzzzzzzzzz", "first"))),
+        )])
+        .await
+        .unwrap();
+        receipts_at(sm, 2, 3).await;
     }
-    // The leader's history goes on: receipts pruned to the newest two, then one more.
+    // The leader's history goes on: receipts pruned to the newest two (ids ending 3 and 4;
+    // the follower's "…zzz" and "…2" must go), then one more.
     leader
         .apply([entry(
             5,
