@@ -717,6 +717,12 @@ impl Config {
                 reason: format!("{every:?} is not a whole number"),
             })?;
         }
+        if let Some(chunk) = get("ROWCALL_SNAPSHOT_CHUNK_BYTES") {
+            self.raft.snapshot_chunk_bytes = chunk.parse().map_err(|_| ConfigError::Env {
+                name: "ROWCALL_SNAPSHOT_CHUNK_BYTES",
+                reason: format!("{chunk:?} is not a whole number"),
+            })?;
+        }
         if let Some(keep) = get("ROWCALL_KEEP_AFTER_SNAPSHOT") {
             self.raft.keep_after_snapshot = keep.parse().map_err(|_| ConfigError::Env {
                 name: "ROWCALL_KEEP_AFTER_SNAPSHOT",

@@ -3,7 +3,8 @@
 //!
 //! One sled database per node with three trees: `log` (vote, committed, purged, entries),
 //! `sm` (rows, receipts, the receipts-by-key index, share state, request ids, applied state,
-//! the current snapshot) and `outbox` (`dispatch::outbox`). Logical tables are key prefixes
+//! which snapshot is current) and `outbox` (`dispatch::outbox`); snapshots themselves are
+//! files in the node's `snapshots/` folder ([`snapshot`]). Logical tables are key prefixes
 //! inside a tree, which keeps sled's tree count small. Nothing is acknowledged before
 //! [`Durable::sync`] has returned for it: sled's flush followed by fdatasync/fsync of every
 //! file and folder it changed (see [`durable`] for what sled leaves undone and why).
