@@ -180,16 +180,30 @@ pub(crate) fn migrate(tree: &sled::Tree, folder: &Folder) -> Result<(), StorageE
         ),
         _ => return Ok(()),
     };
-    // Such a snapshot was one value in memory already; it is converted once.
-    let body: OldBody = serde_json::from_slice(&data).map_err(|e| read_fail(&e))?;
-    let index = meta.last_log_id.map_or(0, |l| l.index);
+    let name = write_old(folder, meta.last_log_id.map_or(0, |l| l.index), &data)?;
+    let current = Current { meta, file: name };
+    let mut batch = sled::Batch::default();
+    batch.insert(CURRENT, encode(&current)?);
+    batch.remove(FRAMED);
+    batch.remove(OLD_META);
+    batch.remove(OLD_DATA);
+    tree.apply_batch(batch)
+        .map_err(|e| fail(ErrorVerb::Write)(&e))?;
+    tracing::info!(file = %current.file, "moved the stored snapshot into a snapshot file");
+    Ok(())
+}
+
+/// Writes the one-JSON-value body of a snapshot made by an older version as a snapshot
+/// file, returning its name. Such a body was held in memory whole by its maker already.
+fn write_old(folder: &Folder, index: u64, data: &[u8]) -> Result<String, StorageError> {
+    let body: OldBody = serde_json::from_slice(data).map_err(|e| fail(ErrorVerb::Read)(&e))?;
     let header = Header {
         format: FORMAT,
         share_secret: body.share_secret,
         share_previous: body.share_previous,
         revoked: body.revoked,
     };
-    let name = write_file(folder, index, |out| {
+    write_file(folder, index, |out| {
         let write = || -> Result<_, format::FormatError> {
             let mut writer = Writer::new(out, &header)?;
             for row in &body.rows {
@@ -207,17 +221,30 @@ pub(crate) fn migrate(tree: &sled::Tree, folder: &Folder) -> Result<(), StorageE
             writer.finish()
         };
         write().map_err(|e| fail(ErrorVerb::Write)(&e))
-    })?;
-    let current = Current { meta, file: name };
-    let mut batch = sled::Batch::default();
-    batch.insert(CURRENT, encode(&current)?);
-    batch.remove(FRAMED);
-    batch.remove(OLD_META);
-    batch.remove(OLD_DATA);
-    tree.apply_batch(batch)
-        .map_err(|e| fail(ErrorVerb::Write)(&e))?;
-    tracing::info!(file = %current.file, "moved the stored snapshot into a snapshot file");
-    Ok(())
+    })
+}
+
+/// A snapshot file `name` received from a leader of an older version (one JSON value, not
+/// lines) is rewritten in this version's format; returns the name of the file to install.
+pub(crate) fn upgrade_received(
+    folder: &Folder,
+    name: String,
+    index: u64,
+) -> Result<String, StorageError> {
+    use std::io::Read;
+    let fail = fail(ErrorVerb::Read);
+    let path = folder.path(&name);
+    let mut start = Vec::new();
+    let file = std::fs::File::open(&path).map_err(|e| fail(&e))?;
+    file.take(9).read_to_end(&mut start).map_err(|e| fail(&e))?;
+    if start == b"{\"header\"" {
+        return Ok(name);
+    }
+    let data = std::fs::read(&path).map_err(|e| fail(&e))?;
+    let upgraded = write_old(folder, index, &data)?;
+    folder.remove(&name);
+    tracing::info!(file = %upgraded, "rewrote a snapshot from an older version in this format");
+    Ok(upgraded)
 }
 
 /// Splits the framed value of the one-value layout: the meta's length (8 bytes,

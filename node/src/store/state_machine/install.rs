@@ -50,10 +50,15 @@ impl StateMachine {
         drop(data);
         let index = meta.last_log_id.map_or(0, |l| l.index);
         let folder = self.snapshots.clone();
-        let file = tokio::task::spawn_blocking(move || folder.adopt(&from, index))
-            .await
-            .map_err(|e| write_err(&e))?
-            .map_err(|e| write_err(&e))?;
+        let file = tokio::task::spawn_blocking(move || {
+            let name = folder
+                .adopt(&from, index)
+                .map_err(|e| snapshot::fail(ErrorVerb::Write)(&e))?;
+            // A leader of an older version sends its one-value format (a rolling upgrade).
+            snapshot::upgrade_received(&folder, name, index)
+        })
+        .await
+        .map_err(|e| write_err(&e))??;
 
         // Named current with the marker, durably, before the state is touched.
         let replaced = snapshot::current_name(&self.tree)?;

@@ -935,3 +935,41 @@ async fn an_install_keeps_stored_receipts_the_snapshot_holds_and_drops_pruned_on
         leader.receipts().digest().unwrap()
     );
 }
+
+#[tokio::test]
+async fn a_snapshot_sent_by_a_leader_of_the_older_version_installs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut leader, _, _) = machine(&dir.path().join("leader"));
+    leader
+        .apply([entry(1, Request::new(put(1, vec![input("SENT", "")])))])
+        .await
+        .unwrap();
+    receipts_at(&mut leader, 2, 2).await;
+    // The older version's snapshot data: the whole state as one JSON value.
+    let old = serde_json::json!({
+        "rows": leader.catalogue.read().all_rows().iter().map(|r| (**r).clone()).collect::<Vec<_>>(),
+        "receipts": leader.receipts().by_key("ECHO", 10).unwrap(),
+        "share_secret": null, "revoked": [], "requests": [],
+    });
+    let path = dir.path().join("old-body.json");
+    std::fs::write(&path, serde_json::to_vec(&old).unwrap()).unwrap();
+    let meta = Meta {
+        last_log_id: leader.last_applied,
+        last_membership: Membership::default(),
+        snapshot_id: "1-3-1700000000000".into(),
+    };
+    let (mut follower, catalogue, _) = machine(&dir.path().join("follower"));
+    let data = SnapshotFile::open(&path).await.unwrap();
+    follower
+        .install_snapshot(&meta, Box::new(data))
+        .await
+        .unwrap();
+    assert!(catalogue.read().get("SENT").is_some());
+    assert_eq!(
+        follower.receipts().digest().unwrap(),
+        leader.receipts().digest().unwrap()
+    );
+    // What is current is this version's format.
+    let current = follower.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(contents(current.snapshot.path()).receipts.len(), 2);
+}
