@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use rowcall_chaos::bench::{self, WritesOptions};
+use rowcall_chaos::bench_tls::{self, TlsOptions};
 use rowcall_chaos::cluster::node_binary;
 
 /// Measures rowcall (release builds give the real figures: `cargo build --release -p
@@ -52,50 +53,100 @@ enum Bench {
         #[arg(long)]
         no_etcd: bool,
     },
+    /// Ask and invoke over HTTPS beside plain HTTP: two one-node clusters of the same binary,
+    /// measured in turn, with HTTPS over plain as ratios.
+    Tls {
+        /// Output folder: tls.json, certificates, data folders and logs.
+        #[arg(long)]
+        out: PathBuf,
+        /// Concurrent clients, comma-separated: one figure each.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 16])]
+        clients: Vec<usize>,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Interleaved rounds; each figure sums its scheme's measurements over the rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+    },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
-    let Bench::Writes {
-        out,
-        clients,
-        seconds,
-        rounds,
-        value_bytes,
-        node_bin,
-        baseline_bin,
-        etcd,
-        no_etcd,
-    } = Flags::parse().command;
-    anyhow::ensure!(
-        seconds > 0.0 && rounds > 0 && clients.iter().all(|c| *c > 0),
-        "--seconds, --rounds and every --clients count must be positive"
-    );
-    let options = WritesOptions {
-        node_bin: node_binary(node_bin.as_deref())?,
-        baseline_bin: baseline_bin.map(|b| node_binary(Some(&b))).transpose()?,
-        etcd: match etcd {
-            _ if no_etcd => Err("--no-etcd".to_owned()),
-            Some(path) if path.is_file() => Ok(path),
-            Some(path) => anyhow::bail!("--etcd {}: no such file", path.display()),
-            None => rowcall_chaos::etcd::on_path().ok_or_else(|| {
-                "no `etcd` on the PATH (Debian: apt-get install etcd-server; or pass --etcd PATH)"
-                    .to_owned()
-            }),
-        },
-        out,
-        clients,
-        cell: Duration::from_secs_f64(seconds),
-        rounds,
-        value_bytes,
+    let run = async {
+        match Flags::parse().command {
+            Bench::Writes {
+                out,
+                clients,
+                seconds,
+                rounds,
+                value_bytes,
+                node_bin,
+                baseline_bin,
+                etcd,
+                no_etcd,
+            } => {
+                check(seconds, rounds, &clients)?;
+                let options = WritesOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    baseline_bin: baseline_bin.map(|b| node_binary(Some(&b))).transpose()?,
+                    etcd: match etcd {
+                        _ if no_etcd => Err("--no-etcd".to_owned()),
+                        Some(path) if path.is_file() => Ok(path),
+                        Some(path) => anyhow::bail!("--etcd {}: no such file", path.display()),
+                        None => rowcall_chaos::etcd::on_path().ok_or_else(|| {
+                            "no `etcd` on the PATH (Debian: apt-get install etcd-server; or \
+                             pass --etcd PATH)"
+                                .to_owned()
+                        }),
+                    },
+                    out,
+                    clients,
+                    cell: Duration::from_secs_f64(seconds),
+                    rounds,
+                    value_bytes,
+                };
+                bench::writes(&options).await?;
+            }
+            Bench::Tls {
+                out,
+                clients,
+                seconds,
+                rounds,
+                node_bin,
+            } => {
+                check(seconds, rounds, &clients)?;
+                let options = TlsOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    out,
+                    clients,
+                    cell: Duration::from_secs_f64(seconds),
+                    rounds,
+                };
+                bench_tls::tls(&options).await?;
+            }
+        }
+        anyhow::Ok(())
     };
     // Ctrl-C drops the run, and with it every node and etcd process.
     tokio::select! {
-        result = bench::writes(&options) => { result?; }
+        result = run => { result?; }
         _ = tokio::signal::ctrl_c() => {
             eprintln!("\ninterrupted: stopping every process");
             return Ok(ExitCode::from(130));
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The sizes every bench shares must be positive.
+fn check(seconds: f64, rounds: usize, clients: &[usize]) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        seconds > 0.0 && rounds > 0 && clients.iter().all(|c| *c > 0),
+        "--seconds, --rounds and every --clients count must be positive"
+    );
+    Ok(())
 }

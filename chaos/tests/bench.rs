@@ -1,23 +1,21 @@
-//! `rowcall-bench writes` runs to completion at a tiny size and reports a figure for every
-//! system and client count (no timing is asserted: speed is what the bench measures).
+//! `rowcall-bench writes` and `rowcall-bench tls` run to completion at a tiny size and report
+//! a figure for every system or scheme and client count (no timing is asserted: speed is what
+//! the bench measures).
 //!
 //! Needs the rowcall-node binary of the same profile (`cargo test --workspace` builds it;
 //! alone: `cargo build -p rowcall-node`). etcd is measured when it is installed, and the
 //! report says it was skipped when it is not.
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
 #[test]
 fn writes_reports_every_system_at_every_client_count() {
-    let node = rowcall_chaos::cluster::node_binary(None).expect(
-        "rowcall-node binary next to the test (build it first: cargo build -p rowcall-node)",
-    );
-    let out = std::env::temp_dir().join(format!("rowcall-bench-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_rowcall-bench"))
-        .args([
+    let out = out_dir("writes");
+    let stdout = bench(
+        &[
             "writes",
             "--clients",
             "1,3",
@@ -25,19 +23,8 @@ fn writes_reports_every_system_at_every_client_count() {
             "0.3",
             "--rounds",
             "2",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .arg("--node-bin")
-        .arg(&node)
-        .output()
-        .expect("rowcall-bench runs");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "rowcall-bench failed: {}\n{stdout}\n{}",
-        run.status,
-        String::from_utf8_lossy(&run.stderr)
+        ],
+        &out,
     );
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("writes.json")).unwrap()).unwrap();
@@ -66,5 +53,72 @@ fn writes_reports_every_system_at_every_client_count() {
         }
     }
     assert!(report["machine"]["cores"].as_u64().unwrap() > 0);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Runs `rowcall-bench` with `args` and `--out`, and asserts that it succeeded.
+fn bench(args: &[&str], out: &Path) -> String {
+    let node = rowcall_chaos::cluster::node_binary(None).expect(
+        "rowcall-node binary next to the test (build it first: cargo build -p rowcall-node)",
+    );
+    let _ = std::fs::remove_dir_all(out);
+    let run: Output = Command::new(env!("CARGO_BIN_EXE_rowcall-bench"))
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .arg("--node-bin")
+        .arg(&node)
+        .output()
+        .expect("rowcall-bench runs");
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "rowcall-bench failed: {}\n{stdout}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    stdout
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("rowcall-bench-{name}-{}", std::process::id()))
+}
+
+#[test]
+fn tls_reports_both_schemes_for_ask_and_invoke_at_every_client_count() {
+    let out = out_dir("tls");
+    let stdout = bench(
+        &[
+            "tls",
+            "--clients",
+            "1,3",
+            "--seconds",
+            "0.3",
+            "--rounds",
+            "2",
+        ],
+        &out,
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("tls.json")).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{report}");
+    for operation in ["ask", "invoke"] {
+        for clients in [1, 3] {
+            let row = rows
+                .iter()
+                .find(|r| r["operation"] == operation && r["clients"] == clients)
+                .unwrap_or_else(|| panic!("no figure for {operation} at {clients} clients"));
+            // Both schemes answered, and nothing failed: an HTTPS node that did not serve
+            // TLS, or a client that did not trust it, shows here.
+            for scheme in ["http", "https"] {
+                assert!(row[scheme]["ok"].as_u64().unwrap() > 0, "{scheme}: {row}");
+                assert_eq!(row[scheme]["errors"], 0, "{scheme}: {row}");
+            }
+            assert!(row["throughput_ratio"].as_f64().unwrap() > 0.0, "{row}");
+            let line = format!("| {operation} | {clients} |");
+            assert!(stdout.contains(&line), "{line} missing from\n{stdout}");
+        }
+    }
     let _ = std::fs::remove_dir_all(&out);
 }
