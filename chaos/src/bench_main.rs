@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use rowcall_chaos::bench::{self, WritesOptions};
 use rowcall_chaos::bench_loop::{self, LoopOptions};
 use rowcall_chaos::bench_reads::{self, ReadsOptions};
+use rowcall_chaos::bench_scale::{self, ScaleOptions};
 use rowcall_chaos::bench_tls::{self, TlsOptions};
 use rowcall_chaos::cluster::node_binary;
 
@@ -102,6 +103,23 @@ enum Bench {
         #[arg(long)]
         node_bin: Option<PathBuf>,
     },
+    /// Catalogues of growing size, a fresh 3-node cluster each: bulk load time, ask p50/p99 on
+    /// a follower, resident memory per node, snapshot size, and the time a wiped follower
+    /// takes to catch up by snapshot.
+    Scale {
+        /// Output folder: scale.json, data folders and logs.
+        #[arg(long)]
+        out: PathBuf,
+        /// Catalogue sizes, comma-separated: one cluster each.
+        #[arg(long, value_delimiter = ',', default_values_t = [5_000, 50_000, 200_000])]
+        sizes: Vec<usize>,
+        /// Seconds of asks per size.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+    },
     /// Ask and invoke over HTTPS beside plain HTTP: two one-node clusters of the same binary,
     /// measured in turn, with HTTPS over plain as ratios.
     Tls {
@@ -191,6 +209,21 @@ async fn main() -> anyhow::Result<ExitCode> {
                 };
                 bench_loop::four_step_loop(&options).await?;
             }
+            Bench::Scale {
+                out,
+                sizes,
+                seconds,
+                node_bin,
+            } => {
+                check(seconds, 1, &sizes)?;
+                let options = ScaleOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    out,
+                    sizes,
+                    cell: Duration::from_secs_f64(seconds),
+                };
+                bench_scale::scale(&options).await?;
+            }
             Bench::Tls {
                 out,
                 clients,
@@ -226,7 +259,7 @@ async fn main() -> anyhow::Result<ExitCode> {
 fn check(seconds: f64, rounds: usize, clients: &[usize]) -> anyhow::Result<()> {
     anyhow::ensure!(
         seconds > 0.0 && rounds > 0 && clients.iter().all(|c| *c > 0),
-        "--seconds, --rounds and every --clients count must be positive"
+        "--seconds, --rounds and every count (--clients, --sizes) must be positive"
     );
     Ok(())
 }

@@ -85,7 +85,7 @@ const CATEGORIES: &[&str] = &[
     "Sales",
 ];
 /// Rows per bulk write while loading.
-const LOAD_BATCH: usize = 500;
+const LOAD_BATCH: usize = 100;
 
 /// How to run `reads`.
 #[derive(Debug, Clone)]
@@ -198,7 +198,12 @@ pub(crate) async fn load_rowcall(
     on: u64,
     rows: &[Value],
 ) -> Result<(), ChaosError> {
-    let http = control_client();
+    // A bulk write of a few hundred rows may take seconds on a loaded machine.
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .map_err(|e| setup("an HTTP client", e))?;
     let leader_url = cluster.node(leader).url();
     let mut index = 0u64;
     for batch in rows.chunks(LOAD_BATCH) {
@@ -267,7 +272,7 @@ fn setup(what: &str, detail: impl std::fmt::Display) -> ChaosError {
 
 /// `clients` closed-loop clients sending `read` to `url` for `length`; keys cycle through
 /// the catalogue's `rows`.
-async fn load(
+pub(crate) async fn load(
     url: &str,
     read: Read,
     rows: usize,

@@ -207,3 +207,23 @@ fn loop_reports_every_step_on_one_and_three_nodes() {
     assert!(stdout.contains("| the seed | loop |"), "{stdout}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn scale_reports_every_size_with_a_wiped_follower_caught_up() {
+    let out = out_dir("scale");
+    let stdout = bench(&["scale", "--sizes", "40,120", "--seconds", "0.3"], &out);
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("scale.json")).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{report}");
+    for (row, size) in rows.iter().zip([40, 120]) {
+        assert_eq!(row["rows"], size, "{row}");
+        assert!(row["asks_per_s"].as_f64().unwrap() > 0.0, "{row}");
+        assert_eq!(row["rss_mib"].as_array().unwrap().len(), 3, "{row}");
+        // The wiped follower came back holding every row (it can only have them by snapshot).
+        assert!(row["catch_up_s"].is_number(), "{row}");
+        let line = format!("| {size} |");
+        assert!(stdout.contains(&line), "{line} missing from\n{stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
