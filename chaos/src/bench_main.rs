@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use rowcall_chaos::bench::{self, WritesOptions};
+use rowcall_chaos::bench_loop::{self, LoopOptions};
+use rowcall_chaos::bench_reads::{self, ReadsOptions};
+use rowcall_chaos::bench_scale::{self, ScaleOptions};
 use rowcall_chaos::bench_tls::{self, TlsOptions};
 use rowcall_chaos::cluster::node_binary;
 
@@ -53,6 +56,70 @@ enum Bench {
         #[arg(long)]
         no_etcd: bool,
     },
+    /// Ask, contract and row get on a follower of 3 nodes, beside etcd's serializable get on
+    /// a follower of a 3-member etcd holding the same catalogue.
+    Reads {
+        /// Output folder: reads.json, data folders and logs.
+        #[arg(long)]
+        out: PathBuf,
+        /// Concurrent clients, comma-separated: one figure each.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 64])]
+        clients: Vec<usize>,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Interleaved rounds; each figure sums its read's measurements over the rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Rows in the catalogue (made from a fixed vocabulary; the same on both systems).
+        #[arg(long, default_value_t = 2_000)]
+        rows: usize,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+        /// The etcd binary [default: `etcd` on the PATH].
+        #[arg(long)]
+        etcd: Option<PathBuf>,
+        /// Do not measure etcd even if it is installed.
+        #[arg(long)]
+        no_etcd: bool,
+    },
+    /// The four-step loop (ask, contract, invoke, confirm) of one agent on one node and on a
+    /// follower of 3 nodes: latency and bytes of each step and of the whole loop.
+    Loop {
+        /// Output folder: loop.json, data folders and logs.
+        #[arg(long)]
+        out: PathBuf,
+        /// Seconds of loops per system and round.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Interleaved rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Other rows in the catalogue, so that the ask ranks a real one.
+        #[arg(long, default_value_t = 2_000)]
+        rows: usize,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+    },
+    /// Catalogues of growing size, a fresh 3-node cluster each: bulk load time, ask p50/p99 on
+    /// a follower, resident memory per node, snapshot size, and the time a wiped follower
+    /// takes to catch up by snapshot.
+    Scale {
+        /// Output folder: scale.json, data folders and logs.
+        #[arg(long)]
+        out: PathBuf,
+        /// Catalogue sizes, comma-separated: one cluster each.
+        #[arg(long, value_delimiter = ',', default_values_t = [5_000, 50_000, 200_000])]
+        sizes: Vec<usize>,
+        /// Seconds of asks per size.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+    },
     /// Ask and invoke over HTTPS beside plain HTTP: two one-node clusters of the same binary,
     /// measured in turn, with HTTPS over plain as ratios.
     Tls {
@@ -93,16 +160,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                 let options = WritesOptions {
                     node_bin: node_binary(node_bin.as_deref())?,
                     baseline_bin: baseline_bin.map(|b| node_binary(Some(&b))).transpose()?,
-                    etcd: match etcd {
-                        _ if no_etcd => Err("--no-etcd".to_owned()),
-                        Some(path) if path.is_file() => Ok(path),
-                        Some(path) => anyhow::bail!("--etcd {}: no such file", path.display()),
-                        None => rowcall_chaos::etcd::on_path().ok_or_else(|| {
-                            "no `etcd` on the PATH (Debian: apt-get install etcd-server; or \
-                             pass --etcd PATH)"
-                                .to_owned()
-                        }),
-                    },
+                    etcd: etcd_binary(etcd, no_etcd)?,
                     out,
                     clients,
                     cell: Duration::from_secs_f64(seconds),
@@ -110,6 +168,61 @@ async fn main() -> anyhow::Result<ExitCode> {
                     value_bytes,
                 };
                 bench::writes(&options).await?;
+            }
+            Bench::Reads {
+                out,
+                clients,
+                seconds,
+                rounds,
+                rows,
+                node_bin,
+                etcd,
+                no_etcd,
+            } => {
+                check(seconds, rounds, &clients)?;
+                anyhow::ensure!(rows > 0, "--rows must be positive");
+                let options = ReadsOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    etcd: etcd_binary(etcd, no_etcd)?,
+                    out,
+                    clients,
+                    cell: Duration::from_secs_f64(seconds),
+                    rounds,
+                    rows,
+                };
+                bench_reads::reads(&options).await?;
+            }
+            Bench::Loop {
+                out,
+                seconds,
+                rounds,
+                rows,
+                node_bin,
+            } => {
+                check(seconds, rounds, &[1])?;
+                let options = LoopOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    out,
+                    cell: Duration::from_secs_f64(seconds),
+                    rounds,
+                    rows,
+                };
+                bench_loop::four_step_loop(&options).await?;
+            }
+            Bench::Scale {
+                out,
+                sizes,
+                seconds,
+                node_bin,
+            } => {
+                check(seconds, 1, &sizes)?;
+                let options = ScaleOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    out,
+                    sizes,
+                    cell: Duration::from_secs_f64(seconds),
+                };
+                bench_scale::scale(&options).await?;
             }
             Bench::Tls {
                 out,
@@ -146,7 +259,21 @@ async fn main() -> anyhow::Result<ExitCode> {
 fn check(seconds: f64, rounds: usize, clients: &[usize]) -> anyhow::Result<()> {
     anyhow::ensure!(
         seconds > 0.0 && rounds > 0 && clients.iter().all(|c| *c > 0),
-        "--seconds, --rounds and every --clients count must be positive"
+        "--seconds, --rounds and every count (--clients, --sizes) must be positive"
     );
     Ok(())
+}
+
+/// The etcd to measure beside rowcall, or why there is none (then rowcall is measured
+/// alone); an `--etcd` path that does not exist is an error.
+fn etcd_binary(given: Option<PathBuf>, no_etcd: bool) -> anyhow::Result<Result<PathBuf, String>> {
+    Ok(match given {
+        _ if no_etcd => Err("--no-etcd".to_owned()),
+        Some(path) if path.is_file() => Ok(path),
+        Some(path) => anyhow::bail!("--etcd {}: no such file", path.display()),
+        None => rowcall_chaos::etcd::on_path().ok_or_else(|| {
+            "no `etcd` on the PATH (Debian: apt-get install etcd-server; or pass --etcd PATH)"
+                .to_owned()
+        }),
+    })
 }

@@ -11,12 +11,13 @@ use std::fs::File;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::bench::machine;
+use crate::bench::{answered, bench_client, closed_loop, machine, Sample};
 use crate::cluster::{free_ports, test_certificates, ADMIN_KEY};
 use crate::error::ChaosError;
 use crate::report::Latency;
@@ -200,45 +201,15 @@ impl Server {
     }
 }
 
-/// Raw figures of one measurement.
-#[derive(Default)]
-struct Sample {
-    latencies_us: Vec<u64>,
-    errors: u64,
-    seconds: f64,
-}
-
-impl Sample {
-    fn add(&mut self, other: Sample) {
-        self.latencies_us.extend(other.latencies_us);
-        self.errors += other.errors;
-        self.seconds += other.seconds;
-    }
-
-    fn figures(self) -> Figures {
-        let ok = self.latencies_us.len() as u64;
+impl Figures {
+    fn of(sample: Sample) -> Figures {
         Figures {
-            per_s: ok as f64 / self.seconds.max(1e-9),
-            latency: Latency::of(self.latencies_us),
-            ok,
-            errors: self.errors,
+            per_s: sample.per_s(),
+            ok: sample.ok(),
+            errors: sample.errors,
+            latency: Latency::of(sample.latencies_us),
         }
     }
-}
-
-/// A client with one keep-alive HTTP/1.1 connection, trusting `ca` alone for HTTPS.
-fn client(ca: &reqwest::Certificate) -> Result<reqwest::Client, ChaosError> {
-    reqwest::Client::builder()
-        .no_proxy()
-        .http1_only()
-        .pool_max_idle_per_host(1)
-        .timeout(Duration::from_secs(10))
-        .tls_certs_only([ca.clone()])
-        .build()
-        .map_err(|e| ChaosError::Setup {
-            what: "an HTTP client".into(),
-            detail: e.to_string(),
-        })
 }
 
 /// `clients` closed-loop clients sending `operation` to `url` for `length`.
@@ -249,54 +220,21 @@ async fn load(
     clients: usize,
     length: Duration,
 ) -> Result<Sample, ChaosError> {
-    let started = Instant::now();
-    let deadline = started + length;
-    let mut tasks = Vec::with_capacity(clients);
-    for _ in 0..clients {
-        let (http, url) = (client(ca)?, url.to_owned());
-        tasks.push(tokio::spawn(async move {
-            client_loop(&http, &url, operation, deadline).await
-        }));
-    }
-    let mut sample = Sample::default();
-    for task in tasks {
-        if let Ok(part) = task.await {
-            sample.add(part);
-        }
-    }
-    sample.seconds = started.elapsed().as_secs_f64();
-    Ok(sample)
-}
-
-/// One client: the next request once the previous answer has been read whole.
-async fn client_loop(
-    http: &reqwest::Client,
-    url: &str,
-    operation: Operation,
-    until: Instant,
-) -> Sample {
-    let mut sample = Sample::default();
-    while Instant::now() < until {
-        let request = match operation {
+    let connections = (0..clients)
+        .map(|_| bench_client(Some(ca)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let url = Arc::<str>::from(url);
+    Ok(closed_loop(connections, length, move |http, _, _| {
+        answered(match operation {
             Operation::Ask => http
                 .get(format!("{url}/api/dispatch"))
                 .query(&[("ask", ASK)]),
             Operation::Invoke => http
                 .post(format!("{url}/api/dispatch"))
                 .json(&json!({"key": "NOW"})),
-        };
-        let sent = Instant::now();
-        let answered = match request.send().await {
-            Ok(r) if r.status().is_success() => r.bytes().await.is_ok(),
-            _ => false,
-        };
-        if answered {
-            sample.latencies_us.push(sent.elapsed().as_micros() as u64);
-        } else {
-            sample.errors += 1;
-        }
-    }
-    sample
+        })
+    })
+    .await)
 }
 
 /// Runs the `tls` benchmark: starts both nodes, measures, prints the table and writes
@@ -312,7 +250,7 @@ pub async fn tls(options: &TlsOptions) -> Result<TlsReport, ChaosError> {
         what: "the run's CA certificate".into(),
         detail: e.to_string(),
     })?;
-    let control = client(&ca)?;
+    let control = bench_client(Some(&ca))?;
     let plain = Server::start(&options.node_bin, &options.out.join("http"), None, &control).await?;
     let https = Server::start(
         &options.node_bin,
@@ -358,7 +296,7 @@ pub async fn tls(options: &TlsOptions) -> Result<TlsReport, ChaosError> {
     for (o, &operation) in operations.iter().enumerate() {
         for (c, &clients) in options.clients.iter().enumerate() {
             let [plain, tls] = std::mem::take(&mut samples[o][c]);
-            let (http, https) = (plain.figures(), tls.figures());
+            let (http, https) = (Figures::of(plain), Figures::of(tls));
             let ratio = |a: f64, b: f64| a / b.max(1e-9);
             rows.push(TlsRow {
                 operation,

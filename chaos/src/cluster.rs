@@ -156,6 +156,11 @@ pub struct Node {
 }
 
 impl Node {
+    /// Its process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// `http://addr`.
     pub fn url(&self) -> String {
         format!("http://{}", self.http)
