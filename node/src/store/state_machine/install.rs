@@ -19,7 +19,10 @@
 // openraft's storage error is large; see `store`.
 #![allow(clippy::result_large_err)]
 
+use std::convert::Infallible;
 use std::io::BufReader;
+
+use sled::transaction::{ConflictableTransactionResult, TransactionError};
 
 use openraft::{ErrorSubject, ErrorVerb};
 
@@ -60,16 +63,27 @@ impl StateMachine {
         .await
         .map_err(|e| write_err(&e))??;
 
-        // Named current with the marker, durably, before the state is touched.
-        let replaced = snapshot::current_name(&self.tree)?;
+        // Named current with the marker, durably, before the state is touched. One
+        // transaction, so the file it replaces is exactly the one named before (a build
+        // that named its own in between has that one removed here, not left behind).
         let current = Current {
             meta: meta.clone(),
             file,
         };
-        let mut batch = sled::Batch::default();
-        batch.insert(snapshot::CURRENT, encode(&current)?);
-        batch.insert(INSTALLING, &[] as &[u8]);
-        self.tree.apply_batch(batch).map_err(|e| write_err(&e))?;
+        let encoded = encode(&current)?;
+        let replaced = self
+            .tree
+            .transaction(|tx| -> ConflictableTransactionResult<_, Infallible> {
+                let replaced = tx.get(snapshot::CURRENT)?;
+                tx.insert(snapshot::CURRENT, encoded.as_slice())?;
+                tx.insert(INSTALLING, &[] as &[u8])?;
+                Ok(replaced)
+            })
+            .map_err(|e: TransactionError<Infallible>| write_err(&e))?;
+        let replaced: Option<Current> = match replaced {
+            Some(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| write_err(&e))?),
+            None => None,
+        };
         self.sync(subject.clone()).await?;
 
         let (tree, folder, named) = (self.tree.clone(), self.snapshots.clone(), current.clone());

@@ -613,7 +613,8 @@ async fn a_build_that_finishes_after_a_newer_install_never_replaces_it() {
         .apply([entry(1, Request::new(put(1, vec![input("OLD", "")])))])
         .await
         .unwrap();
-    // A build starts at index 1 ...
+    // A snapshot at index 1 is current, and another build starts there ...
+    let _ = build(&mut follower).await;
     let mut slow_build = follower.get_snapshot_builder().await;
 
     // ... while the leader's snapshot at index 3 is installed.
@@ -652,6 +653,8 @@ async fn a_build_that_finishes_after_a_newer_install_never_replaces_it() {
     keys.sort();
     assert_eq!(keys, ["NEW", "OLD"]);
     assert_eq!(body.receipts.len(), 1);
+    // Neither the stale build's file nor an earlier one is left beside it.
+    assert_eq!(snapshot_files(&dir.path().join("follower")).len(), 1);
 
     // A newer build does replace it.
     follower
@@ -666,6 +669,7 @@ async fn a_build_that_finishes_after_a_newer_install_never_replaces_it() {
         .unwrap();
     let current = follower.get_current_snapshot().await.unwrap().unwrap();
     assert_eq!(current.meta.last_log_id.map(|l| l.index), Some(4));
+    assert_eq!(snapshot_files(&dir.path().join("follower")).len(), 1);
 }
 
 #[tokio::test]
