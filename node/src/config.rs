@@ -438,6 +438,10 @@ pub struct RaftConfig {
     /// side holds for it). A chunk travels JSON-encoded, up to about four bytes per byte, so
     /// it may not exceed a quarter of the peer message limit (16 MiB).
     pub snapshot_chunk_bytes: u64,
+    /// Largest write, as one Raft entry (a bulk write, or writes the leader batches
+    /// together): an entry must reach the followers within one AppendEntries bound (the
+    /// heartbeat), so a larger bulk write gets 413 and asks to be split.
+    pub max_entry_bytes: usize,
 }
 
 impl Default for RaftConfig {
@@ -449,6 +453,7 @@ impl Default for RaftConfig {
             snapshot_every: 5_000,
             keep_after_snapshot: 1_000,
             snapshot_chunk_bytes: 1024 * 1024,
+            max_entry_bytes: 512 * 1024,
         }
     }
 }
