@@ -387,7 +387,7 @@ async fn client_loop(kind: Kind, url: &str, value: &str, prefix: &str, until: In
 }
 
 /// The machine a run is on, for the top of the report.
-fn machine() -> Value {
+pub(crate) fn machine() -> Value {
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
     let cpu = read("/proc/cpuinfo")
         .lines()

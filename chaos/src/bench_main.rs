@@ -1,5 +1,6 @@
 //! `rowcall-bench`: performance measurements of a real rowcall cluster beside etcd on the
-//! same machine, every figure of a table from one run.
+//! same machine (`writes`), and of the public gRPC API beside HTTP on one node (`api`),
+//! every figure of a table from one run.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use rowcall_chaos::bench::{self, WritesOptions};
+use rowcall_chaos::bench_api::{self, ApiOptions};
 use rowcall_chaos::cluster::node_binary;
 
 /// Measures rowcall (release builds give the real figures: `cargo build --release -p
@@ -52,10 +54,68 @@ enum Bench {
         #[arg(long)]
         no_etcd: bool,
     },
+    /// Ask and invoke latency (p50, p99) over gRPC through the rowcall-client library beside
+    /// HTTP, on the same node, one client each, rounds interleaved.
+    Api {
+        /// Output folder: api.json, the node's data folder and log.
+        #[arg(long)]
+        out: PathBuf,
+        /// Requests per operation and protocol in each round.
+        #[arg(long, default_value_t = 2000)]
+        requests: usize,
+        /// Interleaved rounds; each figure pools its measurements over the rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Rows seeded before measuring (each ask looks for one of them).
+        #[arg(long, default_value_t = 200)]
+        rows: usize,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+    },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
+    let run = async {
+        match Flags::parse().command {
+            Bench::Api {
+                out,
+                requests,
+                rounds,
+                rows,
+                node_bin,
+            } => {
+                anyhow::ensure!(
+                    requests > 0 && rounds > 0,
+                    "--requests and --rounds must be positive"
+                );
+                let options = ApiOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    out,
+                    requests,
+                    rounds,
+                    rows,
+                };
+                bench_api::api(&options).await?;
+            }
+            writes => bench::writes(&writes_options(writes)?).await.map(drop)?,
+        }
+        Ok(())
+    };
+    // Ctrl-C drops the run, and with it every node and etcd process.
+    tokio::select! {
+        result = run => result?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ninterrupted: stopping every process");
+            return Ok(ExitCode::from(130));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `writes` flags as options, checked.
+fn writes_options(flags: Bench) -> anyhow::Result<WritesOptions> {
     let Bench::Writes {
         out,
         clients,
@@ -66,12 +126,15 @@ async fn main() -> anyhow::Result<ExitCode> {
         baseline_bin,
         etcd,
         no_etcd,
-    } = Flags::parse().command;
+    } = flags
+    else {
+        anyhow::bail!("not the writes benchmark");
+    };
     anyhow::ensure!(
         seconds > 0.0 && rounds > 0 && clients.iter().all(|c| *c > 0),
         "--seconds, --rounds and every --clients count must be positive"
     );
-    let options = WritesOptions {
+    Ok(WritesOptions {
         node_bin: node_binary(node_bin.as_deref())?,
         baseline_bin: baseline_bin.map(|b| node_binary(Some(&b))).transpose()?,
         etcd: match etcd {
@@ -88,14 +151,5 @@ async fn main() -> anyhow::Result<ExitCode> {
         cell: Duration::from_secs_f64(seconds),
         rounds,
         value_bytes,
-    };
-    // Ctrl-C drops the run, and with it every node and etcd process.
-    tokio::select! {
-        result = bench::writes(&options) => { result?; }
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("\ninterrupted: stopping every process");
-            return Ok(ExitCode::from(130));
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    })
 }

@@ -44,6 +44,8 @@ use crate::watch::Watch;
 pub const MIN_INDEX: &str = "x-rowcall-min-index";
 /// Response metadata: the node's applied index, or a write's index.
 pub const INDEX: &str = "x-rowcall-index";
+/// Response metadata: the node answered while cut off from the leader.
+pub const STALE: &str = "x-rowcall-stale";
 /// Response metadata: the leader the node knows, `ID=GRPC_ADDR`.
 pub const LEADER: &str = "x-rowcall-leader";
 /// Request metadata: names a write, so a retry is answered with its first outcome.
@@ -60,6 +62,37 @@ const NODE_LEVEL: &[&str] = &[
     "share_unchecked",
 ];
 
+/// One attempt of a call on one node, as [`ClientBuilder::on_attempt`] reports it: where it
+/// went, what the session sent, and what came back. Attempts a hedged read cancelled (its
+/// other attempt answered first) are not reported: they showed the caller nothing.
+#[derive(Debug, Clone)]
+pub struct Attempted {
+    /// The node's `host:port`.
+    pub node: String,
+    /// When the attempt was sent.
+    pub sent: std::time::Instant,
+    /// How long it took to end (answered, refused, or given up).
+    pub elapsed: Duration,
+    /// The session index it carried as `x-rowcall-min-index` (0: none).
+    pub min_index: u64,
+    /// The index the node stamped on its answer or error (`x-rowcall-index`).
+    pub index: Option<u64>,
+    /// The node said it answered while cut off from the leader (`x-rowcall-stale`).
+    pub stale: bool,
+    /// `None` when the node answered; else its error, or the transport's, or the timeout.
+    pub failure: Option<Rejection>,
+}
+
+/// What [`ClientBuilder::on_attempt`] calls for every attempt.
+#[derive(Clone)]
+struct Observer(Arc<dyn Fn(&Attempted) + Send + Sync>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
 /// How a client retries and waits. Every field has a default that suits a cluster on one
 /// network; see [`ClientBuilder`].
 #[derive(Debug, Clone)]
@@ -73,6 +106,7 @@ struct Options {
     hedge_after: Option<Duration>,
     backoff: Duration,
     backoff_max: Duration,
+    observer: Option<Observer>,
 }
 
 impl Default for Options {
@@ -89,6 +123,7 @@ impl Default for Options {
             hedge_after: Some(Duration::from_millis(150)),
             backoff: Duration::from_millis(50),
             backoff_max: Duration::from_secs(1),
+            observer: None,
         }
     }
 }
@@ -223,6 +258,20 @@ impl ClientBuilder {
     /// ```
     pub fn hedge_after(mut self, delay: Option<Duration>) -> Self {
         self.options.hedge_after = delay;
+        self
+    }
+
+    /// Calls `observer` after every attempt on a node, with where it went and how it ended:
+    /// for logs, metrics, or a test harness that records what each node answered. It runs on
+    /// the calling task; keep it short.
+    ///
+    /// ```
+    /// let builder = rowcall_client::Client::builder()
+    ///     .on_attempt(|a| eprintln!("{} in {:?}: {:?}", a.node, a.elapsed, a.failure));
+    /// # let _ = builder;
+    /// ```
+    pub fn on_attempt(mut self, observer: impl Fn(&Attempted) + Send + Sync + 'static) -> Self {
+        self.options.observer = Some(Observer(Arc::new(observer)));
         self
     }
 
@@ -563,10 +612,12 @@ impl Client {
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 let timeout = per_attempt.min(remaining);
                 let request = self.request(message.clone(), idempotency_key.as_deref(), timeout);
+                let min_index = min_index_of(request.metadata());
                 let sent = rpc(channel, request);
+                let started = std::time::Instant::now();
                 pending.push(async move {
                     let outcome = tokio::time::timeout(timeout, sent).await;
-                    (at, authority, outcome)
+                    (at, authority, (started, min_index), outcome)
                 });
             };
             if let Some(at) = next.next() {
@@ -581,7 +632,8 @@ impl Client {
                 };
                 let sleep = pin!(tokio::time::sleep(hedge.min(Duration::from_secs(3600))));
                 tokio::select! {
-                    Some((at, authority, outcome)) = pending.next() => {
+                    Some((at, authority, sent, outcome)) = pending.next() => {
+                        self.report(&authority, sent, &outcome);
                         match self.judge(kind, outcome) {
                             Attempt::Answered(response) => {
                                 if kind == Kind::Read {
@@ -635,6 +687,36 @@ impl Client {
         }
     }
 
+    /// Tells the observer, if any, how an attempt ended.
+    fn report<T>(
+        &self,
+        node: &str,
+        (sent, min_index): (std::time::Instant, u64),
+        outcome: &Result<Result<Response<T>, Status>, tokio::time::error::Elapsed>,
+    ) {
+        let Some(Observer(observer)) = &self.inner.options.observer else {
+            return;
+        };
+        let (metadata, failure) = match outcome {
+            Ok(Ok(response)) => (Some(response.metadata()), None),
+            Ok(Err(status)) => (
+                Some(status.metadata()),
+                Some(Rejection::from_status(status)),
+            ),
+            Err(_) => (None, Some(Rejection::from_status(&timed_out()))),
+        };
+        let text = |key: &str| metadata?.get(key)?.to_str().ok();
+        observer(&Attempted {
+            node: node.to_owned(),
+            sent,
+            elapsed: sent.elapsed(),
+            min_index,
+            index: text(INDEX).and_then(|v| v.parse().ok()),
+            stale: text(STALE) == Some("true"),
+            failure,
+        });
+    }
+
     /// A request with the session's metadata.
     fn request<M>(
         &self,
@@ -673,7 +755,7 @@ impl Client {
             }
             Ok(Err(status)) => status,
             // No answer in time: a paused or partitioned node.
-            Err(_) => Status::deadline_exceeded("no answer within the attempt's timeout"),
+            Err(_) => timed_out(),
         };
         self.observe(status.metadata());
         let rejection = Rejection::from_status(&status);
@@ -1181,6 +1263,20 @@ impl Client {
         .await?;
         Ok(())
     }
+}
+
+/// What an attempt that got no answer within its timeout came to.
+fn timed_out() -> Status {
+    Status::deadline_exceeded("no answer within the attempt's timeout")
+}
+
+/// The `x-rowcall-min-index` a request carries (0: none).
+fn min_index_of(metadata: &MetadataMap) -> u64 {
+    metadata
+        .get(MIN_INDEX)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A fresh idempotency key: 128 random bits, hex.
