@@ -6,16 +6,23 @@
 //!              reads:  the node that answered last, then the others; a second node is
 //!                      asked too when the first is slow (hedge), the first answer wins
 //!              writes: the leader the nodes named, then the others (same idempotency-key)
+//!              invocations: as reads, without the hedge (one attempt that may have run ends it)
 //!            ◄─ a node-level failure (unreachable, paused, behind, no quorum): next node at
 //!               once; after every node failed, back off (exponential, full jitter) and go round
 //!               again until the call's deadline
 //!            ◄─ an answer (not found, invalid, refused): returned as it is
 //! ```
 //!
+//! A node that failed an attempt without an answer (unreachable, silent, outrun by a hedge,
+//! or saying it is behind) is *suspect* for [`SUSPECT_FOR`]: every call tries it after the
+//! others, the leader hint included, so a paused or cut-off node costs a session one slow
+//! attempt rather than one per call. An answer from it clears it.
+//!
 //! A client is one session: it remembers the highest index any answer carried and sends it
 //! as `x-rowcall-min-index` on every call, so whichever node answers has applied everything
 //! the session saw (read-your-writes, monotonic reads). Clones share the session.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -50,6 +57,9 @@ pub const STALE: &str = "x-rowcall-stale";
 pub const LEADER: &str = "x-rowcall-leader";
 /// Request metadata: names a write, so a retry is answered with its first outcome.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// How long a node that failed an attempt is tried after the others.
+pub const SUSPECT_FOR: Duration = Duration::from_secs(2);
 
 /// rowcall's codes that mean "this node cannot serve it now; another may": the call did not
 /// take effect, so any call may go to the next node.
@@ -312,6 +322,7 @@ impl ClientBuilder {
                 nodes: RwLock::new(nodes),
                 preferred: AtomicUsize::new(0),
                 leader: Mutex::new(None),
+                suspects: Mutex::default(),
                 seen: AtomicU64::new(self.session),
                 options: self.options,
             }),
@@ -382,6 +393,8 @@ struct Inner {
     preferred: AtomicUsize,
     /// The leader's `host:port`, from the nodes' hints: writes go there first.
     leader: Mutex<Option<String>>,
+    /// Nodes (by position) that failed an attempt, and until when they are tried last.
+    suspects: Mutex<HashMap<usize, Instant>>,
     /// The highest index any answer carried: sent as the min index of every call.
     seen: AtomicU64,
     options: Options,
@@ -493,6 +506,7 @@ impl Client {
                 nodes: RwLock::new(nodes),
                 preferred: AtomicUsize::new(self.inner.preferred.load(Ordering::Relaxed)),
                 leader: Mutex::new(self.leader()),
+                suspects: Mutex::default(),
                 seen: AtomicU64::new(0),
                 options: self.inner.options.clone(),
             }),
@@ -521,9 +535,11 @@ impl Client {
     }
 
     /// Which nodes to try, in order: for writes the leader first (added if it was not
-    /// listed), then from the node that answered last, round the list.
-    fn order(&self, kind: Kind) -> Vec<usize> {
-        let leader = (kind != Kind::Read).then(|| self.leader()).flatten();
+    /// listed), then from the node that answered last, round the list; suspects last.
+    /// Invocations start where reads do: any node runs them, and the one that answered last
+    /// is the likeliest to answer now.
+    fn order(&self, write_like: bool) -> Vec<usize> {
+        let leader = write_like.then(|| self.leader()).flatten();
         let leader_at = leader.and_then(|authority| self.node_at(&authority));
         let count = self
             .inner
@@ -538,7 +554,35 @@ impl Client {
                 .map(|i| (start + i) % count)
                 .filter(|i| Some(*i) != leader_at),
         );
+        let now = Instant::now();
+        let suspects = self
+            .inner
+            .suspects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // A stable sort: the order above holds within the trusted nodes and the suspects.
+        order.sort_by_key(|at| suspects.get(at).is_some_and(|until| *until > now));
         order
+    }
+
+    /// Tries `at` after the others for a while (it failed an attempt without answering).
+    fn suspect(&self, at: usize) {
+        let mut suspects = self
+            .inner
+            .suspects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        suspects.insert(at, Instant::now() + SUSPECT_FOR);
+    }
+
+    /// `at` answered: it is trusted again.
+    fn trust(&self, at: usize) {
+        let mut suspects = self
+            .inner
+            .suspects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        suspects.remove(&at);
     }
 
     /// The position of the node at `authority`, adding it if a hint named one not listed.
@@ -602,9 +646,11 @@ impl Client {
         let mut attempts = 0u32;
         let mut last = None;
         loop {
-            let order = self.order(kind);
+            let order = self.order(write_like);
             let mut next = order.iter().copied();
             let mut pending = FuturesUnordered::new();
+            // Nodes whose attempt of this round is still out.
+            let mut out = Vec::new();
             let launch = |at: usize, pending: &mut FuturesUnordered<_>| {
                 let Some((authority, channel)) = self.channel(at) else {
                     return;
@@ -622,6 +668,7 @@ impl Client {
             };
             if let Some(at) = next.next() {
                 launch(at, &mut pending);
+                out.push(at);
                 attempts += 1;
             }
             while !pending.is_empty() {
@@ -634,23 +681,35 @@ impl Client {
                 tokio::select! {
                     Some((at, authority, sent, outcome)) = pending.next() => {
                         self.report(&authority, sent, &outcome);
+                        out.retain(|&o| o != at);
                         match self.judge(kind, outcome) {
                             Attempt::Answered(response) => {
-                                if kind == Kind::Read {
+                                self.trust(at);
+                                // A hedge answered first: the node it outran was too slow.
+                                for &slow in &out {
+                                    self.suspect(slow);
+                                }
+                                if kind != Kind::Write {
                                     self.inner.preferred.store(at, Ordering::Relaxed);
                                 }
                                 return Ok(response);
                             }
-                            Attempt::Rejected(rejection) => return Err(Error::Rejected(Box::new(rejection))),
+                            Attempt::Rejected(rejection) => {
+                                self.trust(at);
+                                return Err(Error::Rejected(Box::new(rejection)));
+                            }
                             Attempt::Unknown(rejection) => {
+                                self.suspect(at);
                                 return Err(Error::Unknown { node: authority, last: Box::new(rejection) })
                             }
                             Attempt::Retry(rejection) => {
+                                self.suspect(at);
                                 last = Some(rejection);
                                 // Fast failover: the next node at once.
                                 if pending.is_empty() && Instant::now() < deadline {
                                     if let Some(at) = next.next() {
                                         launch(at, &mut pending);
+                                        out.push(at);
                                         attempts += 1;
                                     }
                                 }
@@ -660,6 +719,7 @@ impl Client {
                     _ = sleep, if hedge != Duration::MAX => {
                         if let Some(at) = next.next() {
                             launch(at, &mut pending);
+                            out.push(at);
                             attempts += 1;
                         }
                     }
