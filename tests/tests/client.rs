@@ -441,6 +441,44 @@ async fn a_cut_off_node_says_behind_at_once_over_grpc_and_the_client_moves_on() 
     assert_eq!(attempts[1].node, cluster.member(other).grpc.to_string());
     assert!(attempts[1].failure.is_none());
     cluster.faults.heal();
-    cluster.restart(cut).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_that_left_a_call_unanswered_is_tried_last_by_the_next() {
+    let cluster = Cluster::start(1, 0).await;
+    let written = client(&cluster, &[1])
+        .put(row_input(row("TRY_LAST", "Answered by the live node")).unwrap())
+        .await
+        .unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_at = silent.local_addr().unwrap().to_string();
+    let (attempts, observer) = recorder();
+    // No hedge, and a read timeout beyond the deadline: a read that starts on the silent
+    // node fails.
+    let session = Client::builder()
+        .nodes([format!("http://{silent_at}"), grpc(&cluster, 1)])
+        .read_timeout(Duration::from_secs(20))
+        .invoke_timeout(Duration::from_millis(300))
+        .deadline(Duration::from_secs(20))
+        .hedge_after(None)
+        .session_index(written.index)
+        .on_attempt(observer)
+        .build()
+        .unwrap();
+    // The invocation goes to the first node listed, which never answers: it may have run
+    // there, so it is not retried.
+    let unanswered = session.invoke("TRY_LAST", None).await.unwrap_err();
+    assert!(
+        matches!(unanswered, rowcall_client::Error::Unknown { .. }),
+        "{unanswered}"
+    );
+    let row = session.get("TRY_LAST").await.unwrap();
+    assert_eq!(row.version, written.index);
+    let attempts = attempts.lock().unwrap().clone();
+    let nodes: Vec<&str> = attempts.iter().map(|a| a.node.as_str()).collect();
+    let live = cluster.member(1).grpc.to_string();
+    assert_eq!(nodes, [silent_at.as_str(), live.as_str()], "{attempts:?}");
+    drop(silent);
     cluster.shutdown().await;
 }
