@@ -98,14 +98,112 @@ pub struct WritesReport {
     pub rows: Vec<Row>,
 }
 
-/// Raw figures of one measurement.
+/// Raw figures of one measurement (or of several, added up).
 #[derive(Default)]
-struct Sample {
-    latencies_us: Vec<u64>,
-    errors: u64,
-    seconds: f64,
-    /// Syncs the leader ran meanwhile (rowcall).
-    leader_syncs: Option<f64>,
+pub(crate) struct Sample {
+    /// Latency of every answered request, in microseconds.
+    pub latencies_us: Vec<u64>,
+    /// Requests refused or failed.
+    pub errors: u64,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// Syncs the leader ran meanwhile (rowcall writes).
+    pub leader_syncs: Option<f64>,
+}
+
+impl Sample {
+    /// Adds `other`'s requests and time to this one's.
+    pub fn add(&mut self, other: Sample) {
+        self.latencies_us.extend(other.latencies_us);
+        self.errors += other.errors;
+        self.seconds += other.seconds;
+        if let Some(syncs) = other.leader_syncs {
+            *self.leader_syncs.get_or_insert(0.0) += syncs;
+        }
+    }
+
+    /// Answered requests.
+    pub fn ok(&self) -> u64 {
+        self.latencies_us.len() as u64
+    }
+
+    /// Answered requests per second.
+    pub fn per_s(&self) -> f64 {
+        self.ok() as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// A client with one keep-alive HTTP/1.1 connection: a bench gives each of its closed-loop
+/// clients its own. `ca` is trusted alone for HTTPS when given.
+pub(crate) fn bench_client(
+    ca: Option<&reqwest::Certificate>,
+) -> Result<reqwest::Client, ChaosError> {
+    let mut builder = reqwest::Client::builder()
+        .no_proxy()
+        .http1_only()
+        .pool_max_idle_per_host(1)
+        .timeout(Duration::from_secs(10));
+    if let Some(ca) = ca {
+        builder = builder.tls_certs_only([ca.clone()]);
+    }
+    builder.build().map_err(|e| ChaosError::Setup {
+        what: "an HTTP client".into(),
+        detail: e.to_string(),
+    })
+}
+
+/// Runs one closed-loop client per entry of `clients` for `length`: each sends its next
+/// request once the previous one is answered. `request(client, n)` sends a client's `n`th
+/// request and says whether it was answered (read whole, a success status).
+pub(crate) async fn closed_loop<F, Fut>(
+    clients: Vec<reqwest::Client>,
+    length: Duration,
+    request: F,
+) -> Sample
+where
+    F: Fn(reqwest::Client, usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let started = Instant::now();
+    let deadline = started + length;
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(c, client)| {
+            let request = request.clone();
+            tokio::spawn(async move {
+                let mut sample = Sample::default();
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    n += 1;
+                    let sent = Instant::now();
+                    if request(client.clone(), c, n).await {
+                        sample.latencies_us.push(sent.elapsed().as_micros() as u64);
+                    } else {
+                        sample.errors += 1;
+                    }
+                }
+                sample
+            })
+        })
+        .collect();
+    let mut sample = Sample::default();
+    for task in tasks {
+        if let Ok(part) = task.await {
+            sample.add(part);
+        }
+    }
+    sample.seconds = started.elapsed().as_secs_f64();
+    sample
+}
+
+/// Whether `request` was answered with a success status and its whole body read: a
+/// client has its answer only once it has the reply.
+pub(crate) async fn answered(request: reqwest::RequestBuilder) -> bool {
+    match request.send().await {
+        Ok(r) if r.status().is_success() => r.bytes().await.is_ok(),
+        _ => false,
+    }
 }
 
 /// Runs the `writes` benchmark: starts every system, measures, prints the table and
@@ -172,7 +270,7 @@ pub async fn writes(options: &WritesOptions) -> Result<WritesReport, ChaosError>
     // Warm every system up once (connections, caches, the first snapshot of a fresh log).
     for target in &targets {
         let warm = options.cell.min(Duration::from_secs(1));
-        load(target, 4, warm, &value, "W").await;
+        load(target, 4, warm, &value, "W").await?;
     }
     let mut samples: Vec<Vec<Sample>> = (0..targets.len())
         .map(|_| options.clients.iter().map(|_| Sample::default()).collect())
@@ -181,14 +279,8 @@ pub async fn writes(options: &WritesOptions) -> Result<WritesReport, ChaosError>
         for (c, &clients) in options.clients.iter().enumerate() {
             for (t, target) in targets.iter().enumerate() {
                 let tag = format!("R{round}C{clients}");
-                let sample = load(target, clients, options.cell, &value, &tag).await;
-                let into = &mut samples[t][c];
-                into.latencies_us.extend(sample.latencies_us);
-                into.errors += sample.errors;
-                into.seconds += sample.seconds;
-                if let Some(syncs) = sample.leader_syncs {
-                    *into.leader_syncs.get_or_insert(0.0) += syncs;
-                }
+                let sample = load(target, clients, options.cell, &value, &tag).await?;
+                samples[t][c].add(sample);
                 eprintln!(
                     "round {}/{}: {} at {clients} clients done",
                     round + 1,
@@ -302,33 +394,44 @@ pub fn table(report: &WritesReport) -> String {
 }
 
 /// `clients` closed-loop clients writing new keys to `target` for `length`.
-async fn load(target: &Target, clients: usize, length: Duration, value: &str, tag: &str) -> Sample {
+async fn load(
+    target: &Target,
+    clients: usize,
+    length: Duration,
+    value: &str,
+    tag: &str,
+) -> Result<Sample, ChaosError> {
     let syncs_before = match &target.leader {
         Some(leader) => leader_syncs(leader).await,
         None => None,
     };
-    let started = Instant::now();
-    let deadline = started + length;
+    let connections = (0..clients)
+        .map(|_| bench_client(None))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (kind, url) = (target.kind, Arc::<str>::from(target.url.as_str()));
+    let b64 = base64::engine::general_purpose::STANDARD;
     let value: Arc<str> = Arc::from(value);
-    let tasks: Vec<_> = (0..clients)
-        .map(|client| {
-            let (kind, url, value) = (target.kind, target.url.clone(), value.clone());
-            let prefix = format!("BENCH_{tag}_{client}");
-            tokio::spawn(async move { client_loop(kind, &url, &value, &prefix, deadline).await })
-        })
-        .collect();
-    let mut sample = Sample::default();
-    for task in tasks {
-        if let Ok(part) = task.await {
-            sample.latencies_us.extend(part.latencies_us);
-            sample.errors += part.errors;
-        }
-    }
-    sample.seconds = started.elapsed().as_secs_f64();
+    let etcd_value: Arc<str> = Arc::from(b64.encode(&*value));
+    let tag: Arc<str> = Arc::from(tag);
+    let mut sample = closed_loop(connections, length, move |http, client, n| {
+        let key = format!("BENCH_{tag}_{client}_{n}");
+        let request = match kind {
+            Kind::Rowcall => http
+                .post(format!("{url}/api/directory"))
+                .header("x-terminal-key", ADMIN_KEY)
+                .json(&json!({"key": key, "type": "static", "auth": "public",
+                              "category": "bench", "content": &*value})),
+            Kind::Etcd => http
+                .post(format!("{url}/v3/kv/put"))
+                .json(&json!({"key": b64.encode(&key), "value": &*etcd_value})),
+        };
+        answered(request)
+    })
+    .await;
     if let (Some(before), Some(leader)) = (syncs_before, &target.leader) {
         sample.leader_syncs = leader_syncs(leader).await.map(|after| after - before);
     }
-    sample
+    Ok(sample)
 }
 
 /// The node's `rowcall_store_syncs_total`, from its Prometheus metrics.
@@ -344,46 +447,6 @@ async fn leader_syncs(url: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix("rowcall_store_syncs_total "))
         .and_then(|v| v.trim().parse().ok())
-}
-
-/// One client: its own connection, the next write once the previous one is answered.
-async fn client_loop(kind: Kind, url: &str, value: &str, prefix: &str, until: Instant) -> Sample {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .pool_max_idle_per_host(1)
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("a plain HTTP client builds");
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let etcd_value = b64.encode(value);
-    let mut sample = Sample::default();
-    let mut seq = 0u64;
-    while Instant::now() < until {
-        seq += 1;
-        let key = format!("{prefix}_{seq}");
-        let request = match kind {
-            Kind::Rowcall => http
-                .post(format!("{url}/api/directory"))
-                .header("x-terminal-key", ADMIN_KEY)
-                .json(&json!({"key": key, "type": "static", "auth": "public",
-                              "category": "bench", "content": value})),
-            Kind::Etcd => http
-                .post(format!("{url}/v3/kv/put"))
-                .json(&json!({"key": b64.encode(&key), "value": etcd_value})),
-        };
-        let sent = Instant::now();
-        let answered = match request.send().await {
-            // Read the whole answer: a client has its write only once it has the reply.
-            Ok(r) if r.status().is_success() => r.bytes().await.is_ok(),
-            _ => false,
-        };
-        if answered {
-            sample.latencies_us.push(sent.elapsed().as_micros() as u64);
-        } else {
-            sample.errors += 1;
-        }
-    }
-    sample
 }
 
 /// The machine a run is on, for the top of the report.

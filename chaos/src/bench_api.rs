@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::bench::machine;
+use crate::bench::{answered, machine};
 use crate::cluster::{Cluster, ClusterOptions, ADMIN_KEY};
 use crate::error::ChaosError;
 use crate::report::Latency;
@@ -326,14 +326,6 @@ async fn measure(
         }
     }
     (latencies, errors)
-}
-
-/// Sends an HTTP request and reads the whole answer: true when it was a success.
-async fn answered(request: reqwest::RequestBuilder) -> bool {
-    match request.send().await {
-        Ok(r) if r.status().is_success() => r.bytes().await.is_ok(),
-        _ => false,
-    }
 }
 
 #[cfg(test)]

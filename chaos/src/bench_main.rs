@@ -1,6 +1,6 @@
 //! `rowcall-bench`: performance measurements of a real rowcall cluster beside etcd on the
-//! same machine (`writes`), and of the public gRPC API beside HTTP on one node (`api`),
-//! every figure of a table from one run.
+//! same machine, and of its protocols beside each other, every figure of a table from one
+//! run.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +9,10 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use rowcall_chaos::bench::{self, WritesOptions};
 use rowcall_chaos::bench_api::{self, ApiOptions};
+use rowcall_chaos::bench_loop::{self, LoopOptions};
+use rowcall_chaos::bench_reads::{self, ReadsOptions};
+use rowcall_chaos::bench_scale::{self, ScaleOptions};
+use rowcall_chaos::bench_tls::{self, TlsOptions};
 use rowcall_chaos::cluster::node_binary;
 
 /// Measures rowcall (release builds give the real figures: `cargo build --release -p
@@ -54,6 +58,70 @@ enum Bench {
         #[arg(long)]
         no_etcd: bool,
     },
+    /// Ask, contract and row get on a follower of 3 nodes, beside etcd's serializable get on
+    /// a follower of a 3-member etcd holding the same catalogue.
+    Reads {
+        /// Output folder: reads.json, data folders and logs.
+        #[arg(long)]
+        out: PathBuf,
+        /// Concurrent clients, comma-separated: one figure each.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 64])]
+        clients: Vec<usize>,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Interleaved rounds; each figure sums its read's measurements over the rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Rows in the catalogue (made from a fixed vocabulary; the same on both systems).
+        #[arg(long, default_value_t = 2_000)]
+        rows: usize,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+        /// The etcd binary [default: `etcd` on the PATH].
+        #[arg(long)]
+        etcd: Option<PathBuf>,
+        /// Do not measure etcd even if it is installed.
+        #[arg(long)]
+        no_etcd: bool,
+    },
+    /// The four-step loop (ask, contract, invoke, confirm) of one agent on one node and on a
+    /// follower of 3 nodes: latency and bytes of each step and of the whole loop.
+    Loop {
+        /// Output folder: loop.json, data folders and logs.
+        #[arg(long)]
+        out: PathBuf,
+        /// Seconds of loops per system and round.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Interleaved rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Other rows in the catalogue, so that the ask ranks a real one.
+        #[arg(long, default_value_t = 2_000)]
+        rows: usize,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+    },
+    /// Catalogues of growing size, a fresh 3-node cluster each: bulk load time, ask p50/p99 on
+    /// a follower, resident memory per node, snapshot size, and the time a wiped follower
+    /// takes to catch up by snapshot.
+    Scale {
+        /// Output folder: scale.json, data folders and logs.
+        #[arg(long)]
+        out: PathBuf,
+        /// Catalogue sizes, comma-separated: one cluster each.
+        #[arg(long, value_delimiter = ',', default_values_t = [5_000, 50_000, 200_000])]
+        sizes: Vec<usize>,
+        /// Seconds of asks per size.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+    },
     /// Ask and invoke latency (p50, p99) over gRPC through the rowcall-client library beside
     /// HTTP, on the same node, one client each, rounds interleaved.
     Api {
@@ -73,12 +141,127 @@ enum Bench {
         #[arg(long)]
         node_bin: Option<PathBuf>,
     },
+    /// Ask and invoke over HTTPS beside plain HTTP: two one-node clusters of the same binary,
+    /// measured in turn, with HTTPS over plain as ratios.
+    Tls {
+        /// Output folder: tls.json, certificates, data folders and logs.
+        #[arg(long)]
+        out: PathBuf,
+        /// Concurrent clients, comma-separated: one figure each.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 16])]
+        clients: Vec<usize>,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Interleaved rounds; each figure sums its scheme's measurements over the rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+    },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     let run = async {
         match Flags::parse().command {
+            Bench::Writes {
+                out,
+                clients,
+                seconds,
+                rounds,
+                value_bytes,
+                node_bin,
+                baseline_bin,
+                etcd,
+                no_etcd,
+            } => {
+                check(seconds, rounds, &clients)?;
+                let options = WritesOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    baseline_bin: baseline_bin.map(|b| node_binary(Some(&b))).transpose()?,
+                    etcd: etcd_binary(etcd, no_etcd)?,
+                    out,
+                    clients,
+                    cell: Duration::from_secs_f64(seconds),
+                    rounds,
+                    value_bytes,
+                };
+                bench::writes(&options).await?;
+            }
+            Bench::Reads {
+                out,
+                clients,
+                seconds,
+                rounds,
+                rows,
+                node_bin,
+                etcd,
+                no_etcd,
+            } => {
+                check(seconds, rounds, &clients)?;
+                anyhow::ensure!(rows > 0, "--rows must be positive");
+                let options = ReadsOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    etcd: etcd_binary(etcd, no_etcd)?,
+                    out,
+                    clients,
+                    cell: Duration::from_secs_f64(seconds),
+                    rounds,
+                    rows,
+                };
+                bench_reads::reads(&options).await?;
+            }
+            Bench::Loop {
+                out,
+                seconds,
+                rounds,
+                rows,
+                node_bin,
+            } => {
+                check(seconds, rounds, &[1])?;
+                let options = LoopOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    out,
+                    cell: Duration::from_secs_f64(seconds),
+                    rounds,
+                    rows,
+                };
+                bench_loop::four_step_loop(&options).await?;
+            }
+            Bench::Scale {
+                out,
+                sizes,
+                seconds,
+                node_bin,
+            } => {
+                check(seconds, 1, &sizes)?;
+                let options = ScaleOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    out,
+                    sizes,
+                    cell: Duration::from_secs_f64(seconds),
+                };
+                bench_scale::scale(&options).await?;
+            }
+            Bench::Tls {
+                out,
+                clients,
+                seconds,
+                rounds,
+                node_bin,
+            } => {
+                check(seconds, rounds, &clients)?;
+                let options = TlsOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    out,
+                    clients,
+                    cell: Duration::from_secs_f64(seconds),
+                    rounds,
+                };
+                bench_tls::tls(&options).await?;
+            }
             Bench::Api {
                 out,
                 requests,
@@ -99,13 +282,12 @@ async fn main() -> anyhow::Result<ExitCode> {
                 };
                 bench_api::api(&options).await?;
             }
-            writes => bench::writes(&writes_options(writes)?).await.map(drop)?,
         }
-        Ok(())
+        anyhow::Ok(())
     };
     // Ctrl-C drops the run, and with it every node and etcd process.
     tokio::select! {
-        result = run => result?,
+        result = run => { result?; }
         _ = tokio::signal::ctrl_c() => {
             eprintln!("\ninterrupted: stopping every process");
             return Ok(ExitCode::from(130));
@@ -114,42 +296,25 @@ async fn main() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The `writes` flags as options, checked.
-fn writes_options(flags: Bench) -> anyhow::Result<WritesOptions> {
-    let Bench::Writes {
-        out,
-        clients,
-        seconds,
-        rounds,
-        value_bytes,
-        node_bin,
-        baseline_bin,
-        etcd,
-        no_etcd,
-    } = flags
-    else {
-        anyhow::bail!("not the writes benchmark");
-    };
+/// The sizes every bench shares must be positive.
+fn check(seconds: f64, rounds: usize, clients: &[usize]) -> anyhow::Result<()> {
     anyhow::ensure!(
         seconds > 0.0 && rounds > 0 && clients.iter().all(|c| *c > 0),
-        "--seconds, --rounds and every --clients count must be positive"
+        "--seconds, --rounds and every count (--clients, --sizes) must be positive"
     );
-    Ok(WritesOptions {
-        node_bin: node_binary(node_bin.as_deref())?,
-        baseline_bin: baseline_bin.map(|b| node_binary(Some(&b))).transpose()?,
-        etcd: match etcd {
-            _ if no_etcd => Err("--no-etcd".to_owned()),
-            Some(path) if path.is_file() => Ok(path),
-            Some(path) => anyhow::bail!("--etcd {}: no such file", path.display()),
-            None => rowcall_chaos::etcd::on_path().ok_or_else(|| {
-                "no `etcd` on the PATH (Debian: apt-get install etcd-server; or pass --etcd PATH)"
-                    .to_owned()
-            }),
-        },
-        out,
-        clients,
-        cell: Duration::from_secs_f64(seconds),
-        rounds,
-        value_bytes,
+    Ok(())
+}
+
+/// The etcd to measure beside rowcall, or why there is none (then rowcall is measured
+/// alone); an `--etcd` path that does not exist is an error.
+fn etcd_binary(given: Option<PathBuf>, no_etcd: bool) -> anyhow::Result<Result<PathBuf, String>> {
+    Ok(match given {
+        _ if no_etcd => Err("--no-etcd".to_owned()),
+        Some(path) if path.is_file() => Ok(path),
+        Some(path) => anyhow::bail!("--etcd {}: no such file", path.display()),
+        None => rowcall_chaos::etcd::on_path().ok_or_else(|| {
+            "no `etcd` on the PATH (Debian: apt-get install etcd-server; or pass --etcd PATH)"
+                .to_owned()
+        }),
     })
 }

@@ -76,16 +76,26 @@ pub struct ClusterOptions {
 /// The cluster secret of a `--tls` run.
 const CLUSTER_SECRET: &str = "chaos-cluster-secret-0123456789abcdef";
 
-/// Flags for peer TLS: a CA and one certificate for 127.0.0.1 (every node listens there),
-/// made for this run under `dir` with rcgen. Test material only: it lives in the run's
-/// output folder.
-fn peer_tls_flags(dir: &Path) -> Result<Vec<String>, ChaosError> {
+/// A CA and one certificate (with its key) for 127.0.0.1, as PEM files.
+#[derive(Debug, Clone)]
+pub struct TestCertificates {
+    /// The CA's certificate.
+    pub ca: PathBuf,
+    /// The certificate, for server and client authentication.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+}
+
+/// Makes a CA and one certificate for 127.0.0.1 (every node listens there) under `dir` with
+/// rcgen. Test material only: it lives in the run's output folder.
+pub fn test_certificates(dir: &Path) -> Result<TestCertificates, ChaosError> {
     use rcgen::{
         BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
         KeyPair, KeyUsagePurpose,
     };
     let setup = |e: rcgen::Error| ChaosError::Setup {
-        what: "peer TLS certificates".into(),
+        what: "TLS certificates".into(),
         detail: e.to_string(),
     };
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(setup)?;
@@ -102,19 +112,30 @@ fn peer_tls_flags(dir: &Path) -> Result<Vec<String>, ChaosError> {
     let cert = node.signed_by(&key, &issuer).map_err(setup)?;
     std::fs::create_dir_all(dir)
         .map_err(|e| ChaosError::io(format!("create {}", dir.display()), e))?;
-    let mut flags = Vec::new();
-    for (flag, file, pem) in [
-        ("--peer-ca", "ca.crt", issuer.pem()),
-        ("--peer-cert", "node.crt", cert.pem()),
-        ("--peer-key", "node.key", key.serialize_pem()),
-    ] {
+    let write = |file: &str, pem: String| {
         let path = dir.join(file);
         std::fs::write(&path, pem)
             .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
-        flags.push(flag.to_owned());
-        flags.push(path.display().to_string());
-    }
-    Ok(flags)
+        Ok::<_, ChaosError>(path)
+    };
+    Ok(TestCertificates {
+        ca: write("ca.crt", issuer.pem())?,
+        cert: write("node.crt", cert.pem())?,
+        key: write("node.key", key.serialize_pem())?,
+    })
+}
+
+/// Flags for peer TLS, with certificates made for this run under `dir`.
+fn peer_tls_flags(dir: &Path) -> Result<Vec<String>, ChaosError> {
+    let files = test_certificates(dir)?;
+    Ok([
+        ("--peer-ca", files.ca),
+        ("--peer-cert", files.cert),
+        ("--peer-key", files.key),
+    ]
+    .into_iter()
+    .flat_map(|(flag, path)| [flag.to_owned(), path.display().to_string()])
+    .collect())
 }
 
 /// One node: its addresses, folders and process.
@@ -135,6 +156,11 @@ pub struct Node {
 }
 
 impl Node {
+    /// Its process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// `http://addr`.
     pub fn url(&self) -> String {
         format!("http://{}", self.http)

@@ -23,6 +23,10 @@
 
 pub mod bench;
 pub mod bench_api;
+pub mod bench_loop;
+pub mod bench_reads;
+pub mod bench_scale;
+pub mod bench_tls;
 pub mod check;
 pub mod cluster;
 pub mod error;

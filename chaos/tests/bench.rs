@@ -1,24 +1,22 @@
-//! `rowcall-bench writes` runs to completion at a tiny size and reports a figure for every
-//! system and client count; `rowcall-bench api` reports ask and invoke over gRPC and HTTP
-//! (no timing is asserted: speed is what the benches measure).
+//! `rowcall-bench writes` and `rowcall-bench tls` run to completion at a tiny size and report
+//! a figure for every system or scheme and client count, and `rowcall-bench api` one for ask
+//! and invoke over gRPC and over HTTP (no timing is asserted: speed is what the bench
+//! measures).
 //!
 //! Needs the rowcall-node binary of the same profile (`cargo test --workspace` builds it;
 //! alone: `cargo build -p rowcall-node`). etcd is measured when it is installed, and the
 //! report says it was skipped when it is not.
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
 #[test]
 fn writes_reports_every_system_at_every_client_count() {
-    let node = rowcall_chaos::cluster::node_binary(None).expect(
-        "rowcall-node binary next to the test (build it first: cargo build -p rowcall-node)",
-    );
-    let out = std::env::temp_dir().join(format!("rowcall-bench-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_rowcall-bench"))
-        .args([
+    let out = out_dir("writes");
+    let stdout = bench(
+        &[
             "writes",
             "--clients",
             "1,3",
@@ -26,19 +24,8 @@ fn writes_reports_every_system_at_every_client_count() {
             "0.3",
             "--rounds",
             "2",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .arg("--node-bin")
-        .arg(&node)
-        .output()
-        .expect("rowcall-bench runs");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "rowcall-bench failed: {}\n{stdout}\n{}",
-        run.status,
-        String::from_utf8_lossy(&run.stderr)
+        ],
+        &out,
     );
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("writes.json")).unwrap()).unwrap();
@@ -70,27 +57,184 @@ fn writes_reports_every_system_at_every_client_count() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-#[test]
-fn api_reports_ask_and_invoke_over_grpc_beside_http() {
+/// Runs `rowcall-bench` with `args` and `--out`, and asserts that it succeeded.
+fn bench(args: &[&str], out: &Path) -> String {
     let node = rowcall_chaos::cluster::node_binary(None).expect(
         "rowcall-node binary next to the test (build it first: cargo build -p rowcall-node)",
     );
-    let out = std::env::temp_dir().join(format!("rowcall-bench-api-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_rowcall-bench"))
-        .args(["api", "--requests", "5", "--rounds", "2", "--rows", "3"])
+    let _ = std::fs::remove_dir_all(out);
+    let run: Output = Command::new(env!("CARGO_BIN_EXE_rowcall-bench"))
+        .args(args)
         .arg("--out")
-        .arg(&out)
+        .arg(out)
         .arg("--node-bin")
         .arg(&node)
         .output()
         .expect("rowcall-bench runs");
-    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
     assert!(
         run.status.success(),
-        "rowcall-bench api failed: {}\n{stdout}\n{}",
+        "rowcall-bench failed: {}\n{stdout}\n{}",
         run.status,
         String::from_utf8_lossy(&run.stderr)
+    );
+    stdout
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("rowcall-bench-{name}-{}", std::process::id()))
+}
+
+#[test]
+fn tls_reports_both_schemes_for_ask_and_invoke_at_every_client_count() {
+    let out = out_dir("tls");
+    let stdout = bench(
+        &[
+            "tls",
+            "--clients",
+            "1,3",
+            "--seconds",
+            "0.3",
+            "--rounds",
+            "2",
+        ],
+        &out,
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("tls.json")).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{report}");
+    for operation in ["ask", "invoke"] {
+        for clients in [1, 3] {
+            let row = rows
+                .iter()
+                .find(|r| r["operation"] == operation && r["clients"] == clients)
+                .unwrap_or_else(|| panic!("no figure for {operation} at {clients} clients"));
+            // Both schemes answered, and nothing failed: an HTTPS node that did not serve
+            // TLS, or a client that did not trust it, shows here.
+            for scheme in ["http", "https"] {
+                assert!(row[scheme]["ok"].as_u64().unwrap() > 0, "{scheme}: {row}");
+                assert_eq!(row[scheme]["errors"], 0, "{scheme}: {row}");
+            }
+            assert!(row["throughput_ratio"].as_f64().unwrap() > 0.0, "{row}");
+            let line = format!("| {operation} | {clients} |");
+            assert!(stdout.contains(&line), "{line} missing from\n{stdout}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn reads_reports_every_read_at_every_client_count() {
+    let out = out_dir("reads");
+    let stdout = bench(
+        &[
+            "reads",
+            "--clients",
+            "1,3",
+            "--seconds",
+            "0.3",
+            "--rounds",
+            "1",
+            "--rows",
+            "60",
+        ],
+        &out,
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("reads.json")).unwrap()).unwrap();
+    let etcd = rowcall_chaos::etcd::on_path().is_some();
+    let mut reads = vec!["ask", "contract", "row"];
+    if etcd {
+        reads.push("etcd-get");
+    } else {
+        assert!(report["etcd_skipped"].is_string(), "{report}");
+    }
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), reads.len() * 2, "{report}");
+    for read in reads {
+        for clients in [1, 3] {
+            let row = rows
+                .iter()
+                .find(|r| r["read"] == read && r["clients"] == clients)
+                .unwrap_or_else(|| panic!("no figure for {read} at {clients} clients"));
+            // Every read found its row on the follower: a catalogue that did not load, or a
+            // key that is not in it, answers 404 and counts as an error.
+            assert!(row["ok"].as_u64().unwrap() > 0, "{row}");
+            assert_eq!(row["errors"], 0, "{row}");
+            assert_eq!(row["throughput_vs_etcd"].is_number(), etcd, "{row}");
+        }
+    }
+    assert!(stdout.contains("| rowcall ask |"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn loop_reports_every_step_on_one_and_three_nodes() {
+    let out = out_dir("loop");
+    let stdout = bench(
+        &["loop", "--seconds", "0.5", "--rounds", "1", "--rows", "40"],
+        &out,
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("loop.json")).unwrap()).unwrap();
+    for (system, loops) in report["loops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (&p[0], &p[1]))
+    {
+        assert!(
+            loops.as_u64().unwrap() > 0,
+            "{system}: no loop completed: {report}"
+        );
+    }
+    // A loop fails when the ask does not put the clock first, or its receipt does not
+    // confirm on the node it was asked of.
+    for failed in report["errors"].as_array().unwrap() {
+        assert_eq!(failed[1], 0, "{report}");
+    }
+    let rows = report["rows"].as_array().unwrap();
+    for system in ["rowcall 1 node", "rowcall 3 nodes (follower)"] {
+        for step in ["ask", "contract", "invoke", "confirm", "loop"] {
+            let row = rows
+                .iter()
+                .find(|r| r["system"] == system && r["step"] == step)
+                .unwrap_or_else(|| panic!("no figure for {step} on {system}"));
+            assert!(row["bytes"].as_u64().unwrap() > 0, "{row}");
+            assert!(row["latency"]["p50_ms"].as_f64().unwrap() > 0.0, "{row}");
+        }
+    }
+    assert!(stdout.contains("| the seed | loop |"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn scale_reports_every_size_with_a_wiped_follower_caught_up() {
+    let out = out_dir("scale");
+    let stdout = bench(&["scale", "--sizes", "40,120", "--seconds", "0.3"], &out);
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("scale.json")).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{report}");
+    for (row, size) in rows.iter().zip([40, 120]) {
+        assert_eq!(row["rows"], size, "{row}");
+        assert!(row["asks_per_s"].as_f64().unwrap() > 0.0, "{row}");
+        assert_eq!(row["rss_mib"].as_array().unwrap().len(), 3, "{row}");
+        // The wiped follower came back holding every row (it can only have them by snapshot).
+        assert!(row["catch_up_s"].is_number(), "{row}");
+        let line = format!("| {size} |");
+        assert!(stdout.contains(&line), "{line} missing from\n{stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn api_reports_ask_and_invoke_over_grpc_beside_http() {
+    let out = out_dir("api");
+    let stdout = bench(
+        &["api", "--requests", "5", "--rounds", "2", "--rows", "3"],
+        &out,
     );
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("api.json")).unwrap()).unwrap();

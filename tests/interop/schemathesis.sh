@@ -30,6 +30,9 @@ echo "== schemathesis: $URL/api/openapi.json"
 # With the admin key, so that every operation is reached past its credential check (the
 # admin key is not rate limited). Membership changes are left out: removing the only member
 # is a test of the harness, not of the API.
+# ST_SEED reproduces a run (schemathesis prints its seed at the end).
+seed=()
+if [ -n "${ST_SEED:-}" ]; then seed=(--seed "$ST_SEED"); fi
 status=0
 "$WORK/venv/bin/st" run "$URL/api/openapi.json" \
     --url "$URL" \
@@ -38,6 +41,7 @@ status=0
     --max-examples "${ST_EXAMPLES:-25}" \
     --exclude-path-regex '^/api/cluster/members' \
     --suppress-health-check all \
+    "${seed[@]}" \
     --no-color >"$WORK/st.log" 2>&1 || status=$?
 cat "$WORK/st.log"
 if [ "$status" -ne 0 ]; then

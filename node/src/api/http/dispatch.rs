@@ -8,7 +8,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::openapi::schema::{AnyOfBuilder, ObjectBuilder, Schema, Type};
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use super::error::status;
 use super::{
@@ -16,6 +18,7 @@ use super::{
 };
 use crate::api::base_url;
 use crate::dispatch::InvokeInput;
+use crate::model::receipt::Confirmation;
 use crate::service::dispatch::{self as service, AskAnswer, Contract, Invocation};
 use crate::service::ServiceError;
 
@@ -58,9 +61,46 @@ pub struct InvokeBody {
     body: Option<String>,
 }
 
+/// What `GET /api/dispatch` answers with 200: one of four shapes, by the parameter given.
+/// Documented as `anyOf`, because a contract is an open object (its fields follow the row).
+pub struct DispatchAnswer;
+
+impl PartialSchema for DispatchAnswer {
+    fn schema() -> RefOr<Schema> {
+        let object = |description: &str, required: &[&str]| {
+            let mut object = ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .description(Some(description));
+            for field in required {
+                object = object.required(*field);
+            }
+            object.build()
+        };
+        AnyOfBuilder::new()
+            .description(Some(
+                "`ask`: ranked candidates; `key`: the row's contract; `invoke`: the invocation; \
+                 `confirm`: the confirmation",
+            ))
+            .item(Ref::from_schema_name(AskAnswer::name()))
+            .item(object(
+                "The row's contract (`key`): its fields, how to invoke it, its troubleshooting.",
+                &["key", "invoke"],
+            ))
+            .item(object(
+                "An invocation (`invoke`): `{ok, key, result | error, proof}`.",
+                &["ok", "key", "proof"],
+            ))
+            .item(Ref::from_schema_name(Confirmation::name()))
+            .into()
+    }
+}
+
+impl ToSchema for DispatchAnswer {}
+
 /// Ask, contract, run-now or confirm.
 #[utoipa::path(get, path = "/api/dispatch", params(DispatchQuery, ReadOptions),
-    responses((status = 200, description = "ranked candidates (ask), a contract (key), an invocation (invoke) or a confirmation (confirm)", body = AskAnswer),
+    responses((status = 200, description = "ranked candidates (ask), a contract (key), an invocation (invoke) or a confirmation (confirm)",
+               content((DispatchAnswer = "application/json"), (String = "text/markdown"))),
               (status = 400, description = "not exactly one of ask, key, invoke, confirm"),
               (status = 405, description = "invoke of a row whose risk is write or destructive: POST only; nothing ran"),
               (status = 429, description = "over the rate limit; see Retry-After"),

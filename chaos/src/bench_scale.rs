@@ -1,0 +1,271 @@
+//! `rowcall-bench scale`: how rowcall grows with its catalogue. For each size, a fresh
+//! 3-node cluster is loaded in bulk writes, then measured: ask p50/p99 on a follower, each
+//! node's resident memory, the snapshot's size on disk, and how long a wiped follower takes
+//! to catch up — removed, restarted empty, rejoined, and holding every row again, which it
+//! can only get by snapshot, because the nodes keep no log behind a snapshot.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::bench::machine;
+use crate::bench_reads::{catalogue_row, load, load_rowcall, Read};
+use crate::cluster::{control_client, Cluster, ClusterOptions, SnapshotStorm, ADMIN_KEY};
+use crate::error::ChaosError;
+use crate::report::Latency;
+use crate::rng::Rng;
+
+/// How long a snapshot or a catch-up may take before the bench gives up on it.
+const WAIT_AT_MOST: Duration = Duration::from_secs(300);
+
+/// How to run `scale`.
+#[derive(Debug, Clone)]
+pub struct ScaleOptions {
+    /// The rowcall-node binary.
+    pub node_bin: PathBuf,
+    /// Data folders, logs and `scale.json` go under here.
+    pub out: PathBuf,
+    /// Catalogue sizes, one cluster each.
+    pub sizes: Vec<usize>,
+    /// How long asks run on the follower (one client) per size.
+    pub cell: Duration,
+}
+
+/// The figures of one catalogue size.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleRow {
+    /// Rows loaded.
+    pub rows: usize,
+    /// Seconds from the first bulk write to a follower having applied the last.
+    pub load_s: f64,
+    /// Ask latency on a follower, one client.
+    pub ask: Latency,
+    /// Asks answered per second at one client.
+    pub asks_per_s: f64,
+    /// Resident memory of each node after the load, MiB.
+    pub rss_mib: Vec<f64>,
+    /// The leader's snapshot files on disk after a snapshot of the whole catalogue, bytes.
+    pub snapshot_bytes: Option<u64>,
+    /// Seconds from wiping a follower to it holding every row again.
+    pub catch_up_s: Option<f64>,
+}
+
+/// Everything a `scale` run measured.
+#[derive(Debug, Serialize)]
+pub struct ScaleReport {
+    /// Where it ran.
+    pub machine: Value,
+    /// How it ran.
+    pub settings: Value,
+    /// One row per catalogue size.
+    pub rows: Vec<ScaleRow>,
+}
+
+/// Resident memory of process `pid`, MiB (Linux `/proc`).
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Bytes in the files of `dir` (not recursive); `None` when it has none.
+fn bytes_in(dir: &Path) -> Option<u64> {
+    let total: u64 = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum();
+    (total > 0).then_some(total)
+}
+
+/// Rows node `url` holds, as its counts say.
+async fn rows_on(url: &str) -> Option<u64> {
+    let counts: Value = control_client()
+        .get(format!("{url}/api/directory/counts"))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    counts["rows_total"].as_u64()
+}
+
+/// Asks node `id` for a snapshot now and waits until its status reports a snapshot at the
+/// index it had applied; then returns the size of its snapshot files in `dir` (`None` when
+/// it keeps its snapshot elsewhere, or the snapshot never came).
+async fn snapshot_size(cluster: &Cluster, id: u64, dir: &Path) -> Result<Option<u64>, ChaosError> {
+    let index = |status: Option<Value>, field: &str| status.and_then(|s| s[field].as_u64());
+    let Some(applied) = index(cluster.status(id).await, "last_applied") else {
+        return Ok(None);
+    };
+    control_client()
+        .post(format!("{}/api/cluster/snapshot", cluster.node(id).url()))
+        .header("x-terminal-key", ADMIN_KEY)
+        .send()
+        .await
+        .map_err(|e| ChaosError::Setup {
+            what: "a snapshot".into(),
+            detail: e.to_string(),
+        })?;
+    let deadline = Instant::now() + WAIT_AT_MOST;
+    while Instant::now() < deadline {
+        if index(cluster.status(id).await, "snapshot_index").is_some_and(|i| i >= applied) {
+            return Ok(bytes_in(dir));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(None)
+}
+
+/// Measures one catalogue size on a fresh cluster.
+async fn one_size(options: &ScaleOptions, rows: usize) -> Result<ScaleRow, ChaosError> {
+    let mut rng = Rng::new(rows as u64);
+    let catalogue: Vec<Value> = (0..rows).map(|i| catalogue_row(i, &mut rng)).collect();
+    let mut cluster = Cluster::start(&ClusterOptions {
+        bin: options.node_bin.clone(),
+        nodes: 3,
+        root: options.out.join(format!("rows-{rows}")),
+        proxies: false,
+        snapshot_every: 5_000,
+        seed: 1,
+        tls: false,
+    })
+    .await?;
+    // No log kept behind a snapshot, so a node that comes back empty needs one; the nodes
+    // take the setting at their next start.
+    cluster.set_snapshot_storm(SnapshotStorm {
+        every: 5_000,
+        keep: 0,
+    });
+    for id in cluster.ids() {
+        cluster.terminate(id).await?;
+        cluster.restart(id).await?;
+    }
+    let no_leader = || ChaosError::Setup {
+        what: format!("the {rows}-row cluster"),
+        detail: "no leader within 10 s".into(),
+    };
+    let leader = cluster
+        .await_leader(Duration::from_secs(10))
+        .await
+        .ok_or_else(no_leader)?;
+    let follower = cluster
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader)
+        .ok_or_else(no_leader)?;
+
+    let started = Instant::now();
+    load_rowcall(&cluster, leader, follower, &catalogue).await?;
+    let load_s = started.elapsed().as_secs_f64();
+    let url = cluster.node(follower).url();
+    load(&url, Read::Ask, rows, 1, Duration::from_millis(500)).await?;
+    let asks = load(&url, Read::Ask, rows, 1, options.cell).await?;
+    let rss_mib = cluster
+        .ids()
+        .into_iter()
+        .filter_map(|id| rss_mib(cluster.node(id).pid()?))
+        .collect();
+
+    let snapshots = cluster.node(leader).data.join("snapshots");
+    let snapshot_bytes = snapshot_size(&cluster, leader, &snapshots).await?;
+    // Every row the follower held, the shared rows the cluster wrote at start included.
+    let expected = rows_on(&url).await.unwrap_or(rows as u64);
+    let wiped = Instant::now();
+    cluster.wipe_and_rejoin(follower).await?;
+    let mut catch_up_s = None;
+    while wiped.elapsed() < WAIT_AT_MOST {
+        if rows_on(&url).await == Some(expected) {
+            catch_up_s = Some(wiped.elapsed().as_secs_f64());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(ScaleRow {
+        rows,
+        load_s,
+        asks_per_s: asks.per_s(),
+        ask: Latency::of(asks.latencies_us),
+        rss_mib,
+        snapshot_bytes,
+        catch_up_s,
+    })
+}
+
+/// Runs the `scale` benchmark: one cluster per size, one after the other; prints the table
+/// and writes `scale.json` under `options.out`.
+pub async fn scale(options: &ScaleOptions) -> Result<ScaleReport, ChaosError> {
+    std::fs::create_dir_all(&options.out)
+        .map_err(|e| ChaosError::io(format!("create {}", options.out.display()), e))?;
+    let machine = machine();
+    let mut rows = Vec::new();
+    for &size in &options.sizes {
+        rows.push(one_size(options, size).await?);
+        eprintln!("{size} rows done");
+    }
+    let report = ScaleReport {
+        machine,
+        settings: json!({
+            "sizes": options.sizes,
+            "ask_seconds": options.cell.as_secs_f64(),
+            "load": "bulk writes of 100 rows to the leader, until a follower applied the last",
+            "asks": "one client on a follower, three vocabulary words each",
+            "catch_up": "a follower wiped, removed, restarted empty and rejoined, until it holds every row; no log is kept behind snapshots",
+            "node_bin": options.node_bin.display().to_string(),
+        }),
+        rows,
+    };
+    let path = options.out.join("scale.json");
+    let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+    std::fs::write(&path, text)
+        .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
+    println!("{}", table(&report));
+    println!("JSON: {}", path.display());
+    Ok(report)
+}
+
+/// The report as a Markdown table, machine details on top.
+pub fn table(report: &ScaleReport) -> String {
+    let m = &report.machine;
+    let mut out = format!(
+        "scale, {} UTC, {} ({} cores, {} GiB, kernel {}), load average at start {}\n\
+         3 nodes per size, asks on a follower at one client for {} s\n\n",
+        m["date_utc"].as_str().unwrap_or("?"),
+        m["cpu"].as_str().unwrap_or("?"),
+        m["cores"],
+        m["memory_gib"],
+        m["kernel"].as_str().unwrap_or("?"),
+        m["load_average"].as_str().unwrap_or("?"),
+        report.settings["ask_seconds"],
+    );
+    out.push_str(
+        "| rows | bulk load s | ask p50 ms | ask p99 ms | asks/s | RSS MiB per node \
+         | snapshot MiB | catch-up s |\n|---:|---:|---:|---:|---:|---|---:|---:|\n",
+    );
+    for row in &report.rows {
+        let rss: Vec<String> = row.rss_mib.iter().map(|r| format!("{r:.0}")).collect();
+        out.push_str(&format!(
+            "| {} | {:.1} | {:.2} | {:.2} | {:.0} | {} | {} | {} |\n",
+            row.rows,
+            row.load_s,
+            row.ask.p50_ms,
+            row.ask.p99_ms,
+            row.asks_per_s,
+            rss.join(" / "),
+            row.snapshot_bytes
+                .map_or("–".into(), |b| format!("{:.1}", b as f64 / 1048576.0)),
+            row.catch_up_s.map_or("–".into(), |s| format!("{s:.1}")),
+        ));
+    }
+    out
+}
