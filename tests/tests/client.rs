@@ -375,7 +375,7 @@ async fn a_read_is_hedged_past_a_node_that_never_answers() {
 async fn a_cut_off_node_says_behind_at_once_over_grpc_and_the_client_moves_on() {
     // A node waits this long for a min-index it has not applied: far beyond the clients'
     // timeouts, so an answer that comes at all came without the wait.
-    let mut cluster = Cluster::start_with(3, 0, |config| {
+    let cluster = Cluster::start_with(3, 0, |config| {
         config.limits.min_index_wait_ms = 120_000;
     })
     .await;
