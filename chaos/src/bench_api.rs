@@ -198,12 +198,7 @@ pub async fn api(options: &ApiOptions) -> Result<ApiReport, ChaosError> {
         }),
         rows,
     };
-    let path = options.out.join("api.json");
-    let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-    std::fs::write(&path, text)
-        .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
-    println!("{}", table(&report));
-    println!("JSON: {}", path.display());
+    crate::bench::publish(&options.out.join("api.json"), &report, &table(&report))?;
     Ok(report)
 }
 

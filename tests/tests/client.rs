@@ -336,37 +336,45 @@ fn recorder() -> (
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_read_is_hedged_past_a_node_that_never_answers() {
+/// A one-node cluster holding the row `key`, and a paused node: a listener that accepts
+/// connections and never answers. Returns the cluster, the write's index, the listener (keep
+/// it while the test runs) and its address.
+async fn live_and_silent(key: &str) -> (Cluster, u64, std::net::TcpListener, String) {
     let cluster = Cluster::start(1, 0).await;
     let written = client(&cluster, &[1])
-        .put(row_input(row("HEDGE_ME", "Answered by the second node")).unwrap())
+        .put(row_input(row(key, "Answered by the live node")).unwrap())
         .await
         .unwrap();
-    // A paused node: it accepts connections and never answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_at = silent.local_addr().unwrap().to_string();
+    (cluster, written.index, silent, silent_at)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_is_hedged_past_a_node_that_never_answers() {
+    let (cluster, index, silent, silent_at) = live_and_silent("HEDGE_ME").await;
     let (attempts, observer) = recorder();
-    // Without the hedge the read waits for the silent node until the deadline and fails.
+    // Without the hedge the read waits on the silent node until its connection's keep-alive
+    // gives up, and then tries the live one: two attempts.
     let hedged = Client::builder()
         .nodes([format!("http://{silent_at}"), grpc(&cluster, 1)])
         .read_timeout(Duration::from_secs(20))
         .deadline(Duration::from_secs(20))
         .hedge_after(Some(Duration::from_millis(50)))
-        .session_index(written.index)
+        .session_index(index)
         .on_attempt(observer)
         .build()
         .unwrap();
     let row = hedged.get("HEDGE_ME").await.unwrap();
-    assert_eq!(row.version, written.index);
+    assert_eq!(row.version, index);
     let attempts = attempts.lock().unwrap().clone();
     // The answer came from the live node, under the session's min-index; the silent node's
     // attempt was cancelled, not reported as an answer or a failure.
     assert_eq!(attempts.len(), 1, "{attempts:?}");
     assert_eq!(attempts[0].node, cluster.member(1).grpc.to_string());
-    assert_eq!(attempts[0].min_index, written.index);
+    assert_eq!(attempts[0].min_index, index);
     assert!(attempts[0].failure.is_none(), "{attempts:?}");
-    assert!(attempts[0].index >= Some(written.index), "{attempts:?}");
+    assert!(attempts[0].index >= Some(index), "{attempts:?}");
     drop(silent);
     cluster.shutdown().await;
 }
@@ -446,13 +454,7 @@ async fn a_cut_off_node_says_behind_at_once_over_grpc_and_the_client_moves_on() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_that_left_a_call_unanswered_is_tried_last_by_the_next() {
-    let cluster = Cluster::start(1, 0).await;
-    let written = client(&cluster, &[1])
-        .put(row_input(row("TRY_LAST", "Answered by the live node")).unwrap())
-        .await
-        .unwrap();
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let silent_at = silent.local_addr().unwrap().to_string();
+    let (cluster, index, silent, silent_at) = live_and_silent("TRY_LAST").await;
     let (attempts, observer) = recorder();
     // No hedge, and a read timeout beyond the deadline: a read that starts on the silent
     // node fails.
@@ -462,7 +464,7 @@ async fn a_node_that_left_a_call_unanswered_is_tried_last_by_the_next() {
         .invoke_timeout(Duration::from_millis(300))
         .deadline(Duration::from_secs(20))
         .hedge_after(None)
-        .session_index(written.index)
+        .session_index(index)
         .on_attempt(observer)
         .build()
         .unwrap();
@@ -474,7 +476,7 @@ async fn a_node_that_left_a_call_unanswered_is_tried_last_by_the_next() {
         "{unanswered}"
     );
     let row = session.get("TRY_LAST").await.unwrap();
-    assert_eq!(row.version, written.index);
+    assert_eq!(row.version, index);
     let attempts = attempts.lock().unwrap().clone();
     let nodes: Vec<&str> = attempts.iter().map(|a| a.node.as_str()).collect();
     let live = cluster.member(1).grpc.to_string();
