@@ -895,7 +895,9 @@ impl Session {
 fn grpc_error(rejection: &Rejection) -> String {
     match rejection.status {
         _ if rejection.from_rowcall() => format!("grpc_{:?}:{}", rejection.status, rejection.code),
+        // The client's own timer, or tonic's for the request's grpc-timeout.
         Code::DeadlineExceeded => "timeout".into(),
+        Code::Cancelled if rejection.message.contains("Timeout expired") => "timeout".into(),
         Code::Unavailable if rejection.message.to_ascii_lowercase().contains("connect") => {
             "connect".into()
         }
