@@ -150,6 +150,10 @@ pub enum Command {
     Put {
         /// The file; `-` or nothing reads stdin.
         file: Option<PathBuf>,
+        /// Write many rows in writes of at most this many rows, each atomic on its own
+        /// (one write is at most the cluster's `raft.max_entry_bytes`, 512 KiB by default).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        batch: Option<u64>,
     },
     /// Delete a row; its receipts stay (admin key).
     Rm {
@@ -416,11 +420,22 @@ async fn run(cli: Cli, out: &mut Out<'_>) -> anyhow::Result<u8> {
             cursor,
             all,
         } => ls(&client, out, category.as_deref(), limit, cursor, all).await?,
-        Command::Put { file } => {
+        Command::Put { file, batch } => {
             let rows = read_rows(file.as_ref())?;
-            let written = match rows {
-                Rows::One(row) => client.put(*row).await?,
-                Rows::Many(rows) => client.put_many(rows).await?,
+            let written = match (rows, batch) {
+                (Rows::One(row), _) => client.put(*row).await?,
+                (Rows::Many(rows), None) => client.put_many(rows).await?,
+                (Rows::Many(rows), Some(batch)) => {
+                    // Each write is atomic; a failure stops at the first write it hits, and
+                    // the writes before it stay.
+                    let mut written = crate::proto::PutRowsResponse::default();
+                    for chunk in rows.chunks(usize::try_from(batch).unwrap_or(usize::MAX)) {
+                        let part = client.put_many(chunk.to_vec()).await?;
+                        written.rows.extend(part.rows);
+                        written.index = written.index.max(part.index);
+                    }
+                    written
+                }
             };
             out.emit(
                 || render::put_json(&written),

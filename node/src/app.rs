@@ -108,6 +108,13 @@ impl App {
     /// [`App::write`] of a request that carries its id (a client's `Idempotency-Key`).
     pub async fn submit(&self, request: Request, timeout: Duration) -> Result<Written, WriteError> {
         let name = request.command.name();
+        // Refused before anything is proposed: an entry too large to replicate within one
+        // AppendEntries bound would time out on every follower and cost the leader its term.
+        let bytes = request.command.entry_bytes();
+        let limit = self.config.raft.max_entry_bytes;
+        if bytes > limit {
+            return Err(WriteError::TooLarge { bytes, limit });
+        }
         let started = Instant::now();
         let outcome = self.route_write(request, started + timeout).await;
         metrics::histogram!(crate::metrics::WRITE_SECONDS, "op" => name)

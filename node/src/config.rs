@@ -434,6 +434,10 @@ pub struct RaftConfig {
     pub snapshot_every: u64,
     /// Entries kept in the log behind a snapshot, for lagging followers.
     pub keep_after_snapshot: u64,
+    /// Largest write, as one Raft entry (a bulk write, or writes the leader batches
+    /// together): an entry must reach the followers within one AppendEntries bound (the
+    /// heartbeat), so a larger bulk write gets 413 and asks to be split.
+    pub max_entry_bytes: usize,
 }
 
 impl Default for RaftConfig {
@@ -444,6 +448,7 @@ impl Default for RaftConfig {
             election_timeout_max_ms: 800,
             snapshot_every: 5_000,
             keep_after_snapshot: 1_000,
+            max_entry_bytes: 512 * 1024,
         }
     }
 }

@@ -248,7 +248,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         node_id: node.id,
         identity,
         raft: raft.clone(),
-        batcher: crate::raft::batch::Batcher::start(raft.clone()),
+        batcher: crate::raft::batch::Batcher::start(raft.clone(), config.raft.max_entry_bytes),
         catalogue,
         receipts,
         outbox,

@@ -552,3 +552,67 @@ async fn bad_input_over_grpc_gets_the_answers_http_gives() {
         (tonic::Code::NotFound, "not_found")
     );
 }
+
+#[tokio::test]
+async fn a_write_too_large_for_one_raft_entry_gets_413_and_writes_nothing() {
+    use rowcall_client::{row_input, Client};
+    const ENTRY: usize = 16 * 1024;
+    let node = start_with(false, |config| config.raft.max_entry_bytes = ENTRY).await;
+    let row = |i: usize| {
+        json!({"key": format!("BULK_{i}"), "type": "static", "auth": "public",
+               "content": format!("# WHAT: bulk row {i}\n\n{}", "x".repeat(200))})
+    };
+    let before = counts(&node).await;
+
+    // Over the limit: refused whole, before anything is proposed, with a hint to split.
+    let too_many: Vec<Value> = (0..200).map(row).collect();
+    let refused = expect_error(
+        &node,
+        node.http
+            .post(format!("{}/api/directory", node.url))
+            .bearer_auth(ADMIN)
+            .json(&too_many),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "write_too_large",
+    )
+    .await;
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&ENTRY.to_string()),
+        "{refused}"
+    );
+    assert_eq!(counts(&node).await, before);
+
+    // The same over gRPC: the code a client retries never (resource exhausted), nothing written.
+    let grpc = format!("http://{}", node.handle.grpc_addr);
+    let admin = Client::builder()
+        .node(&grpc)
+        .credential(ADMIN)
+        .build()
+        .unwrap();
+    let rows = too_many
+        .iter()
+        .map(|r| row_input(r.clone()).unwrap())
+        .collect();
+    let status = grpc_error(admin.put_many(rows).await.unwrap_err()).0;
+    assert_eq!(status, tonic::Code::ResourceExhausted);
+    assert_eq!(counts(&node).await, before);
+
+    // Split into writes under the limit, the same rows go in.
+    for chunk in too_many.chunks(40) {
+        let written: Value = node
+            .http
+            .post(format!("{}/api/directory", node.url))
+            .bearer_auth(ADMIN)
+            .json(&chunk)
+            .fetch()
+            .await;
+        assert_eq!(written["count"], chunk.len(), "{written}");
+    }
+    assert_eq!(
+        counts(&node).await["rows_total"].as_u64().unwrap(),
+        before["rows_total"].as_u64().unwrap() + 200
+    );
+}

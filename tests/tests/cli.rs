@@ -139,6 +139,26 @@ async fn directory_subcommands_print_text_and_json_with_their_exit_codes() {
     let put = ok(rowcall(&node, &["--json", "put", many.to_str().unwrap()]).await).json();
     assert_eq!(put["rows"].as_array().unwrap().len(), 2);
     assert_eq!(put["rows"][0]["version"], put["index"]);
+    // --batch splits a file into writes of that many rows: three rows, three writes.
+    let three = dir.path().join("three.json");
+    std::fs::write(
+        &three,
+        r##"[{"key": "CLI_C", "type": "static", "category": "Batch", "content": "# WHAT: c\n"},
+            {"key": "CLI_D", "type": "static", "category": "Batch", "content": "# WHAT: d\n"},
+            {"key": "CLI_E", "type": "static", "category": "Batch", "content": "# WHAT: e\n"}]"##,
+    )
+    .unwrap();
+    let args = ["--json", "put", "--batch", "1", three.to_str().unwrap()];
+    let batched = ok(rowcall(&node, &args).await).json();
+    let versions: Vec<u64> = batched["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions.len(), 3, "{batched}");
+    assert!(versions.windows(2).all(|w| w[0] < w[1]), "{batched}");
+    assert_eq!(batched["index"], versions[2], "{batched}");
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, r#"{"key": "lower", "type": "static"}"#).unwrap();
     let refused = rowcall(&node, &["put", bad.to_str().unwrap()]).await;

@@ -8,7 +8,8 @@
 //! receive many entries per AppendEntries; the leader's append was the serial step.
 //!
 //! The batcher sits in front of `client_write`. A write joins a queue; the batcher takes
-//! everything queued (up to [`MAX_WRITES`] writes and [`MAX_ROWS`] rows) as one
+//! everything queued (up to [`MAX_WRITES`] writes, [`MAX_ROWS`] rows and the entry size
+//! limit, `raft.max_entry_bytes`) as one
 //! [`Command::Batch`] and proposes it, with at most [`IN_FLIGHT`] batches proposed at a
 //! time, so while those commit the next batch fills. An idle node proposes a lone write at
 //! once and as it is (no batch entry, no wait). Each caller gets its own write's result.
@@ -42,6 +43,8 @@ pub type Outcome =
 /// A write waiting for a batch.
 struct Pending {
     request: Request,
+    /// Its size as an entry.
+    bytes: usize,
     reply: oneshot::Sender<Outcome>,
 }
 
@@ -62,10 +65,11 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the batching task (it ends when every `Batcher` clone is dropped).
-    pub fn start(raft: Raft) -> Batcher {
+    /// Starts the batching task (it ends when every `Batcher` clone is dropped); a batch
+    /// entry holds at most `max_bytes` of writes.
+    pub fn start(raft: Raft, max_bytes: usize) -> Batcher {
         let (queue, waiting) = mpsc::unbounded_channel();
-        tokio::spawn(run(raft.clone(), waiting));
+        tokio::spawn(run(raft.clone(), waiting, max_bytes));
         Batcher { raft, queue }
     }
 
@@ -76,7 +80,16 @@ impl Batcher {
             return self.raft.client_write(request).await;
         }
         let (reply, answer) = oneshot::channel();
-        if self.queue.send(Pending { request, reply }).is_err() {
+        let bytes = request.command.entry_bytes();
+        if self
+            .queue
+            .send(Pending {
+                request,
+                bytes,
+                reply,
+            })
+            .is_err()
+        {
             return Err(RaftError::Fatal(Fatal::Stopped));
         }
         answer
@@ -86,7 +99,7 @@ impl Batcher {
 }
 
 /// Takes queued writes into batches and proposes them, [`IN_FLIGHT`] at a time.
-async fn run(raft: Raft, mut waiting: mpsc::UnboundedReceiver<Pending>) {
+async fn run(raft: Raft, mut waiting: mpsc::UnboundedReceiver<Pending>, max_bytes: usize) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut carried: Option<Pending> = None;
     loop {
@@ -101,6 +114,7 @@ async fn run(raft: Raft, mut waiting: mpsc::UnboundedReceiver<Pending>) {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
+        let mut bytes = first.bytes;
         let mut batch = vec![first];
         let mut rows: HashSet<String> = HashSet::new();
         let mut row_count = 0;
@@ -116,12 +130,13 @@ async fn run(raft: Raft, mut waiting: mpsc::UnboundedReceiver<Pending>) {
                 continue;
             }
             let keys = rows_of(&next.request).unwrap_or_default();
-            let fits = row_count + keys.len() <= MAX_ROWS;
+            let fits = row_count + keys.len() <= MAX_ROWS && bytes + next.bytes <= max_bytes;
             if !fits || keys.iter().any(|k| rows.contains(*k)) {
                 carried = Some(next);
                 break;
             }
             row_count += keys.len();
+            bytes += next.bytes;
             rows.extend(keys.into_iter().map(str::to_owned));
             batch.push(next);
         }
@@ -137,7 +152,7 @@ async fn run(raft: Raft, mut waiting: mpsc::UnboundedReceiver<Pending>) {
 async fn propose(raft: &Raft, mut batch: Vec<Pending>) {
     metrics::histogram!(crate::metrics::WRITE_BATCH_SIZE).record(batch.len() as f64);
     if batch.len() == 1 {
-        let Pending { request, reply } = batch.remove(0);
+        let Pending { request, reply, .. } = batch.remove(0);
         let _ = reply.send(raft.client_write(request).await);
         return;
     }

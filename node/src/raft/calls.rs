@@ -36,6 +36,14 @@ pub enum WriteError {
         /// The leader, if known.
         leader: Option<NodeId>,
     },
+    /// Too large for one Raft entry; nothing was proposed.
+    #[error("the write is {bytes} bytes, over the limit of {limit} bytes for one write (raft.max_entry_bytes)")]
+    TooLarge {
+        /// Its size as an entry.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// Raft stopped: the node is shutting down or storage failed.
     #[error("raft stopped: {0}")]
     Fatal(String),

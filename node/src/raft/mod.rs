@@ -227,6 +227,11 @@ pub enum Command {
 }
 
 impl Command {
+    /// Its size as a Raft entry's payload (entries travel and are stored as JSON).
+    pub fn entry_bytes(&self) -> usize {
+        serde_json::to_vec(self).map_or(usize::MAX, |bytes| bytes.len())
+    }
+
     /// A short name for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {

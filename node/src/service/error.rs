@@ -307,6 +307,7 @@ impl ServiceError {
             Self::Write(WriteError::Unavailable { .. }) => (S::Unavailable, "no_quorum", "the cluster has no quorum right now; retry after the Retry-After delay"),
             Self::Write(WriteError::NotLeader { .. }) => (S::Unavailable, "no_leader", "the cluster is electing a leader; retry shortly"),
             Self::Write(WriteError::Refused { .. }) => (S::Invalid, "refused_by_leader", "the leader checks every forwarded write again: fix what the message names (a node clock far off, or nodes of different versions)"),
+            Self::Write(WriteError::TooLarge { .. }) => (S::TooLarge, "write_too_large", "split the array into writes of fewer rows (each is atomic on its own), or raise raft.max_entry_bytes with care: an entry must replicate within one heartbeat"),
             Self::Write(WriteError::OutcomeUnknown { .. }) => (S::GatewayTimeout, "outcome_unknown", "the write may or may not have taken effect: retry it with the header Idempotency-Key set to request_id, and a repeat is answered with the first attempt's outcome"),
             Self::RequestIdReused { .. } => (S::Invalid, "idempotency_key_reused", "use a fresh Idempotency-Key for each distinct write, the same one only for retries of it"),
             Self::Write(WriteError::Fatal(_)) => (S::Unavailable, "shutting_down", "this node is stopping; use another node"),
