@@ -8,7 +8,7 @@
 //! etcd: `POST /v3/kv/put` (its JSON gateway) of a new key with a value of the same size.
 //! Both sync to disk before answering (rowcall's default `fdatasync`, etcd's WAL fsync).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -345,12 +345,7 @@ pub async fn writes(options: &WritesOptions) -> Result<WritesReport, ChaosError>
         etcd_skipped,
         rows,
     };
-    let path = options.out.join("writes.json");
-    let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-    std::fs::write(&path, text)
-        .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
-    println!("{}", table(&report));
-    println!("JSON: {}", path.display());
+    publish(&options.out.join("writes.json"), &report, &table(&report))?;
     Ok(report)
 }
 
@@ -447,6 +442,16 @@ async fn leader_syncs(url: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix("rowcall_store_syncs_total "))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// Writes a bench's report as JSON to `path` and prints its table and where the JSON is.
+pub(crate) fn publish(path: &Path, report: &impl Serialize, table: &str) -> Result<(), ChaosError> {
+    let text = serde_json::to_string_pretty(report).unwrap_or_default();
+    std::fs::write(path, text)
+        .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
+    println!("{table}");
+    println!("JSON: {}", path.display());
+    Ok(())
 }
 
 /// The machine a run is on, for the top of the report.

@@ -288,12 +288,7 @@ pub async fn four_step_loop(options: &LoopOptions) -> Result<LoopReport, ChaosEr
         errors,
         rows,
     };
-    let path = options.out.join("loop.json");
-    let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-    std::fs::write(&path, text)
-        .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
-    println!("{}", table(&report));
-    println!("JSON: {}", path.display());
+    crate::bench::publish(&options.out.join("loop.json"), &report, &table(&report))?;
     Ok(report)
 }
 

@@ -1,5 +1,6 @@
 //! `rowcall-bench`: performance measurements of a real rowcall cluster beside etcd on the
-//! same machine, every figure of a table from one run.
+//! same machine, and of its protocols beside each other, every figure of a table from one
+//! run.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use rowcall_chaos::bench::{self, WritesOptions};
+use rowcall_chaos::bench_api::{self, ApiOptions};
 use rowcall_chaos::bench_loop::{self, LoopOptions};
 use rowcall_chaos::bench_reads::{self, ReadsOptions};
 use rowcall_chaos::bench_scale::{self, ScaleOptions};
@@ -116,6 +118,25 @@ enum Bench {
         /// Seconds of asks per size.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+    },
+    /// Ask and invoke latency (p50, p99) over gRPC through the rowcall-client library beside
+    /// HTTP, on the same node, one client each, rounds interleaved.
+    Api {
+        /// Output folder: api.json, the node's data folder and log.
+        #[arg(long)]
+        out: PathBuf,
+        /// Requests per operation and protocol in each round.
+        #[arg(long, default_value_t = 2000)]
+        requests: usize,
+        /// Interleaved rounds; each figure pools its measurements over the rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Rows seeded before measuring (each ask looks for one of them).
+        #[arg(long, default_value_t = 200)]
+        rows: usize,
         /// The rowcall-node binary [default: next to this executable].
         #[arg(long)]
         node_bin: Option<PathBuf>,
@@ -240,6 +261,26 @@ async fn main() -> anyhow::Result<ExitCode> {
                     rounds,
                 };
                 bench_tls::tls(&options).await?;
+            }
+            Bench::Api {
+                out,
+                requests,
+                rounds,
+                rows,
+                node_bin,
+            } => {
+                anyhow::ensure!(
+                    requests > 0 && rounds > 0,
+                    "--requests and --rounds must be positive"
+                );
+                let options = ApiOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    out,
+                    requests,
+                    rounds,
+                    rows,
+                };
+                bench_api::api(&options).await?;
             }
         }
         anyhow::Ok(())

@@ -428,12 +428,7 @@ pub async fn reads(options: &ReadsOptions) -> Result<ReadsReport, ChaosError> {
         etcd_skipped,
         rows,
     };
-    let path = options.out.join("reads.json");
-    let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-    std::fs::write(&path, text)
-        .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
-    println!("{}", table(&report));
-    println!("JSON: {}", path.display());
+    crate::bench::publish(&options.out.join("reads.json"), &report, &table(&report))?;
     Ok(report)
 }
 

@@ -323,12 +323,7 @@ pub async fn tls(options: &TlsOptions) -> Result<TlsReport, ChaosError> {
         }),
         rows,
     };
-    let path = options.out.join("tls.json");
-    let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-    std::fs::write(&path, text)
-        .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
-    println!("{}", table(&report));
-    println!("JSON: {}", path.display());
+    crate::bench::publish(&options.out.join("tls.json"), &report, &table(&report))?;
     Ok(report)
 }
 

@@ -468,7 +468,7 @@ fn session(events: &[&Event], known: &mut Known, verdict: &mut Verdict) {
     for e in events {
         if let (Op::Invoke { key, own: true }, Outcome::Failed { error, .. }) = (&e.op, &e.outcome)
         {
-            if error.starts_with("http_404")
+            if (error.starts_with("http_404") || error.starts_with("grpc_NotFound"))
                 && own(rows, key, e.session).and_then(Truth::must_exist) == Some(true)
             {
                 verdict.invoke_stale += 1;

@@ -336,6 +336,11 @@ impl Cluster {
         self.nodes.iter().map(Node::url).collect()
     }
 
+    /// Every node's gRPC address (`host:port`: the public API beside Raft), by index.
+    pub fn grpc_addrs(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.grpc.to_string()).collect()
+    }
+
     /// Node ids.
     pub fn ids(&self) -> Vec<u64> {
         self.nodes.iter().map(|n| n.id).collect()

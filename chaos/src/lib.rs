@@ -22,6 +22,7 @@
 //! fault windows (the baseline), so the report gives the gain as a ratio from one run.
 
 pub mod bench;
+pub mod bench_api;
 pub mod bench_loop;
 pub mod bench_reads;
 pub mod bench_scale;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use rowcall_chaos::workload::Via;
 use rowcall_chaos::RunOptions;
 
 /// Starts a real rowcall cluster, drives a workload against every node while faults are
@@ -55,6 +56,10 @@ struct Flags {
     /// Peers talk mutual TLS (certificates made for the run) and show a cluster secret.
     #[arg(long)]
     tls: bool,
+    /// How sessions reach the nodes: the rowcall-client library over gRPC (hedged reads,
+    /// failover, leader hints), or raw HTTP with the harness's own failover.
+    #[arg(long, value_enum, default_value_t = Via::Client)]
+    via: Via,
 }
 
 #[tokio::main]
@@ -74,6 +79,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         snapshot_every: flags.snapshot_every,
         slo: Duration::from_millis(flags.slo_ms.max(1)),
         tls: flags.tls,
+        via: flags.via,
     };
     // Ctrl-C drops the run, and with it every node process (the cluster's Drop kills them).
     let passed = tokio::select! {

@@ -20,6 +20,7 @@ use serde::Serialize;
 use crate::check::Verdict;
 use crate::faults::FaultWindow;
 use crate::history::{Class, Event, FinalState, Op};
+use crate::workload::Via;
 
 /// Share of each class's operations that must have succeeded (acknowledged writes, receipts
 /// given, reads answered) for a run to count as evidence. Low enough for the single-node
@@ -496,6 +497,8 @@ pub struct Report {
     pub rate: f64,
     /// An operation answered later than this counts as unavailable.
     pub slo_ms: u64,
+    /// How sessions reached the nodes: `client` (the client library over gRPC) or `http`.
+    pub via: &'static str,
     /// The cluster run.
     #[serde(flatten)]
     pub cluster: RunReport,
@@ -537,9 +540,18 @@ impl Report {
             sessions,
             rate,
             slo_ms,
+            via: Via::default().name(),
             cluster,
             baseline,
             gain,
+        }
+    }
+
+    /// The same report, saying sessions reached the nodes `via`.
+    pub fn via(self, via: Via) -> Self {
+        Self {
+            via: via.name(),
+            ..self
         }
     }
 
@@ -554,8 +566,8 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "rowcall-chaos  scenario {}  nodes {}  {:.0} s  {} sessions at {:.0} ops/s  SLO {} ms  seed {}",
-            self.scenario, c.nodes, c.duration_s, self.sessions, self.rate, self.slo_ms, self.seed
+            "rowcall-chaos  scenario {}  nodes {}  {:.0} s  {} sessions via {} at {:.0} ops/s  SLO {} ms  seed {}",
+            self.scenario, c.nodes, c.duration_s, self.sessions, self.via, self.rate, self.slo_ms, self.seed
         );
         let _ = writeln!(
             s,

@@ -17,7 +17,7 @@ use crate::faults::{self, FaultWindow, Scenario, Schedule};
 use crate::history::{Event, FinalState};
 use crate::report::{run_report, Plan, Report};
 use crate::settle;
-use crate::workload::{self, Progress, Target, WorkloadOptions};
+use crate::workload::{self, Progress, Target, Via, WorkloadOptions};
 
 /// Everything a run needs.
 #[derive(Debug, Clone)]
@@ -48,6 +48,8 @@ pub struct RunOptions {
     pub slo: Duration,
     /// Peers authenticate each other (mutual TLS and a cluster secret).
     pub tls: bool,
+    /// How the sessions reach the nodes.
+    pub via: Via,
 }
 
 /// What drives a run's faults.
@@ -164,6 +166,7 @@ async fn run_one(
     std::fs::create_dir_all(out)
         .map_err(|e| ChaosError::io(format!("create {}", out.display()), e))?;
     let workload = WorkloadOptions {
+        via: options.via,
         sessions: options.sessions,
         rate: options.rate,
         duration: options.duration,
@@ -180,13 +183,14 @@ async fn run_one(
         tls: options.tls,
     };
     eprintln!(
-        "== {}: {} nodes{}, {} s, {} sessions at {} ops/s (logs under {})",
+        "== {}: {} nodes{}, {} s, {} sessions at {} ops/s via {} (logs under {})",
         scenario.name,
         options.nodes,
         if options.tls { " (peer mTLS)" } else { "" },
         options.duration.as_secs(),
         options.sessions,
         options.rate,
+        options.via.name(),
         cluster_options.root.display()
     );
     let schedule = schedule(options.duration, options.period);
@@ -250,7 +254,8 @@ async fn run_one(
         options.slo.as_millis() as u64,
         cluster,
         baseline,
-    );
+    )
+    .via(options.via);
     write(
         &out.join("report.json"),
         serde_json::to_vec_pretty(&report)?,
@@ -290,6 +295,7 @@ async fn drive(
     let epoch = Instant::now();
     let target = Target {
         urls: cluster.urls(),
+        grpc: cluster.grpc_addrs(),
         ids: cluster.ids(),
         incarnations: cluster.incarnations.clone(),
         epoch,

@@ -2,19 +2,29 @@
 //! asks, reads contracts and rows, invokes, confirms its receipts, and inserts, updates
 //! and deletes its own rows, recording every request as an [`Event`].
 //!
-//! A session talks to one node at a time. It moves to another node now and then, and
-//! always after a failure (as a client library with a list of nodes would). It carries the
-//! highest `x-rowcall-index` it has seen as `x-rowcall-min-index` to any node that has not
-//! yet answered it with an index at least that high (read-your-writes across nodes); to a
-//! node that has, it sends none, relying on §3.1's same-node promise.
+//! Sessions speak one of two ways ([`Via`]):
+//!
+//! - `client` (the default): each session is a `rowcall-client` [`Client`] over gRPC, which
+//!   picks the nodes, hedges slow reads, fails over, follows leader hints, retries writes
+//!   under one idempotency key, and sends the session's highest index on every call. Its
+//!   attempt observer tells the history which node answered each attempt and with what.
+//! - `http`: raw HTTP, the failover hand-written here. A session talks to one node at a
+//!   time, moves to another now and then and always after a failure. It carries the highest
+//!   `x-rowcall-index` it has seen as `x-rowcall-min-index` to any node that has not yet
+//!   answered it with an index at least that high (read-your-writes across nodes); to a node
+//!   that has, it sends none, relying on §3.1's same-node promise.
+//!
+//! Either way every attempt on a node is an [`Event`], so the checker judges both alike.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::{Method, Response, StatusCode};
-use serde_json::{json, Value};
+use rowcall_client::{row_input, Attempted, Client, Rejection};
+use serde_json::{json, Map, Value};
 use tokio::time::Instant;
+use tonic::Code;
 
 use crate::cluster::{shared_row, ADMIN_KEY, SHARED_ROWS};
 use crate::history::{
@@ -33,15 +43,43 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 const INVOKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Nodes an operation tries before it counts as failed (a client library's failover).
 const ATTEMPTS: usize = 3;
+/// Over the client library: how long one call may take in all, retries included (as long
+/// as the HTTP sessions' slowest single attempt).
+const CLIENT_DEADLINE: Duration = Duration::from_secs(3);
+/// Over the client library: how long one node may take to answer a read before the next
+/// is tried (a second node is asked after the library's hedge delay anyway).
+const CLIENT_READ_TIMEOUT: Duration = Duration::from_secs(1);
 /// Chance that a session moves to another node before an operation.
 const MOVE_CHANCE: f64 = 0.08;
 
 /// Operation weights (ask, contract, read, confirm, invoke, insert, update, delete).
 const WEIGHTS: [u64; 8] = [16, 10, 14, 14, 16, 12, 11, 7];
 
+/// How sessions reach the nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Via {
+    /// The `rowcall-client` library over gRPC.
+    #[default]
+    Client,
+    /// Raw HTTP, with this module's own failover.
+    Http,
+}
+
+impl Via {
+    /// Its name in flags and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Client => "client",
+            Self::Http => "http",
+        }
+    }
+}
+
 /// The workload's shape.
 #[derive(Debug, Clone)]
 pub struct WorkloadOptions {
+    /// How sessions reach the nodes.
+    pub via: Via,
     /// Concurrent client sessions.
     pub sessions: u32,
     /// Operations per second over all sessions.
@@ -86,6 +124,8 @@ impl Progress {
 pub struct Target {
     /// Node base URLs, by index.
     pub urls: Vec<String>,
+    /// Node gRPC addresses (`host:port`), by index.
+    pub grpc: Vec<String>,
     /// Node ids, by index.
     pub ids: Vec<u64>,
     /// Node incarnations, by index (bumped on wipe).
@@ -125,8 +165,164 @@ struct Session {
     /// The Idempotency-Key of the directory write under way (the same on every attempt).
     idempotency_key: Option<String>,
     target: Target,
-    http: reqwest::Client,
+    via: Transport,
     events: Vec<Event>,
+}
+
+/// A session's way to the nodes.
+#[derive(Debug)]
+enum Transport {
+    Http(reqwest::Client),
+    Client {
+        client: Client,
+        /// What the client's observer reported since the last call was recorded.
+        attempts: Arc<Mutex<Vec<Attempted>>>,
+    },
+}
+
+/// One request of a session, whichever way it goes.
+#[derive(Debug, Clone)]
+enum Call {
+    Ask { word: String },
+    Contract { key: String },
+    Read { key: String },
+    Confirm { id: String },
+    Invoke { key: String },
+    Put { row: Value },
+    Delete { key: String },
+}
+
+/// How many candidates an ask wants.
+const ASK_LIMIT: u32 = 50;
+
+impl Call {
+    /// The HTTP request: method, path and query, body.
+    fn http(&self) -> (Method, String, Option<Value>) {
+        match self {
+            Self::Ask { word } => (
+                Method::GET,
+                format!(
+                    "/api/dispatch?ask={}&limit={ASK_LIMIT}",
+                    word.replace(' ', "+")
+                ),
+                None,
+            ),
+            Self::Contract { key } => (Method::GET, format!("/api/dispatch?key={key}"), None),
+            Self::Read { key } => (Method::GET, format!("/api/directory/{key}"), None),
+            Self::Confirm { id } => (Method::GET, format!("/api/dispatch?confirm={id}"), None),
+            Self::Invoke { key } => (
+                Method::POST,
+                "/api/dispatch".into(),
+                Some(json!({ "key": key, "args": {} })),
+            ),
+            Self::Put { row } => (Method::POST, "/api/directory".into(), Some(row.clone())),
+            Self::Delete { key } => (Method::DELETE, format!("/api/directory/{key}"), None),
+        }
+    }
+
+    /// What an HTTP answer showed, or `None` when it is an error answer.
+    fn judge_http(&self, a: &Answer) -> Option<Seen> {
+        match self {
+            Self::Ask { .. } => (a.status == StatusCode::OK).then(|| Seen::Ask {
+                keys: a.body["candidates"]
+                    .as_array()
+                    .map(|c| {
+                        c.iter()
+                            .filter_map(|c| c["key"].as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            }),
+            Self::Contract { .. } | Self::Read { .. } => match a.status {
+                StatusCode::OK => {
+                    let what = if matches!(self, Self::Contract { .. }) {
+                        a.body["what"].as_str()
+                    } else {
+                        a.body["content"].as_str().and_then(what_of_content)
+                    };
+                    Some(row_seen(what, a.body["version"].as_u64()))
+                }
+                StatusCode::NOT_FOUND => Some(row_seen(None, None)),
+                _ => None,
+            },
+            Self::Confirm { .. } => matches!(a.status, StatusCode::OK | StatusCode::NOT_FOUND)
+                .then(|| Seen::Confirm {
+                    confirmed: a.body["confirmed"].as_bool() == Some(true),
+                    pending: a.body["status"].as_str() == Some("pending"),
+                }),
+            Self::Invoke { .. } => {
+                let id = a.body["proof"]["invocation_id"].as_str()?;
+                (a.status == StatusCode::OK).then(|| Seen::Receipt {
+                    id: id.to_owned(),
+                    pending: a.body["proof"]["status"].as_str() == Some("pending"),
+                    token: a.body["result"]["token"].as_str().map(str::to_owned),
+                })
+            }
+            Self::Put { .. } | Self::Delete { .. } => {
+                a.status.is_success().then_some(Seen::Written)
+            }
+        }
+    }
+
+    /// Makes the call through the client library: what the answer showed, or the error
+    /// (an answer the protocol defines, like "no such row" for a read, is not an error).
+    async fn through(&self, client: &Client) -> Result<Seen, rowcall_client::Error> {
+        let absent = |e: rowcall_client::Error| e.is_not_found().then_some(()).ok_or(e);
+        match self {
+            Self::Ask { word } => {
+                let answer = client.ask(word, ASK_LIMIT).await?;
+                Ok(Seen::Ask {
+                    keys: answer.candidates.into_iter().map(|c| c.key).collect(),
+                })
+            }
+            Self::Contract { key } => match client.contract(key).await {
+                Ok(c) => Ok(row_seen(c["what"].as_str(), c["version"].as_u64())),
+                Err(e) => absent(e).map(|()| row_seen(None, None)),
+            },
+            Self::Read { key } => match client.get(key).await {
+                Ok(row) => Ok(row_seen(what_of_content(&row.content), Some(row.version))),
+                Err(e) => absent(e).map(|()| row_seen(None, None)),
+            },
+            Self::Confirm { id } => match client.confirm(id).await {
+                Ok(c) => Ok(Seen::Confirm {
+                    confirmed: c.confirmed,
+                    pending: c.status == "pending",
+                }),
+                Err(e) => absent(e).map(|()| Seen::Confirm {
+                    confirmed: false,
+                    pending: false,
+                }),
+            },
+            Self::Invoke { key } => {
+                let ran = client.invoke(key, Some(Map::new())).await?;
+                Ok(Seen::Receipt {
+                    id: ran.proof.invocation_id,
+                    pending: ran.proof.status == "pending",
+                    token: ran
+                        .result
+                        .as_ref()
+                        .and_then(|r| r["token"].as_str())
+                        .map(str::to_owned),
+                })
+            }
+            Self::Put { row } => {
+                client.put(row_input(row.clone())?).await?;
+                Ok(Seen::Written)
+            }
+            Self::Delete { key } => {
+                client.delete(key, None).await?;
+                Ok(Seen::Written)
+            }
+        }
+    }
+}
+
+/// What a read of a row showed: the token in its WHAT line, and its version.
+fn row_seen(what: Option<&str>, version: Option<u64>) -> Seen {
+    Seen::Row {
+        token: what.and_then(token_of_what),
+        version,
+    }
 }
 
 /// What one HTTP exchange produced.
@@ -151,6 +347,10 @@ pub async fn run(options: &WorkloadOptions, target: Target) -> Vec<Event> {
     for id in 0..options.sessions {
         let mut rng = seeds.fork(u64::from(id));
         let node = rng.below(target.urls.len() as u64) as usize;
+        let via = match options.via {
+            Via::Http => Transport::Http(http.clone()),
+            Via::Client => client_transport(&target, node),
+        };
         let session = Session {
             id,
             node,
@@ -163,7 +363,7 @@ pub async fn run(options: &WorkloadOptions, target: Target) -> Vec<Event> {
             writes: 0,
             idempotency_key: None,
             target: target.clone(),
-            http: http.clone(),
+            via,
             events: Vec::new(),
             rng,
         };
@@ -180,6 +380,29 @@ pub async fn run(options: &WorkloadOptions, target: Target) -> Vec<Event> {
     events
 }
 
+/// A session's own client: every node, the session's node first (so sessions spread their
+/// reads), the chaos timeouts, and an observer that keeps every attempt for the history.
+fn client_transport(target: &Target, first: usize) -> Transport {
+    let n = target.grpc.len();
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let sink = attempts.clone();
+    let client = Client::builder()
+        .nodes((0..n).map(|i| format!("http://{}", target.grpc[(first + i) % n])))
+        .credential(ADMIN_KEY)
+        .read_timeout(CLIENT_READ_TIMEOUT)
+        .write_timeout(WRITE_TIMEOUT)
+        .invoke_timeout(INVOKE_TIMEOUT)
+        .deadline(CLIENT_DEADLINE)
+        .on_attempt(move |a| {
+            sink.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(a.clone())
+        })
+        .build()
+        .expect("the cluster's gRPC addresses are valid");
+    Transport::Client { client, attempts }
+}
+
 impl Session {
     async fn run(mut self, duration: Duration, period: Duration, offset: Duration) -> Vec<Event> {
         let end = self.target.epoch + duration;
@@ -191,6 +414,7 @@ impl Session {
             if Instant::now() >= end {
                 break;
             }
+            // Drawn either way, so both ways make the same choices from one seed.
             if self.rng.chance(MOVE_CHANCE) {
                 self.move_node();
             }
@@ -329,21 +553,8 @@ impl Session {
             Some(i) => (self.rows[i].word.clone(), Some(self.rows[i].key.clone())),
             None => ("chaos shared row".to_owned(), None),
         };
-        let path = format!("/api/dispatch?ask={}&limit=50", word.replace(' ', "+"));
-        let op = Op::Ask { word, key };
-        self.exchange(op, Method::GET, path, None, |a| {
-            (a.status == StatusCode::OK).then(|| Seen::Ask {
-                keys: a.body["candidates"]
-                    .as_array()
-                    .map(|c| {
-                        c.iter()
-                            .filter_map(|c| c["key"].as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            })
-        })
-        .await;
+        let call = Call::Ask { word: word.clone() };
+        self.exchange(Op::Ask { word, key }, call).await;
     }
 
     async fn read(&mut self, contract: bool) {
@@ -351,39 +562,12 @@ impl Session {
             Some(i) => self.rows[i].key.clone(),
             None => shared_row(self.rng.below(SHARED_ROWS as u64) as usize),
         };
-        let (op, path) = if contract {
-            (
-                Op::Contract { key: key.clone() },
-                format!("/api/dispatch?key={key}"),
-            )
+        let (op, call) = if contract {
+            (Op::Contract { key: key.clone() }, Call::Contract { key })
         } else {
-            (
-                Op::Read { key: key.clone() },
-                format!("/api/directory/{key}"),
-            )
+            (Op::Read { key: key.clone() }, Call::Read { key })
         };
-        self.exchange(op, Method::GET, path, None, move |a| match a.status {
-            StatusCode::OK => {
-                let what = if contract {
-                    a.body["what"].as_str().map(str::to_owned)
-                } else {
-                    a.body["content"]
-                        .as_str()
-                        .and_then(what_of_content)
-                        .map(str::to_owned)
-                };
-                Some(Seen::Row {
-                    token: what.as_deref().and_then(token_of_what),
-                    version: a.body["version"].as_u64(),
-                })
-            }
-            StatusCode::NOT_FOUND => Some(Seen::Row {
-                token: None,
-                version: None,
-            }),
-            _ => None,
-        })
-        .await;
+        self.exchange(op, call).await;
     }
 
     async fn confirm(&mut self) {
@@ -397,14 +581,8 @@ impl Session {
             self.rng.below(n)
         };
         let id = self.receipts[(n - 1 - back) as usize].clone();
-        let path = format!("/api/dispatch?confirm={id}");
-        self.exchange(Op::Confirm { id }, Method::GET, path, None, |a| {
-            matches!(a.status, StatusCode::OK | StatusCode::NOT_FOUND).then(|| Seen::Confirm {
-                confirmed: a.body["confirmed"].as_bool() == Some(true),
-                pending: a.body["status"].as_str() == Some("pending"),
-            })
-        })
-        .await;
+        let call = Call::Confirm { id: id.clone() };
+        self.exchange(Op::Confirm { id }, call).await;
     }
 
     async fn invoke(&mut self) {
@@ -416,19 +594,8 @@ impl Session {
             Some(i) => self.rows[i].key.clone(),
             None => shared_row(self.rng.below(SHARED_ROWS as u64) as usize),
         };
-        let body = json!({ "key": key, "args": {} });
-        let op = Op::Invoke { key, own };
-        let seen = self
-            .exchange(op, Method::POST, "/api/dispatch".into(), Some(body), |a| {
-                let id = a.body["proof"]["invocation_id"].as_str()?;
-                (a.status == StatusCode::OK).then(|| Seen::Receipt {
-                    id: id.to_owned(),
-                    pending: a.body["proof"]["status"].as_str() == Some("pending"),
-                    token: a.body["result"]["token"].as_str().map(str::to_owned),
-                })
-            })
-            .await;
-        if let Some(Seen::Receipt { id, .. }) = seen {
+        let call = Call::Invoke { key: key.clone() };
+        if let Some(Seen::Receipt { id, .. }) = self.exchange(Op::Invoke { key, own }, call).await {
             self.receipts.push(id);
         }
     }
@@ -437,8 +604,8 @@ impl Session {
         let key = format!("CH{:02}_{:05}", self.id, self.rows.len() + 1);
         let word = letters(&mut self.rng, 9);
         let token = self.token();
-        let body = json!({"key": key, "type": "static", "auth": "public", "category": "chaos",
-                          "content": Self::content(&word, &token)});
+        let row = json!({"key": key, "type": "static", "auth": "public", "category": "chaos",
+                         "content": Self::content(&word, &token)});
         self.rows.push(OwnRow {
             key: key.clone(),
             word,
@@ -446,16 +613,8 @@ impl Session {
             frozen: false,
         });
         let i = self.rows.len() - 1;
-        let op = Op::Insert { key, token };
-        self.write(
-            i,
-            op,
-            Method::POST,
-            "/api/directory".into(),
-            Some(body),
-            true,
-        )
-        .await;
+        self.write(i, Op::Insert { key, token }, Call::Put { row }, true)
+            .await;
     }
 
     async fn update(&mut self) {
@@ -464,18 +623,10 @@ impl Session {
         };
         let (key, word) = (self.rows[i].key.clone(), self.rows[i].word.clone());
         let token = self.token();
-        let body = json!({"key": key, "type": "static", "auth": "public", "category": "chaos",
-                          "content": Self::content(&word, &token)});
-        let op = Op::Update { key, token };
-        self.write(
-            i,
-            op,
-            Method::POST,
-            "/api/directory".into(),
-            Some(body),
-            true,
-        )
-        .await;
+        let row = json!({"key": key, "type": "static", "auth": "public", "category": "chaos",
+                         "content": Self::content(&word, &token)});
+        self.write(i, Op::Update { key, token }, Call::Put { row }, true)
+            .await;
     }
 
     async fn delete(&mut self) {
@@ -483,29 +634,15 @@ impl Session {
             return self.insert().await;
         };
         let key = self.rows[i].key.clone();
-        let path = format!("/api/directory/{key}");
-        self.write(i, Op::Delete { key }, Method::DELETE, path, None, false)
-            .await;
+        let call = Call::Delete { key: key.clone() };
+        self.write(i, Op::Delete { key }, call, false).await;
     }
 
     /// A write of own row `i`: on success it is `live` as the write left it; after an
     /// ambiguous failure it is frozen (never written again, so its value stays decidable).
-    async fn write(
-        &mut self,
-        i: usize,
-        op: Op,
-        method: Method,
-        path: String,
-        body: Option<Value>,
-        leaves_live: bool,
-    ) {
+    async fn write(&mut self, i: usize, op: Op, call: Call, leaves_live: bool) {
         let first = self.events.len();
-        let seen = self
-            .exchange(op, method, path, body, |a| {
-                a.status.is_success().then_some(Seen::Written)
-            })
-            .await;
-        if seen.is_some() {
+        if self.exchange(op, call).await.is_some() {
             self.rows[i].live = leaves_live;
         } else if self.events[first..].iter().any(|e| {
             matches!(
@@ -520,46 +657,21 @@ impl Session {
         }
     }
 
-    /// One operation as a client library does it: on a transport failure or a 5xx it tries
-    /// the next node, up to [`ATTEMPTS`] nodes in all. Every attempt is an event; the first
-    /// one also records how the whole operation ended.
-    async fn exchange(
-        &mut self,
-        op: Op,
-        method: Method,
-        path: String,
-        body: Option<Value>,
-        judge: impl Fn(&Answer) -> Option<Seen>,
-    ) -> Option<Seen> {
+    /// One operation, by HTTP or through the client library. Every attempt is an event; the
+    /// first one also records how the whole operation ended.
+    async fn exchange(&mut self, op: Op, call: Call) -> Option<Seen> {
         let first = self.events.len();
         let started = Instant::now();
-        let attempts = ATTEMPTS.min(self.target.urls.len());
-        // Every attempt of one directory write carries one Idempotency-Key, so a retry of an
-        // attempt that did commit is answered with its outcome instead of applying twice.
-        self.idempotency_key =
-            (op.class() == Class::Write).then(|| format!("s{}-op{first}", self.id));
-        let mut seen = None;
-        for attempt in 0..attempts {
-            seen = self
-                .attempt(
-                    op.clone(),
-                    method.clone(),
-                    &path,
-                    body.clone(),
-                    &judge,
-                    attempt as u8,
-                )
-                .await;
-            let retry = match self.events.last().map(|e| &e.outcome) {
-                Some(Outcome::Failed { error, .. }) => {
-                    !error.starts_with("http_") || error.starts_with("http_5")
-                }
-                _ => false,
-            };
-            if seen.is_some() || !retry {
-                break;
+        let seen = match &self.via {
+            Transport::Http(_) => self.exchange_http(&op, &call).await,
+            Transport::Client { client, attempts } => {
+                let (client, attempts) = (client.clone(), attempts.clone());
+                let result = call.through(&client).await;
+                let reported =
+                    std::mem::take(&mut *attempts.lock().unwrap_or_else(|p| p.into_inner()));
+                self.record_client(&op, result, reported)
             }
-        }
+        };
         if let Some(e) = self.events.get_mut(first) {
             e.operation = Some(Operation {
                 // Available: answered, within the SLO (retries included).
@@ -570,17 +682,118 @@ impl Session {
         seen
     }
 
-    /// Sends one request, records its event, and returns what it showed. `judge` turns an
-    /// answer into what it showed, or `None` when it is an error answer.
-    async fn attempt(
+    /// Records what the client library's attempts showed: every attempt failed but the
+    /// last, which answered when the call did. Returns what the call showed.
+    fn record_client(
         &mut self,
-        op: Op,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-        judge: &impl Fn(&Answer) -> Option<Seen>,
-        attempt: u8,
+        op: &Op,
+        result: Result<Seen, rowcall_client::Error>,
+        reported: Vec<Attempted>,
     ) -> Option<Seen> {
+        let class = op.class();
+        let is_write = class == Class::Write;
+        let epoch = self.target.epoch.into_std();
+        let last = reported.len().saturating_sub(1);
+        if reported.is_empty() {
+            // No attempt was made (the deadline passed first): the operation failed all the same.
+            let error = match &result {
+                Err(e) => e.to_string(),
+                Ok(_) => "no attempt".into(),
+            };
+            self.target.progress.record(class, false);
+            self.events.push(Event {
+                session: self.id,
+                node: self.target.ids[self.node],
+                incarnation: 0,
+                op: op.clone(),
+                start_us: (Instant::now() - self.target.epoch).as_micros() as u64,
+                latency_us: 0,
+                attempt: 0,
+                operation: None,
+                min_index: 0,
+                index: None,
+                stale: false,
+                outcome: Outcome::Failed {
+                    error,
+                    ambiguous: is_write,
+                },
+            });
+            return None;
+        }
+        for (n, a) in reported.iter().enumerate() {
+            let node = self
+                .target
+                .grpc
+                .iter()
+                .position(|g| *g == a.node)
+                .unwrap_or(self.node);
+            let outcome = match (&result, &a.failure) {
+                (Ok(seen), _) if n == last => Outcome::Ok(seen.clone()),
+                (_, Some(rejection)) => Outcome::Failed {
+                    error: grpc_error(rejection),
+                    ambiguous: is_write && may_have_applied(rejection),
+                },
+                // An answer the call did not end with cannot happen (the first answer ends a
+                // call); record it as what it was, unjudged.
+                (_, None) => Outcome::Failed {
+                    error: "grpc_ok:unjudged".into(),
+                    ambiguous: is_write,
+                },
+            };
+            let ok = matches!(outcome, Outcome::Ok(_));
+            self.target.progress.record(class, ok);
+            if ok {
+                self.node = node;
+            }
+            self.events.push(Event {
+                session: self.id,
+                node: self.target.ids[node],
+                incarnation: self.target.incarnations[node].load(Ordering::SeqCst),
+                op: op.clone(),
+                start_us: a.sent.saturating_duration_since(epoch).as_micros() as u64,
+                latency_us: a.elapsed.as_micros() as u64,
+                attempt: n.min(usize::from(u8::MAX)) as u8,
+                operation: None,
+                min_index: a.min_index,
+                index: a.index,
+                stale: a.stale,
+                outcome,
+            });
+        }
+        result.ok()
+    }
+
+    /// One operation over HTTP as a client library does it: on a transport failure or a
+    /// 5xx it tries the next node, up to [`ATTEMPTS`] nodes in all.
+    async fn exchange_http(&mut self, op: &Op, call: &Call) -> Option<Seen> {
+        let first = self.events.len();
+        let attempts = ATTEMPTS.min(self.target.urls.len());
+        // Every attempt of one directory write carries one Idempotency-Key, so a retry of an
+        // attempt that did commit is answered with its outcome instead of applying twice.
+        self.idempotency_key =
+            (op.class() == Class::Write).then(|| format!("s{}-op{first}", self.id));
+        let mut seen = None;
+        for attempt in 0..attempts {
+            seen = self.attempt(op.clone(), call, attempt as u8).await;
+            let retry = match self.events.last().map(|e| &e.outcome) {
+                Some(Outcome::Failed { error, .. }) => {
+                    !error.starts_with("http_") || error.starts_with("http_5")
+                }
+                _ => false,
+            };
+            if seen.is_some() || !retry {
+                break;
+            }
+        }
+        seen
+    }
+
+    /// Sends one HTTP request, records its event, and returns what it showed.
+    async fn attempt(&mut self, op: Op, call: &Call, attempt: u8) -> Option<Seen> {
+        let Transport::Http(http) = &self.via else {
+            return None;
+        };
+        let (method, path, body) = call.http();
         let node = self.node;
         let incarnation = self.target.incarnations[node].load(Ordering::SeqCst);
         if self.seen[node].1 != incarnation {
@@ -594,8 +807,7 @@ impl Session {
         };
         let class = op.class();
         let is_write = class != Class::Read;
-        let mut request = self
-            .http
+        let mut request = http
             .request(method, format!("{}{path}", self.target.urls[node]))
             .timeout(match class {
                 Class::Read => READ_TIMEOUT,
@@ -631,7 +843,7 @@ impl Session {
                 false,
                 None,
             ),
-            Ok(a) => match judge(&a) {
+            Ok(a) => match call.judge_http(&a) {
                 Some(seen) => (Outcome::Ok(seen.clone()), a.index, a.stale, Some(seen)),
                 None => {
                     let code = a.body["error"]["code"].as_str().unwrap_or("none");
@@ -676,6 +888,38 @@ impl Session {
         });
         seen
     }
+}
+
+/// A client-library failure as the history names it: `timeout`, `connect`, `transport`,
+/// or `grpc_<status>:<rowcall code>` (the HTTP sessions' `http_<status>:<code>`).
+fn grpc_error(rejection: &Rejection) -> String {
+    match rejection.status {
+        _ if rejection.from_rowcall() => format!("grpc_{:?}:{}", rejection.status, rejection.code),
+        // The client's own timer, or tonic's for the request's grpc-timeout.
+        Code::DeadlineExceeded => "timeout".into(),
+        Code::Cancelled if rejection.message.contains("Timeout expired") => "timeout".into(),
+        Code::Unavailable if rejection.message.to_ascii_lowercase().contains("connect") => {
+            "connect".into()
+        }
+        status => format!("grpc_{status:?}:transport"),
+    }
+}
+
+/// Whether a write that failed so may still take effect: anything but a refusal the node
+/// made before doing anything (as over HTTP, where only a 4xx is unambiguous).
+fn may_have_applied(rejection: &Rejection) -> bool {
+    let refused = matches!(
+        rejection.status,
+        Code::InvalidArgument
+            | Code::NotFound
+            | Code::AlreadyExists
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::FailedPrecondition
+            | Code::OutOfRange
+            | Code::ResourceExhausted
+    );
+    !(rejection.from_rowcall() && refused)
 }
 
 async fn answer(response: Response) -> Answer {

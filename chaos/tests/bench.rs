@@ -1,6 +1,7 @@
 //! `rowcall-bench writes` and `rowcall-bench tls` run to completion at a tiny size and report
-//! a figure for every system or scheme and client count (no timing is asserted: speed is what
-//! the bench measures).
+//! a figure for every system or scheme and client count, and `rowcall-bench api` one for ask
+//! and invoke over gRPC and over HTTP (no timing is asserted: speed is what the bench
+//! measures).
 //!
 //! Needs the rowcall-node binary of the same profile (`cargo test --workspace` builds it;
 //! alone: `cargo build -p rowcall-node`). etcd is measured when it is installed, and the
@@ -225,5 +226,32 @@ fn scale_reports_every_size_with_a_wiped_follower_caught_up() {
         let line = format!("| {size} |");
         assert!(stdout.contains(&line), "{line} missing from\n{stdout}");
     }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn api_reports_ask_and_invoke_over_grpc_beside_http() {
+    let out = out_dir("api");
+    let stdout = bench(
+        &["api", "--requests", "5", "--rounds", "2", "--rows", "3"],
+        &out,
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("api.json")).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{report}");
+    for operation in ["ask", "invoke"] {
+        for protocol in ["grpc", "http"] {
+            let row = rows
+                .iter()
+                .find(|r| r["operation"] == operation && r["protocol"] == protocol)
+                .unwrap_or_else(|| panic!("no figure for {operation} over {protocol}"));
+            // Every request of both rounds was answered, over either protocol.
+            assert_eq!(row["ok"], 10, "{row}");
+            assert_eq!(row["errors"], 0, "{row}");
+            assert!(row["latency"]["p99_ms"].as_f64().unwrap() > 0.0, "{row}");
+        }
+    }
+    assert!(stdout.contains("| Ask | Grpc |"), "{stdout}");
     let _ = std::fs::remove_dir_all(&out);
 }

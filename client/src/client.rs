@@ -6,16 +6,23 @@
 //!              reads:  the node that answered last, then the others; a second node is
 //!                      asked too when the first is slow (hedge), the first answer wins
 //!              writes: the leader the nodes named, then the others (same idempotency-key)
+//!              invocations: as reads, without the hedge (one attempt that may have run ends it)
 //!            ◄─ a node-level failure (unreachable, paused, behind, no quorum): next node at
 //!               once; after every node failed, back off (exponential, full jitter) and go round
 //!               again until the call's deadline
 //!            ◄─ an answer (not found, invalid, refused): returned as it is
 //! ```
 //!
+//! A node that failed an attempt without an answer (unreachable, silent, outrun by a hedge,
+//! or saying it is behind) is *suspect* for [`SUSPECT_FOR`]: every call tries it after the
+//! others, the leader hint included, so a paused or cut-off node costs a session one slow
+//! attempt rather than one per call. An answer from it clears it.
+//!
 //! A client is one session: it remembers the highest index any answer carried and sends it
 //! as `x-rowcall-min-index` on every call, so whichever node answers has applied everything
 //! the session saw (read-your-writes, monotonic reads). Clones share the session.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -44,10 +51,15 @@ use crate::watch::Watch;
 pub const MIN_INDEX: &str = "x-rowcall-min-index";
 /// Response metadata: the node's applied index, or a write's index.
 pub const INDEX: &str = "x-rowcall-index";
+/// Response metadata: the node answered while cut off from the leader.
+pub const STALE: &str = "x-rowcall-stale";
 /// Response metadata: the leader the node knows, `ID=GRPC_ADDR`.
 pub const LEADER: &str = "x-rowcall-leader";
 /// Request metadata: names a write, so a retry is answered with its first outcome.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// How long a node that failed an attempt is tried after the others.
+pub const SUSPECT_FOR: Duration = Duration::from_secs(2);
 
 /// rowcall's codes that mean "this node cannot serve it now; another may": the call did not
 /// take effect, so any call may go to the next node.
@@ -59,6 +71,37 @@ const NODE_LEVEL: &[&str] = &[
     "no_read_index",
     "share_unchecked",
 ];
+
+/// One attempt of a call on one node, as [`ClientBuilder::on_attempt`] reports it: where it
+/// went, what the session sent, and what came back. Attempts a hedged read cancelled (its
+/// other attempt answered first) are not reported: they showed the caller nothing.
+#[derive(Debug, Clone)]
+pub struct Attempted {
+    /// The node's `host:port`.
+    pub node: String,
+    /// When the attempt was sent.
+    pub sent: std::time::Instant,
+    /// How long it took to end (answered, refused, or given up).
+    pub elapsed: Duration,
+    /// The session index it carried as `x-rowcall-min-index` (0: none).
+    pub min_index: u64,
+    /// The index the node stamped on its answer or error (`x-rowcall-index`).
+    pub index: Option<u64>,
+    /// The node said it answered while cut off from the leader (`x-rowcall-stale`).
+    pub stale: bool,
+    /// `None` when the node answered; else its error, or the transport's, or the timeout.
+    pub failure: Option<Rejection>,
+}
+
+/// What [`ClientBuilder::on_attempt`] calls for every attempt.
+#[derive(Clone)]
+struct Observer(Arc<dyn Fn(&Attempted) + Send + Sync>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
 
 /// How a client retries and waits. Every field has a default that suits a cluster on one
 /// network; see [`ClientBuilder`].
@@ -73,6 +116,7 @@ struct Options {
     hedge_after: Option<Duration>,
     backoff: Duration,
     backoff_max: Duration,
+    observer: Option<Observer>,
 }
 
 impl Default for Options {
@@ -89,6 +133,7 @@ impl Default for Options {
             hedge_after: Some(Duration::from_millis(150)),
             backoff: Duration::from_millis(50),
             backoff_max: Duration::from_secs(1),
+            observer: None,
         }
     }
 }
@@ -226,6 +271,20 @@ impl ClientBuilder {
         self
     }
 
+    /// Calls `observer` after every attempt on a node, with where it went and how it ended:
+    /// for logs, metrics, or a test harness that records what each node answered. It runs on
+    /// the calling task; keep it short.
+    ///
+    /// ```
+    /// let builder = rowcall_client::Client::builder()
+    ///     .on_attempt(|a| eprintln!("{} in {:?}: {:?}", a.node, a.elapsed, a.failure));
+    /// # let _ = builder;
+    /// ```
+    pub fn on_attempt(mut self, observer: impl Fn(&Attempted) + Send + Sync + 'static) -> Self {
+        self.options.observer = Some(Observer(Arc::new(observer)));
+        self
+    }
+
     /// Starts the session at `index` instead of 0: a session carried over from elsewhere
     /// (another process, a web request that saw this index) keeps reading its writes.
     ///
@@ -263,6 +322,7 @@ impl ClientBuilder {
                 nodes: RwLock::new(nodes),
                 preferred: AtomicUsize::new(0),
                 leader: Mutex::new(None),
+                suspects: Mutex::default(),
                 seen: AtomicU64::new(self.session),
                 options: self.options,
             }),
@@ -333,6 +393,8 @@ struct Inner {
     preferred: AtomicUsize,
     /// The leader's `host:port`, from the nodes' hints: writes go there first.
     leader: Mutex<Option<String>>,
+    /// Nodes (by position) that failed an attempt, and until when they are tried last.
+    suspects: Mutex<HashMap<usize, Instant>>,
     /// The highest index any answer carried: sent as the min index of every call.
     seen: AtomicU64,
     options: Options,
@@ -444,6 +506,7 @@ impl Client {
                 nodes: RwLock::new(nodes),
                 preferred: AtomicUsize::new(self.inner.preferred.load(Ordering::Relaxed)),
                 leader: Mutex::new(self.leader()),
+                suspects: Mutex::default(),
                 seen: AtomicU64::new(0),
                 options: self.inner.options.clone(),
             }),
@@ -472,9 +535,11 @@ impl Client {
     }
 
     /// Which nodes to try, in order: for writes the leader first (added if it was not
-    /// listed), then from the node that answered last, round the list.
-    fn order(&self, kind: Kind) -> Vec<usize> {
-        let leader = (kind != Kind::Read).then(|| self.leader()).flatten();
+    /// listed), then from the node that answered last, round the list; suspects last.
+    /// Invocations start where reads do: any node runs them, and the one that answered last
+    /// is the likeliest to answer now.
+    fn order(&self, write_like: bool) -> Vec<usize> {
+        let leader = write_like.then(|| self.leader()).flatten();
         let leader_at = leader.and_then(|authority| self.node_at(&authority));
         let count = self
             .inner
@@ -489,7 +554,35 @@ impl Client {
                 .map(|i| (start + i) % count)
                 .filter(|i| Some(*i) != leader_at),
         );
+        let now = Instant::now();
+        let suspects = self
+            .inner
+            .suspects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // A stable sort: the order above holds within the trusted nodes and the suspects.
+        order.sort_by_key(|at| suspects.get(at).is_some_and(|until| *until > now));
         order
+    }
+
+    /// Tries `at` after the others for a while (it failed an attempt without answering).
+    fn suspect(&self, at: usize) {
+        let mut suspects = self
+            .inner
+            .suspects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        suspects.insert(at, Instant::now() + SUSPECT_FOR);
+    }
+
+    /// `at` answered: it is trusted again.
+    fn trust(&self, at: usize) {
+        let mut suspects = self
+            .inner
+            .suspects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        suspects.remove(&at);
     }
 
     /// The position of the node at `authority`, adding it if a hint named one not listed.
@@ -553,9 +646,11 @@ impl Client {
         let mut attempts = 0u32;
         let mut last = None;
         loop {
-            let order = self.order(kind);
+            let order = self.order(write_like);
             let mut next = order.iter().copied();
             let mut pending = FuturesUnordered::new();
+            // Nodes whose attempt of this round is still out.
+            let mut out = Vec::new();
             let launch = |at: usize, pending: &mut FuturesUnordered<_>| {
                 let Some((authority, channel)) = self.channel(at) else {
                     return;
@@ -563,14 +658,17 @@ impl Client {
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 let timeout = per_attempt.min(remaining);
                 let request = self.request(message.clone(), idempotency_key.as_deref(), timeout);
+                let min_index = min_index_of(request.metadata());
                 let sent = rpc(channel, request);
+                let started = std::time::Instant::now();
                 pending.push(async move {
                     let outcome = tokio::time::timeout(timeout, sent).await;
-                    (at, authority, outcome)
+                    (at, authority, (started, min_index), outcome)
                 });
             };
             if let Some(at) = next.next() {
                 launch(at, &mut pending);
+                out.push(at);
                 attempts += 1;
             }
             while !pending.is_empty() {
@@ -581,24 +679,37 @@ impl Client {
                 };
                 let sleep = pin!(tokio::time::sleep(hedge.min(Duration::from_secs(3600))));
                 tokio::select! {
-                    Some((at, authority, outcome)) = pending.next() => {
+                    Some((at, authority, sent, outcome)) = pending.next() => {
+                        self.report(&authority, sent, &outcome);
+                        out.retain(|&o| o != at);
                         match self.judge(kind, outcome) {
                             Attempt::Answered(response) => {
-                                if kind == Kind::Read {
+                                self.trust(at);
+                                // A hedge answered first: the node it outran was too slow.
+                                for &slow in &out {
+                                    self.suspect(slow);
+                                }
+                                if kind != Kind::Write {
                                     self.inner.preferred.store(at, Ordering::Relaxed);
                                 }
                                 return Ok(response);
                             }
-                            Attempt::Rejected(rejection) => return Err(Error::Rejected(Box::new(rejection))),
+                            Attempt::Rejected(rejection) => {
+                                self.trust(at);
+                                return Err(Error::Rejected(Box::new(rejection)));
+                            }
                             Attempt::Unknown(rejection) => {
+                                self.suspect(at);
                                 return Err(Error::Unknown { node: authority, last: Box::new(rejection) })
                             }
                             Attempt::Retry(rejection) => {
+                                self.suspect(at);
                                 last = Some(rejection);
                                 // Fast failover: the next node at once.
                                 if pending.is_empty() && Instant::now() < deadline {
                                     if let Some(at) = next.next() {
                                         launch(at, &mut pending);
+                                        out.push(at);
                                         attempts += 1;
                                     }
                                 }
@@ -608,6 +719,7 @@ impl Client {
                     _ = sleep, if hedge != Duration::MAX => {
                         if let Some(at) = next.next() {
                             launch(at, &mut pending);
+                            out.push(at);
                             attempts += 1;
                         }
                     }
@@ -633,6 +745,36 @@ impl Client {
             tokio::time::sleep(pause.min(deadline - now)).await;
             backoff = (backoff * 2).min(options.backoff_max);
         }
+    }
+
+    /// Tells the observer, if any, how an attempt ended.
+    fn report<T>(
+        &self,
+        node: &str,
+        (sent, min_index): (std::time::Instant, u64),
+        outcome: &Result<Result<Response<T>, Status>, tokio::time::error::Elapsed>,
+    ) {
+        let Some(Observer(observer)) = &self.inner.options.observer else {
+            return;
+        };
+        let (metadata, failure) = match outcome {
+            Ok(Ok(response)) => (Some(response.metadata()), None),
+            Ok(Err(status)) => (
+                Some(status.metadata()),
+                Some(Rejection::from_status(status)),
+            ),
+            Err(_) => (None, Some(Rejection::from_status(&timed_out()))),
+        };
+        let text = |key: &str| metadata?.get(key)?.to_str().ok();
+        observer(&Attempted {
+            node: node.to_owned(),
+            sent,
+            elapsed: sent.elapsed(),
+            min_index,
+            index: text(INDEX).and_then(|v| v.parse().ok()),
+            stale: text(STALE) == Some("true"),
+            failure,
+        });
     }
 
     /// A request with the session's metadata.
@@ -673,7 +815,7 @@ impl Client {
             }
             Ok(Err(status)) => status,
             // No answer in time: a paused or partitioned node.
-            Err(_) => Status::deadline_exceeded("no answer within the attempt's timeout"),
+            Err(_) => timed_out(),
         };
         self.observe(status.metadata());
         let rejection = Rejection::from_status(&status);
@@ -1181,6 +1323,20 @@ impl Client {
         .await?;
         Ok(())
     }
+}
+
+/// What an attempt that got no answer within its timeout came to.
+fn timed_out() -> Status {
+    Status::deadline_exceeded("no answer within the attempt's timeout")
+}
+
+/// The `x-rowcall-min-index` a request carries (0: none).
+fn min_index_of(metadata: &MetadataMap) -> u64 {
+    metadata
+        .get(MIN_INDEX)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A fresh idempotency key: 128 random bits, hex.

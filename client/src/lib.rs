@@ -49,7 +49,7 @@ pub mod render;
 mod rows;
 mod watch;
 
-pub use self::client::{Client, ClientBuilder, Invocation};
+pub use self::client::{Attempted, Client, ClientBuilder, Invocation};
 pub use self::error::{Error, Rejection};
 pub use self::rows::{row_input, row_json};
 pub use self::watch::Watch;

@@ -2,7 +2,9 @@
 //! works; a write sent to a follower lands; a session that moves between nodes reads its own
 //! writes; the client rides through a leader kill and a node being down without the caller
 //! seeing an error; a watch resumes on another node after its node stops, with no change
-//! missed or repeated.
+//! missed or repeated. Hedged reads answer past a node that never answers; a node cut off
+//! from the leader refuses an index it cannot reach at once (`behind`), and the client moves
+//! on to another node.
 
 mod common;
 
@@ -12,7 +14,7 @@ use common::cluster::{eventually, Cluster};
 use common::ADMIN;
 use futures_util::StreamExt as _;
 use rowcall_client::proto::watch_event::Event;
-use rowcall_client::{row_input, Client};
+use rowcall_client::{row_input, Attempted, Client};
 use serde_json::{json, Value};
 
 fn row(key: &str, what: &str) -> Value {
@@ -319,5 +321,166 @@ async fn a_watch_resumes_on_another_node_after_its_node_stops() {
     );
     assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "{seen:?}");
     cluster.restart(watched).await;
+    cluster.shutdown().await;
+}
+
+/// Every attempt the client reports, kept for the test to read.
+fn recorder() -> (
+    std::sync::Arc<std::sync::Mutex<Vec<Attempted>>>,
+    impl Fn(&Attempted) + Send + Sync + 'static,
+) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    (seen, move |a: &Attempted| {
+        sink.lock().unwrap().push(a.clone())
+    })
+}
+
+/// A one-node cluster holding the row `key`, and a paused node: a listener that accepts
+/// connections and never answers. Returns the cluster, the write's index, the listener (keep
+/// it while the test runs) and its address.
+async fn live_and_silent(key: &str) -> (Cluster, u64, std::net::TcpListener, String) {
+    let cluster = Cluster::start(1, 0).await;
+    let written = client(&cluster, &[1])
+        .put(row_input(row(key, "Answered by the live node")).unwrap())
+        .await
+        .unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_at = silent.local_addr().unwrap().to_string();
+    (cluster, written.index, silent, silent_at)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_is_hedged_past_a_node_that_never_answers() {
+    let (cluster, index, silent, silent_at) = live_and_silent("HEDGE_ME").await;
+    let (attempts, observer) = recorder();
+    // Without the hedge the read waits on the silent node until its connection's keep-alive
+    // gives up, and then tries the live one: two attempts.
+    let hedged = Client::builder()
+        .nodes([format!("http://{silent_at}"), grpc(&cluster, 1)])
+        .read_timeout(Duration::from_secs(20))
+        .deadline(Duration::from_secs(20))
+        .hedge_after(Some(Duration::from_millis(50)))
+        .session_index(index)
+        .on_attempt(observer)
+        .build()
+        .unwrap();
+    let row = hedged.get("HEDGE_ME").await.unwrap();
+    assert_eq!(row.version, index);
+    let attempts = attempts.lock().unwrap().clone();
+    // The answer came from the live node, under the session's min-index; the silent node's
+    // attempt was cancelled, not reported as an answer or a failure.
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0].node, cluster.member(1).grpc.to_string());
+    assert_eq!(attempts[0].min_index, index);
+    assert!(attempts[0].failure.is_none(), "{attempts:?}");
+    assert!(attempts[0].index >= Some(index), "{attempts:?}");
+    drop(silent);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cut_off_node_says_behind_at_once_over_grpc_and_the_client_moves_on() {
+    // A node waits this long for a min-index it has not applied: far beyond the clients'
+    // timeouts, so an answer that comes at all came without the wait.
+    let cluster = Cluster::start_with(3, 0, |config| {
+        config.limits.min_index_wait_ms = 120_000;
+    })
+    .await;
+    let leader = cluster.leader().await;
+    let ids = cluster.ids();
+    let cut = ids.iter().copied().find(|&i| i != leader).unwrap();
+    let other = ids
+        .iter()
+        .copied()
+        .find(|&i| i != leader && i != cut)
+        .unwrap();
+    cluster.faults.isolate(cut, &ids);
+    eventually(
+        Duration::from_secs(30),
+        "the cut-off node marks itself stale",
+        || {
+            let stale = cluster.member(cut).handle.as_ref().unwrap().app.is_stale();
+            async move { stale }
+        },
+    )
+    .await;
+    let written = client(&cluster, &[leader])
+        .put(row_input(row("PAST_THE_CUT", "Written while a node is cut off")).unwrap())
+        .await
+        .unwrap();
+
+    // Alone, the cut-off node refuses the session's index with `behind`, not by timing out.
+    let (attempts, observer) = recorder();
+    let alone = Client::builder()
+        .node(grpc(&cluster, cut))
+        .read_timeout(Duration::from_secs(10))
+        .deadline(Duration::from_secs(10))
+        .hedge_after(None)
+        .session_index(written.index)
+        .on_attempt(observer)
+        .build()
+        .unwrap();
+    let refused = alone.get("PAST_THE_CUT").await.unwrap_err();
+    assert!(refused.is_unavailable(), "{refused}");
+    let first = attempts.lock().unwrap()[0].clone();
+    let why = first.failure.expect("refused");
+    assert_eq!(why.code, "behind", "{why}");
+
+    // With another node listed (no hedging), the client moves on to it and answers.
+    let (attempts, observer) = recorder();
+    let moving = Client::builder()
+        .nodes([grpc(&cluster, cut), grpc(&cluster, other)])
+        .read_timeout(Duration::from_secs(10))
+        .deadline(Duration::from_secs(10))
+        .hedge_after(None)
+        .session_index(written.index)
+        .on_attempt(observer)
+        .build()
+        .unwrap();
+    let row = moving.get("PAST_THE_CUT").await.unwrap();
+    assert_eq!(row.version, written.index);
+    let attempts = attempts.lock().unwrap().clone();
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(
+        attempts[0].failure.as_ref().map(|r| r.code.as_str()),
+        Some("behind")
+    );
+    assert_eq!(attempts[1].node, cluster.member(other).grpc.to_string());
+    assert!(attempts[1].failure.is_none());
+    cluster.faults.heal();
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_that_left_a_call_unanswered_is_tried_last_by_the_next() {
+    let (cluster, index, silent, silent_at) = live_and_silent("TRY_LAST").await;
+    let (attempts, observer) = recorder();
+    // No hedge, and a read timeout beyond the deadline: a read that starts on the silent
+    // node fails.
+    let session = Client::builder()
+        .nodes([format!("http://{silent_at}"), grpc(&cluster, 1)])
+        .read_timeout(Duration::from_secs(20))
+        .invoke_timeout(Duration::from_millis(300))
+        .deadline(Duration::from_secs(20))
+        .hedge_after(None)
+        .session_index(index)
+        .on_attempt(observer)
+        .build()
+        .unwrap();
+    // The invocation goes to the first node listed, which never answers: it may have run
+    // there, so it is not retried.
+    let unanswered = session.invoke("TRY_LAST", None).await.unwrap_err();
+    assert!(
+        matches!(unanswered, rowcall_client::Error::Unknown { .. }),
+        "{unanswered}"
+    );
+    let row = session.get("TRY_LAST").await.unwrap();
+    assert_eq!(row.version, index);
+    let attempts = attempts.lock().unwrap().clone();
+    let nodes: Vec<&str> = attempts.iter().map(|a| a.node.as_str()).collect();
+    let live = cluster.member(1).grpc.to_string();
+    assert_eq!(nodes, [silent_at.as_str(), live.as_str()], "{attempts:?}");
+    drop(silent);
     cluster.shutdown().await;
 }

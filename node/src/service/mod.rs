@@ -147,19 +147,21 @@ pub async fn read_barrier(app: &App, freshness: &Freshness) -> Result<(), Servic
     let Some(wanted) = freshness.min_index else {
         return Ok(());
     };
+    // Cut off from the leader, this node cannot catch up: say so at once, so the caller
+    // tries another node now instead of after the whole wait. Before the check below: a
+    // leader cut off from its quorum would wait the whole bound for it to confirm the end
+    // of the log.
+    if wanted > app.applied_index() && app.is_stale() {
+        return Err(ServiceError::Behind {
+            wanted,
+            applied: app.applied_index(),
+        });
+    }
     if app.never_issued(wanted, wait).await {
         // Waiting cannot help: no write has that index yet, so the caller made it up.
         return Err(ServiceError::BadRequest {
             message: format!("min_index {wanted} is past the end of the log"),
             hint: "send the x-rowcall-index of an answer this cluster gave",
-        });
-    }
-    // Cut off from the leader, this node cannot catch up: say so at once, so the caller
-    // tries another node now instead of after the whole wait.
-    if wanted > app.applied_index() && app.is_stale() {
-        return Err(ServiceError::Behind {
-            wanted,
-            applied: app.applied_index(),
         });
     }
     if app.wait_applied(wanted, wait).await {
