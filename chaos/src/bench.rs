@@ -351,20 +351,13 @@ pub async fn writes(options: &WritesOptions) -> Result<WritesReport, ChaosError>
 
 /// The report as a Markdown table, machine details on top.
 pub fn table(report: &WritesReport) -> String {
-    let m = &report.machine;
-    let mut out = format!(
-        "writes, {} UTC, {} ({} cores, {} GiB, kernel {}), load average at start {}\n\
-         {} B values, load on a follower, HTTP/JSON, {} s x {} interleaved rounds per figure\n\n",
-        m["date_utc"].as_str().unwrap_or("?"),
-        m["cpu"].as_str().unwrap_or("?"),
-        m["cores"],
-        m["memory_gib"],
-        m["kernel"].as_str().unwrap_or("?"),
-        m["load_average"].as_str().unwrap_or("?"),
+    let mut out = crate::bench::machine_line("writes", &report.machine);
+    out.push_str(&format!(
+        "{} B values, load on a follower, HTTP/JSON, {} s x {} interleaved rounds per figure\n\n",
         report.settings["value_bytes"],
         report.settings["seconds_per_measurement"],
         report.settings["rounds"],
-    );
+    ));
     out.push_str("| clients | system | writes/s | p50 ms | p99 ms | errors | × etcd writes/s | × etcd p50 | leader syncs/write |\n");
     out.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
     let ratio = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.2}"));
@@ -452,6 +445,19 @@ pub(crate) fn publish(path: &Path, report: &impl Serialize, table: &str) -> Resu
     println!("{table}");
     println!("JSON: {}", path.display());
     Ok(())
+}
+
+/// The first line of a bench's table: the bench, when and on what it ran.
+pub(crate) fn machine_line(bench: &str, m: &Value) -> String {
+    format!(
+        "{bench}, {} UTC, {} ({} cores, {} GiB, kernel {}), load average at start {}\n",
+        m["date_utc"].as_str().unwrap_or("?"),
+        m["cpu"].as_str().unwrap_or("?"),
+        m["cores"],
+        m["memory_gib"],
+        m["kernel"].as_str().unwrap_or("?"),
+        m["load_average"].as_str().unwrap_or("?"),
+    )
 }
 
 /// The machine a run is on, for the top of the report.

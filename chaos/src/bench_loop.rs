@@ -294,20 +294,13 @@ pub async fn four_step_loop(options: &LoopOptions) -> Result<LoopReport, ChaosEr
 
 /// The report as a Markdown table, machine details on top.
 pub fn table(report: &LoopReport) -> String {
-    let m = &report.machine;
-    let mut out = format!(
-        "loop, {} UTC, {} ({} cores, {} GiB, kernel {}), load average at start {}\n\
-         {} catalogue rows, one agent, {} s x {} interleaved rounds per system\n\n",
-        m["date_utc"].as_str().unwrap_or("?"),
-        m["cpu"].as_str().unwrap_or("?"),
-        m["cores"],
-        m["memory_gib"],
-        m["kernel"].as_str().unwrap_or("?"),
-        m["load_average"].as_str().unwrap_or("?"),
+    let mut out = crate::bench::machine_line("loop", &report.machine);
+    out.push_str(&format!(
+        "{} catalogue rows, one agent, {} s x {} interleaved rounds per system\n\n",
         report.settings["catalogue_rows"],
         report.settings["seconds_per_measurement"],
         report.settings["rounds"],
-    );
+    ));
     out.push_str("| system | step | p50 ms | p99 ms | bytes |\n|---|---|---:|---:|---:|\n");
     for row in &report.rows {
         out.push_str(&format!(

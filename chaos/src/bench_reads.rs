@@ -434,20 +434,13 @@ pub async fn reads(options: &ReadsOptions) -> Result<ReadsReport, ChaosError> {
 
 /// The report as a Markdown table, machine details on top.
 pub fn table(report: &ReadsReport) -> String {
-    let m = &report.machine;
-    let mut out = format!(
-        "reads, {} UTC, {} ({} cores, {} GiB, kernel {}), load average at start {}\n\
-         {} catalogue rows, load on a follower of 3, HTTP/JSON, {} s x {} interleaved rounds per figure\n\n",
-        m["date_utc"].as_str().unwrap_or("?"),
-        m["cpu"].as_str().unwrap_or("?"),
-        m["cores"],
-        m["memory_gib"],
-        m["kernel"].as_str().unwrap_or("?"),
-        m["load_average"].as_str().unwrap_or("?"),
+    let mut out = crate::bench::machine_line("reads", &report.machine);
+    out.push_str(&format!(
+        "{} catalogue rows, load on a follower of 3, HTTP/JSON, {} s x {} interleaved rounds per figure\n\n",
         report.settings["catalogue_rows"],
         report.settings["seconds_per_measurement"],
         report.settings["rounds"],
-    );
+    ));
     out.push_str(
         "| clients | read | reads/s | p50 ms | p99 ms | errors | × etcd reads/s | × etcd p50 |\n",
     );

@@ -231,18 +231,11 @@ pub async fn scale(options: &ScaleOptions) -> Result<ScaleReport, ChaosError> {
 
 /// The report as a Markdown table, machine details on top.
 pub fn table(report: &ScaleReport) -> String {
-    let m = &report.machine;
-    let mut out = format!(
-        "scale, {} UTC, {} ({} cores, {} GiB, kernel {}), load average at start {}\n\
-         3 nodes per size, asks on a follower at one client for {} s\n\n",
-        m["date_utc"].as_str().unwrap_or("?"),
-        m["cpu"].as_str().unwrap_or("?"),
-        m["cores"],
-        m["memory_gib"],
-        m["kernel"].as_str().unwrap_or("?"),
-        m["load_average"].as_str().unwrap_or("?"),
+    let mut out = crate::bench::machine_line("scale", &report.machine);
+    out.push_str(&format!(
+        "3 nodes per size, asks on a follower at one client for {} s\n\n",
         report.settings["ask_seconds"],
-    );
+    ));
     out.push_str(
         "| rows | bulk load s | ask p50 ms | ask p99 ms | asks/s | RSS MiB per node \
          | snapshot MiB | catch-up s |\n|---:|---:|---:|---:|---:|---|---:|---:|\n",

@@ -329,19 +329,11 @@ pub async fn tls(options: &TlsOptions) -> Result<TlsReport, ChaosError> {
 
 /// The report as a Markdown table, machine details on top.
 pub fn table(report: &TlsReport) -> String {
-    let m = &report.machine;
-    let mut out = format!(
-        "tls, {} UTC, {} ({} cores, {} GiB, kernel {}), load average at start {}\n\
-         one node each, HTTP/1.1 keep-alive, {} s x {} interleaved rounds per figure\n\n",
-        m["date_utc"].as_str().unwrap_or("?"),
-        m["cpu"].as_str().unwrap_or("?"),
-        m["cores"],
-        m["memory_gib"],
-        m["kernel"].as_str().unwrap_or("?"),
-        m["load_average"].as_str().unwrap_or("?"),
-        report.settings["seconds_per_measurement"],
-        report.settings["rounds"],
-    );
+    let mut out = crate::bench::machine_line("tls", &report.machine);
+    out.push_str(&format!(
+        "one node each, HTTP/1.1 keep-alive, {} s x {} interleaved rounds per figure\n\n",
+        report.settings["seconds_per_measurement"], report.settings["rounds"],
+    ));
     out.push_str(
         "| operation | clients | HTTP req/s | p50 ms | p99 ms | HTTPS req/s | p50 ms | p99 ms \
          | errors | × req/s | × p50 | × p99 |\n",

@@ -223,6 +223,11 @@ fn scale_reports_every_size_with_a_wiped_follower_caught_up() {
         assert_eq!(row["rss_mib"].as_array().unwrap().len(), 3, "{row}");
         // The wiped follower came back holding every row (it can only have them by snapshot).
         assert!(row["catch_up_s"].is_number(), "{row}");
+        // The leader's snapshot of the whole catalogue is a file in its data folder.
+        assert!(
+            row["snapshot_bytes"].as_u64().is_some_and(|b| b > 0),
+            "{row}"
+        );
         let line = format!("| {size} |");
         assert!(stdout.contains(&line), "{line} missing from\n{stdout}");
     }
