@@ -108,13 +108,6 @@ impl App {
     /// [`App::write`] of a request that carries its id (a client's `Idempotency-Key`).
     pub async fn submit(&self, request: Request, timeout: Duration) -> Result<Written, WriteError> {
         let name = request.command.name();
-        // Refused before anything is proposed: an entry too large to replicate within one
-        // AppendEntries bound would time out on every follower and cost the leader its term.
-        let bytes = request.command.entry_bytes();
-        let limit = self.config.raft.max_entry_bytes;
-        if bytes > limit {
-            return Err(WriteError::TooLarge { bytes, limit });
-        }
         let started = Instant::now();
         let outcome = self.route_write(request, started + timeout).await;
         metrics::histogram!(crate::metrics::WRITE_SECONDS, "op" => name)
@@ -184,9 +177,17 @@ impl App {
         request: Request,
         timeout: Duration,
     ) -> Result<Forwarded, Proposal> {
+        // Refused before anything is proposed, here or on the leader a write was forwarded
+        // to: an entry too large to replicate within one AppendEntries bound would time out
+        // on every follower and cost the leader its term.
+        let bytes = request.command.entry_bytes();
+        let limit = self.config.raft.max_entry_bytes;
+        if bytes > limit {
+            return Err(Proposal::Failed(WriteError::TooLarge { bytes, limit }));
+        }
         let request_id = request.request_id.clone();
         let outcome = self
-            .while_connected(timeout, self.batcher.client_write(request))
+            .while_connected(timeout, self.batcher.client_write(request, bytes))
             .await;
         match outcome {
             // Handed to Raft and then given up on: it may still commit.

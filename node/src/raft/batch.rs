@@ -73,14 +73,14 @@ impl Batcher {
         Batcher { raft, queue }
     }
 
-    /// `Raft::client_write`, answered with this request's own result. Commands other than
-    /// directory writes (receipts, share secrets, revocations) are proposed on their own.
-    pub async fn client_write(&self, request: Request) -> Outcome {
+    /// `Raft::client_write`, answered with this request's own result; `bytes` is its size as
+    /// an entry ([`Command::entry_bytes`]). Commands other than directory writes (receipts,
+    /// share secrets, revocations) are proposed on their own.
+    pub async fn client_write(&self, request: Request, bytes: usize) -> Outcome {
         if rows_of(&request).is_none() {
             return self.raft.client_write(request).await;
         }
         let (reply, answer) = oneshot::channel();
-        let bytes = request.command.entry_bytes();
         if self
             .queue
             .send(Pending {

@@ -280,14 +280,7 @@ impl RaftService for RaftGrpc {
         let request: super::Request = self.open(request, Admission::Member)?;
         let timeout = Duration::from_millis(self.app.config.limits.write_timeout_ms);
         let checked = validate::check_forwarded(&request, sender, now_ms());
-        let (bytes, limit) = (
-            request.command.entry_bytes(),
-            self.app.config.raft.max_entry_bytes,
-        );
-        let result: Result<Forwarded, WriteError> = if bytes > limit {
-            // The member that forwarded it checks too; a member with another limit is told.
-            Err(WriteError::TooLarge { bytes, limit })
-        } else if let Err(refusal) = checked {
+        let result: Result<Forwarded, WriteError> = if let Err(refusal) = checked {
             tracing::warn!(sender, %refusal, "refused a forwarded write");
             Err(WriteError::Refused {
                 reason: refusal.to_string(),
