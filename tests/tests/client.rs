@@ -6,7 +6,7 @@
 //! from the leader refuses an index it cannot reach at once (`behind`), and the client moves
 //! on to another node.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

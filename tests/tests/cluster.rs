@@ -3,7 +3,7 @@
 //! always reads its own writes; a leader loss, a lagging node, a minority partition and a
 //! learner each behave as promised, and nothing acknowledged is lost.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! `if_version`). A write committed but not yet applied on the node that took it is answered
 //! as committed, with its index.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

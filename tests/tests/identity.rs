@@ -5,7 +5,7 @@
 //! lost; a node told about peers never founds a cluster of its own; and a node of another
 //! cluster is refused.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

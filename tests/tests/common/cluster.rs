@@ -26,7 +26,6 @@ pub struct Member {
     pub handle: Option<NodeHandle>,
     pub http: SocketAddr,
     pub grpc: SocketAddr,
-    pub learner: bool,
 }
 
 impl Member {
@@ -147,7 +146,6 @@ impl Cluster {
                 http: handle.http_addr,
                 grpc: handle.grpc_addr,
                 handle: Some(handle),
-                learner: id > voters,
             });
         }
         cluster
