@@ -56,6 +56,8 @@ pub struct App {
     pub config: Arc<Config>,
     /// Invocations that may run at once (`limits.max_concurrent_invocations`).
     pub invocation_slots: Arc<tokio::sync::Semaphore>,
+    /// True while this leader hands leadership over: proposals wait ([`crate::cluster::handover`]).
+    pub handing_over: watch::Sender<bool>,
 }
 
 /// A write that took effect (or, for a repeated request id, took effect before).
@@ -126,23 +128,25 @@ impl App {
             });
         }
         // A leader change moves the write at most twice before we give up.
+        let mut hint = None;
         for _ in 0..3 {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let forward_to = match self.propose(request.clone(), remaining).await {
-                Ok(Forwarded { result, index }) => {
-                    return Ok(self.applied_here(result, index, deadline).await)
-                }
-                Err(Proposal::Forward(Some(leader))) => leader,
-                Err(Proposal::Forward(None)) => {
-                    self.await_leader(remaining).await;
-                    continue;
-                }
-                Err(Proposal::Failed(e)) => return Err(e),
+            // A deposed leader's hint names its successor before this node has heard of it.
+            let forward_to = match hint.take() {
+                Some(leader) => leader,
+                None => match self.propose(request.clone(), remaining).await {
+                    Ok(Forwarded { result, index }) => {
+                        return Ok(self.applied_here(result, index, deadline).await)
+                    }
+                    Err(Proposal::Forward(Some(leader))) => leader,
+                    Err(Proposal::Forward(None)) => {
+                        self.await_leader(remaining).await;
+                        continue;
+                    }
+                    Err(Proposal::Failed(e)) => return Err(e),
+                },
             };
-            let node = self
-                .leader_node()
-                .filter(|(id, _)| *id == forward_to)
-                .map(|(_, n)| n);
+            let node = self.membership().get_node(&forward_to).cloned();
             let Some(node) = node else {
                 self.await_leader(remaining).await;
                 continue;
@@ -161,6 +165,11 @@ impl App {
             {
                 Ok(Forwarded { result, index }) => {
                     return Ok(self.applied_here(result, index, deadline).await)
+                }
+                Err(WriteError::NotLeader { leader: Some(next) })
+                    if next != forward_to && next != self.node_id =>
+                {
+                    hint = Some(next)
                 }
                 Err(WriteError::NotLeader { .. }) => self.await_leader(remaining).await,
                 Err(e) => return Err(e),
@@ -184,6 +193,11 @@ impl App {
         let limit = self.config.raft.max_entry_bytes;
         if bytes > limit {
             return Err(Proposal::Failed(WriteError::TooLarge { bytes, limit }));
+        }
+        // A leader handing over takes no new entry (the successor must be level with its
+        // log to win the vote); the write waits, then goes to whoever leads.
+        if *self.handing_over.borrow() {
+            self.hold_while_handing_over(timeout).await;
         }
         let request_id = request.request_id.clone();
         let outcome = self

@@ -54,8 +54,24 @@ impl NodeHandle {
         format!("{scheme}://{}", self.http_addr)
     }
 
-    /// Stops serving and shuts Raft down; storage is flushed.
+    /// Stops the node the way an operator's SIGTERM does: a leader first hands leadership
+    /// to a voter that is level with its log ([`crate::cluster::handover`]), so writes pause
+    /// for a round trip rather than an election; then [`NodeHandle::halt`].
     pub async fn shutdown(self) {
+        let raft = &self.app.config.raft;
+        let bound = Duration::from_millis(raft.handover_timeout_ms);
+        // Failures are logged there; the node stops either way.
+        if let Ok(Some(_)) = self.app.hand_over_leadership(bound).await {
+            // A follower that has not yet heard of the successor still forwards writes here:
+            // for two heartbeats it is told who leads now, rather than finding a closed port.
+            tokio::time::sleep(Duration::from_millis(2 * raft.heartbeat_ms)).await;
+        }
+        self.halt().await;
+    }
+
+    /// Stops serving and shuts Raft down at once, leadership and all (peers notice as they
+    /// would a crash); storage is flushed.
+    pub async fn halt(self) {
         let _ = self.shutdown.send(true);
         for task in self.tasks {
             let _ = task.await;
@@ -268,6 +284,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         invocation_slots: Arc::new(tokio::sync::Semaphore::new(
             config.limits.max_concurrent_invocations.max(1),
         )),
+        handing_over: watch::channel(false).0,
         config: config.clone(),
     });
 
