@@ -58,6 +58,8 @@ pub struct App {
     pub invocation_slots: Arc<tokio::sync::Semaphore>,
     /// True while this leader hands leadership over: proposals wait ([`crate::cluster::handover`]).
     pub handing_over: watch::Sender<bool>,
+    /// When this node last became leader (at its current term), as its Raft metrics showed it.
+    pub leading_since: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// A write that took effect (or, for a repeated request id, took effect before).
@@ -183,9 +185,11 @@ impl App {
     /// Proposes on this node; answers for the leader when a follower forwards a write.
     pub async fn propose(
         &self,
-        request: Request,
+        mut request: Request,
         timeout: Duration,
     ) -> Result<Forwarded, Proposal> {
+        // The request's trace id is for the logs of the nodes it passes, not for the log.
+        request.trace = None;
         // Refused before anything is proposed, here or on the leader a write was forwarded
         // to: an entry too large to replicate within one AppendEntries bound would time out
         // on every follower and cost the leader its term.

@@ -31,6 +31,30 @@ pub struct Config {
     pub storage: StorageConfig,
     /// How long receipts are kept.
     pub receipts: ReceiptsConfig,
+    /// How the node writes its log (stderr).
+    pub log: LogConfig,
+}
+
+/// The node's log on stderr. The level comes from `ROWCALL_LOG` (an `EnvFilter`, default
+/// `info,openraft=warn,sled=warn`); every line written while a request is served names its
+/// `request_id` ([`crate::trace`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` (for people) or `json` (one object per line, for log pipelines).
+    pub format: LogFormat,
+}
+
+/// The shape of a log line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines, coloured on a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line: time, level, target, message, fields, and the spans (the
+    /// request's id among them).
+    Json,
 }
 
 /// Receipt retention. Off by default: receipts are kept for good (DESIGN §2.2), and the log
@@ -704,6 +728,18 @@ impl Config {
                     return Err(ConfigError::Env {
                         name: "ROWCALL_STORAGE_SYNC",
                         reason: format!("{other:?} is not fdatasync or sled-flush"),
+                    })
+                }
+            };
+        }
+        if let Some(format) = get("ROWCALL_LOG_FORMAT") {
+            self.log.format = match format.trim() {
+                "text" => LogFormat::Text,
+                "json" => LogFormat::Json,
+                other => {
+                    return Err(ConfigError::Env {
+                        name: "ROWCALL_LOG_FORMAT",
+                        reason: format!("{other:?} is not text or json"),
                     })
                 }
             };

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use rowcall_node::config::LogFormat;
 use rowcall_node::Config;
 
 /// A rowcall node. With an empty data folder and no peers it founds a one-node cluster with a
@@ -70,6 +71,9 @@ struct Flags {
     /// Do not load the demo catalogue into a new cluster.
     #[arg(long)]
     no_demo: bool,
+    /// Log lines as `text` or `json` (`[log] format`, `ROWCALL_LOG_FORMAT`).
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormat>,
     /// TOML configuration file (see deploy/rowcall.toml).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -147,22 +151,17 @@ impl Flags {
         if self.no_demo {
             config.node.demo = false;
         }
+        if let Some(format) = self.log_format {
+            config.log.format = format;
+        }
         Ok(config)
     }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ROWCALL_LOG")
-                .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into()),
-        )
-        .init();
     let config = Flags::parse().load()?;
+    init_log(config.log.format);
     let mut node = rowcall_node::start(config).await?;
     println!(
         "rowcall: serving HTTP on {}  (gRPC {})",
@@ -177,6 +176,26 @@ async fn main() -> anyhow::Result<()> {
         _ = node.wait() => {}
     }
     Ok(())
+}
+
+/// Logs to stderr at the `ROWCALL_LOG` filter, as text or one JSON object per line.
+fn init_log(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ROWCALL_LOG")
+        .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into());
+    let log = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    match format {
+        LogFormat::Text => log
+            .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+            .init(),
+        LogFormat::Json => log
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
 }
 
 async fn shutdown_signal() {

@@ -285,6 +285,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
             config.limits.max_concurrent_invocations.max(1),
         )),
         handing_over: watch::channel(false).0,
+        leading_since: std::sync::Mutex::new(None),
         config: config.clone(),
     });
 
@@ -326,6 +327,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let base = crate::service::base_url(&app, Some(&me.http_addr));
     let public = grpc::routes(app.clone(), base, shutdown.subscribe())?;
     let router = grpc_server(&config.limits.grpc)
+        .layer(grpc::trace::TraceLayer)
         .add_routes(public)
         .add_service(service);
     let stopped = async move {
@@ -366,7 +368,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         )));
     }
 
-    tasks.push(tokio::spawn(count_leader_changes(
+    tasks.push(tokio::spawn(crate::cluster::handover::watch_leadership(
         app.clone(),
         shutdown.subscribe(),
     )));
@@ -460,28 +462,6 @@ fn peer_auth(config: &Config) -> anyhow::Result<PeerCredentials> {
 }
 
 /// Reads TLS files (`what`: peer TLS or HTTPS) again whenever they change, until `stop`.
-/// Counts each new leader this node sees in its Raft metrics. A gap without a leader is not
-/// a change; the same leader back after one is not a new one.
-async fn count_leader_changes(app: Arc<App>, mut stop: watch::Receiver<bool>) {
-    let mut metrics = app.raft.metrics();
-    let node = app.node_id.to_string();
-    let counter = metrics::counter!(crate::metrics::LEADER_CHANGES_TOTAL, "node" => node);
-    // Registered at zero, so that `increase()` over it works from the first scrape.
-    counter.increment(0);
-    let mut last = None;
-    loop {
-        let leader = metrics.borrow_and_update().current_leader;
-        if leader.is_some() && leader != last {
-            counter.increment(1);
-            last = leader;
-        }
-        tokio::select! {
-            changed = metrics.changed() => if changed.is_err() { return },
-            _ = stop.wait_for(|s| *s) => return,
-        }
-    }
-}
-
 async fn reload_tls(
     what: &'static str,
     every: Duration,

@@ -492,3 +492,56 @@ async fn the_openapi_document_describes_every_route() {
     assert!(ready, "/readyz never became ready");
     node.handle.shutdown().await;
 }
+
+/// Every answer names its request (`x-request-id`), over HTTP and gRPC: the caller's id
+/// when it is printable ASCII of at most 128 bytes, else the trace id of its W3C
+/// `traceparent`, else one the node made; an id a log line could not hold is replaced.
+#[tokio::test]
+async fn every_answer_names_its_request_id_over_http_and_grpc() {
+    let node = start(true).await;
+    let ask = |headers: &[(&str, &str)]| {
+        let mut request = node.http.get(format!("{}/api/dispatch?ask=time", node.url));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.headers()["x-request-id"]
+                .to_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    assert_eq!(ask(&[("x-request-id", "order-17")]).await, "order-17");
+    assert_eq!(
+        ask(&[("traceparent", parent)]).await,
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    );
+    let made = ask(&[]).await;
+    assert_eq!(made.len(), 32);
+    assert_ne!(made, ask(&[]).await, "each request its own id");
+    let replaced = ask(&[("x-request-id", "with space")]).await;
+    assert_ne!(replaced, "with space");
+
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{}", node.handle.grpc_addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let mut dispatch = rowcall_proto::v1::dispatch_client::DispatchClient::new(channel);
+    let mut request = tonic::Request::new(rowcall_proto::v1::AskRequest {
+        ask: "time".into(),
+        limit: 0,
+    });
+    request
+        .metadata_mut()
+        .insert("x-request-id", "grpc-order-18".parse().unwrap());
+    let response = dispatch.ask(request).await.unwrap();
+    assert_eq!(
+        response.metadata().get("x-request-id").unwrap(),
+        "grpc-order-18"
+    );
+}

@@ -16,7 +16,10 @@
 //! A handover that cannot finish in its bound (no voter catches up, the vote is refused)
 //! changes nothing: the node stops, and the cluster elects a leader the usual way.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
 
 use crate::app::App;
 use crate::raft::calls::MembershipError;
@@ -78,6 +81,13 @@ impl App {
     }
 
     async fn transfer(&self, deadline: Instant) -> Result<NodeId, HandoverError> {
+        // openraft's leader refuses any vote within its lease (election_timeout_max) of its
+        // own election, the successor's included: a leader that young waits it out first.
+        let lease = Duration::from_millis(self.config.raft.election_timeout_max_ms + 20);
+        let since = *self.leading_since.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(since) = since {
+            tokio::time::sleep_until((since + lease).min(deadline).into()).await;
+        }
         let mut metrics = self.raft.metrics();
         // The voter with the highest matched index: the first to be level with this log.
         let target = {
@@ -201,5 +211,37 @@ impl App {
     pub(crate) async fn hold_while_handing_over(&self, timeout: Duration) {
         let mut handing_over = self.handing_over.subscribe();
         let _ = tokio::time::timeout(timeout, handing_over.wait_for(|h| !*h)).await;
+    }
+}
+
+/// Follows this node's Raft metrics: counts each new leader it sees
+/// (`rowcall_raft_leader_changes_seen_total`; a gap without a leader is not a change, the
+/// same leader back after one is not a new one) and notes when this node starts leading.
+pub async fn watch_leadership(app: Arc<App>, mut stop: watch::Receiver<bool>) {
+    let mut metrics = app.raft.metrics();
+    let node = app.node_id.to_string();
+    let counter = metrics::counter!(crate::metrics::LEADER_CHANGES_TOTAL, "node" => node);
+    // Registered at zero, so that `increase()` over it works from the first scrape.
+    counter.increment(0);
+    let (mut last, mut led_term) = (None, None);
+    loop {
+        let (leader, term) = {
+            let m = metrics.borrow_and_update();
+            (m.current_leader, m.current_term)
+        };
+        if leader.is_some() && leader != last {
+            counter.increment(1);
+            last = leader;
+        }
+        let leading = (leader == Some(app.node_id)).then_some(term);
+        if leading != led_term {
+            led_term = leading;
+            let mut since = app.leading_since.lock().unwrap_or_else(|e| e.into_inner());
+            *since = leading.map(|_| Instant::now());
+        }
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            _ = stop.wait_for(|s| *s) => return,
+        }
     }
 }

@@ -20,6 +20,7 @@ use crate::catalogue::row::{Row, RowType};
 use crate::model::receipt::{cap_text, new_receipt_id, sha256_hex, Receipt};
 use crate::model::time::{format_ms, now_ms};
 use crate::raft::{Command, CommandResult};
+use crate::trace::TraceId;
 
 /// What the caller sent to run a row.
 #[derive(Debug, Clone, Default)]
@@ -253,6 +254,7 @@ pub async fn invoke(
         started_at: format_ms(started_ms),
         duration_ms,
         served_by: app.node_id,
+        request_id: TraceId::current().map(|id| id.to_string()),
         called,
         upstream_status,
         input: stored_input,

@@ -59,6 +59,10 @@ pub struct Receipt {
     pub duration_ms: u64,
     /// The node that ran it.
     pub served_by: u64,
+    /// The id of the request that ran it (`x-request-id`, or the trace id of a
+    /// `traceparent`, or one the node made), as the logs of every node it passed name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
     /// What was called (for runners that reach out), without secrets: `METHOD URL` (and
     /// `-> URL` per redirect) for http rows, `tools/call NAME at URL` for mcp rows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -155,6 +159,7 @@ impl Receipt {
             started_at: crate::model::time::format_ms(0),
             duration_ms: 1,
             served_by: 1,
+            request_id: None,
             called: None,
             upstream_status: None,
             input: "{}".into(),

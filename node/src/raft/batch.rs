@@ -163,6 +163,7 @@ async fn propose(raft: &Raft, mut batch: Vec<Pending>) {
         .client_write(Request {
             request_id: None,
             command: Command::Batch { requests },
+            trace: None,
         })
         .await;
     match outcome {

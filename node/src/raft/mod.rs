@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::catalogue::row::RowInput;
 use crate::model::receipt::Receipt;
 use crate::model::share::ShareSecret;
+use crate::trace::TraceId;
 
 /// A node's id in the cluster.
 pub type NodeId = u64;
@@ -133,6 +134,10 @@ pub struct Request {
     /// The change.
     #[serde(flatten)]
     pub command: Command,
+    /// The id of the client request it serves, for the logs ([`crate::trace`]): carried to
+    /// the leader with a forwarded write, never into the log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceId>,
 }
 
 impl Request {
@@ -146,6 +151,7 @@ impl Request {
         Self {
             request_id: Some(id),
             command,
+            trace: TraceId::current(),
         }
     }
 }

@@ -14,6 +14,7 @@ use rowcall_proto::raft::RaftMessage;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
 
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest};
 
@@ -21,6 +22,7 @@ use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
 use super::{validate, NodeId, TypeConfig};
 use crate::app::{App, Proposal};
 use crate::model::time::now_ms;
+use crate::trace::TraceId;
 
 /// Serves the local node to its peers.
 pub struct RaftGrpc {
@@ -290,7 +292,15 @@ impl RaftService for RaftGrpc {
                 reason: "the leader cannot reach a quorum".into(),
             })
         } else {
-            match self.app.propose(request, timeout).await {
+            // Served under the id the client's request had on the follower.
+            let trace = request.trace.clone().unwrap_or_else(TraceId::generate);
+            let span = tracing::info_span!("forwarded", request_id = %trace, from = sender);
+            let proposed = trace
+                .scope(self.app.propose(request, timeout))
+                .instrument(span.clone())
+                .await;
+            span.in_scope(|| tracing::debug!(ok = proposed.is_ok(), "forwarded write proposed"));
+            match proposed {
                 Ok(forwarded) => Ok(forwarded),
                 Err(Proposal::Forward(leader)) => Err(WriteError::NotLeader { leader }),
                 Err(Proposal::Failed(e)) => Err(e),

@@ -374,6 +374,7 @@ impl StateMachine {
         let Request {
             request_id,
             command,
+            ..
         } = request;
         let Some(id) = request_id else {
             return self.apply_command(command, index, stage);

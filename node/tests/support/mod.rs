@@ -44,6 +44,19 @@ pub fn spawn(args: &[&str], data: &Path, config: Option<&Path>) -> Process {
 /// [`spawn`] under a wrapper program (`wrapper[0]` with its arguments, then the binary), e.g.
 /// a tracer; the wrapper must pass the binary's stdout through.
 pub fn spawn_under(wrapper: &[&str], args: &[&str], data: &Path, config: Option<&Path>) -> Process {
+    spawn_logged(wrapper, args, data, config, "warn", None)
+}
+
+/// [`spawn_under`] with the log filter `log` (`ROWCALL_LOG`), its log (stderr) written to
+/// the file `log_to` when given.
+pub fn spawn_logged(
+    wrapper: &[&str],
+    args: &[&str],
+    data: &Path,
+    config: Option<&Path>,
+    log: &str,
+    log_to: Option<&Path>,
+) -> Process {
     let binary = env!("CARGO_BIN_EXE_rowcall-node");
     let mut command = match wrapper.split_first() {
         Some((program, wrapper_args)) => {
@@ -59,9 +72,12 @@ pub fn spawn_under(wrapper: &[&str], args: &[&str], data: &Path, config: Option<
     }
     let mut child = command
         .env("ROWCALL_ADMIN_KEY", ADMIN)
-        .env("ROWCALL_LOG", "warn")
+        .env("ROWCALL_LOG", log)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(match log_to {
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("create the log file")),
+            None => Stdio::null(),
+        })
         .spawn()
         .expect("spawn rowcall-node");
     let stdout = child.stdout.take().expect("stdout");

@@ -250,8 +250,9 @@ impl Cluster {
     pub async fn converge(&self, index: u64) {
         for member in self.members.iter().filter(|m| m.handle.is_some()) {
             let id = member.id;
+            // Bounded generously: catching up by snapshot on a busy 2-core machine is slow.
             eventually(
-                Duration::from_secs(20),
+                Duration::from_secs(60),
                 &format!("node {id} applies index {index}"),
                 || {
                     let done = self.applied(id) >= index;

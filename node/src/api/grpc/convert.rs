@@ -105,6 +105,7 @@ impl From<Receipt> for v1::Receipt {
             started_at: r.started_at,
             duration_ms: r.duration_ms,
             served_by: r.served_by,
+            request_id: r.request_id,
             called: r.called,
             upstream_status: r.upstream_status,
             input: r.input,

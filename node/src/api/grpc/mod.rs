@@ -19,6 +19,7 @@ mod directory;
 mod dispatch;
 pub mod error;
 mod receipts;
+pub mod trace;
 
 use std::future::Future;
 use std::sync::Arc;

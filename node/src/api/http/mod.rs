@@ -32,10 +32,12 @@ use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
+use tracing::Instrument as _;
 
 use crate::app::App;
 use crate::raft::{BadRequestId, RequestId};
 use crate::service::{Freshness, Logged, ServiceError};
+use crate::trace::{self, TraceId};
 
 /// Header carrying the applied (or written) index.
 pub const INDEX_HEADER: &str = "x-rowcall-index";
@@ -164,7 +166,8 @@ async fn not_found() -> ServiceError {
     ServiceError::NotFound("no such endpoint; GET /api/openapi.json lists them".into())
 }
 
-/// Records request metrics and stamps `x-rowcall-index` on answers that lack it.
+/// Serves the request under its id ([`crate::trace`]), records request metrics, and stamps
+/// `x-request-id` and `x-rowcall-index` on the answer.
 async fn observe(State(http): State<Http>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = request
@@ -172,7 +175,19 @@ async fn observe(State(http): State<Http>, request: Request, next: Next) -> Resp
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = method_label(request.method());
-    let mut response = next.run(request).await;
+    let id = {
+        let header = |name| request.headers().get(name).map(HeaderValue::as_bytes);
+        TraceId::from_headers(header(trace::HEADER), header(trace::TRACEPARENT))
+    };
+    let span = tracing::info_span!("http", request_id = %id, method, route);
+    let mut response = id
+        .clone()
+        .scope(next.run(request))
+        .instrument(span.clone())
+        .await;
+    if let Ok(value) = HeaderValue::from_str(id.as_str()) {
+        response.headers_mut().insert(trace::HEADER, value);
+    }
     if !route.starts_with("/api/mcp") && is_plain_rejection(&response) {
         response = json_rejection(response).await;
     }
@@ -192,8 +207,16 @@ async fn observe(State(http): State<Http>, request: Request, next: Next) -> Resp
     metrics::counter!(crate::metrics::HTTP_REQUESTS_TOTAL,
         "route" => route.clone(), "method" => method, "status" => status)
     .increment(1);
+    let elapsed = started.elapsed();
+    span.in_scope(|| {
+        tracing::debug!(
+            status = response.status().as_u16(),
+            ms = elapsed.as_millis() as u64,
+            "answered"
+        );
+    });
     metrics::histogram!(crate::metrics::HTTP_REQUEST_SECONDS, "route" => route)
-        .record(started.elapsed().as_secs_f64());
+        .record(elapsed.as_secs_f64());
     response
 }
 
