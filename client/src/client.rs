@@ -5,8 +5,11 @@
 //!   call ──► order the nodes ─► attempt on one (deadline per attempt) ──► answer ─► note index, leader
 //!              reads:  the node that answered last, then the others; a second node is
 //!                      asked too when the first is slow (hedge), the first answer wins
-//!              writes: the leader the nodes named, then the others (same idempotency-key)
-//!              invocations: as reads, without the hedge (one attempt that may have run ends it)
+//!              writes: the leader the nodes named, then the others; hedged as reads are,
+//!                      every attempt under one idempotency-key, so the cluster applies it
+//!                      once and a second attempt that lands is answered with the first's outcome
+//!              invocations: as reads, without the hedge (one attempt that may have run ends it:
+//!                      the runner runs before its receipt commits, so no id can stop a second run)
 //!            ◄─ a node-level failure (unreachable, paused, behind, no quorum): next node at
 //!               once; after every node failed, back off (exponential, full jitter) and go round
 //!               again until the call's deadline
@@ -73,7 +76,7 @@ const NODE_LEVEL: &[&str] = &[
 ];
 
 /// One attempt of a call on one node, as [`ClientBuilder::on_attempt`] reports it: where it
-/// went, what the session sent, and what came back. Attempts a hedged read cancelled (its
+/// went, what the session sent, and what came back. Attempts a hedge cancelled (its
 /// other attempt answered first) are not reported: they showed the caller nothing.
 #[derive(Debug, Clone)]
 pub struct Attempted {
@@ -127,7 +130,7 @@ impl Default for Options {
             read_timeout: Duration::from_secs(1),
             // A node gives a write 5 s to commit before it says the outcome is unknown.
             write_timeout: Duration::from_secs(6),
-            // Runners may take 10 s, the receipt 2 s more.
+            // Runners may take 10 s, the receipt's commit 0.5 s more, before the outbox.
             invoke_timeout: Duration::from_secs(15),
             deadline: Duration::from_secs(15),
             hedge_after: Some(Duration::from_millis(150)),
@@ -259,8 +262,10 @@ impl ClientBuilder {
         self
     }
 
-    /// After how long without an answer a read is also sent to a second node, the first
-    /// answer winning (default 150 ms; `None`: never).
+    /// After how long without an answer a read or a write is also sent to a second node, the
+    /// first answer winning (default 150 ms; `None`: never). A write's attempts share one
+    /// idempotency key, so the cluster applies it once however many land. Invocations are
+    /// never hedged.
     ///
     /// ```
     /// let builder = rowcall_client::Client::builder().hedge_after(None);
@@ -405,9 +410,13 @@ struct Inner {
 enum Kind {
     /// Changes nothing: retried on any node, hedged.
     Read,
-    /// A write the nodes deduplicate by its idempotency key: retried with the same key, even
-    /// when its outcome is unknown.
+    /// A write the nodes deduplicate by its idempotency key: retried and hedged with the same
+    /// key, even when its outcome is unknown.
     Write,
+    /// A cluster change that converges however often it is made (add a learner, promote,
+    /// snapshot) but is not deduplicated: retried like a write, never hedged (two at once
+    /// could refuse each other).
+    Converges,
     /// Must not happen twice (an invocation, a removal): retried only when it surely did
     /// not reach a node, or a node refused it before doing anything.
     Once,
@@ -641,7 +650,7 @@ impl Client {
         let deadline = Instant::now() + options.deadline;
         let per_attempt = self.attempt_timeout(kind, write_like);
         // One key for every attempt of a write: the cluster applies it at most once.
-        let idempotency_key = (kind == Kind::Write).then(new_request_id);
+        let idempotency_key = matches!(kind, Kind::Write | Kind::Converges).then(new_request_id);
         let mut backoff = options.backoff;
         let mut attempts = 0u32;
         let mut last = None;
@@ -672,9 +681,10 @@ impl Client {
                 attempts += 1;
             }
             while !pending.is_empty() {
-                // A read still unanswered after the hedge delay goes to one more node.
+                // A read or a write still unanswered after the hedge delay goes to one more
+                // node (a paused leader holds a write as long as a read).
                 let hedge = match (kind, options.hedge_after) {
-                    (Kind::Read, Some(delay)) if pending.len() < 2 => delay,
+                    (Kind::Read | Kind::Write, Some(delay)) if pending.len() < 2 => delay,
                     _ => Duration::MAX,
                 };
                 let sleep = pin!(tokio::time::sleep(hedge.min(Duration::from_secs(3600))));
@@ -689,7 +699,7 @@ impl Client {
                                 for &slow in &out {
                                     self.suspect(slow);
                                 }
-                                if kind != Kind::Write {
+                                if kind == Kind::Read || kind == Kind::Once {
                                     self.inner.preferred.store(at, Ordering::Relaxed);
                                 }
                                 return Ok(response);
@@ -823,7 +833,9 @@ impl Client {
             let node_level = NODE_LEVEL.contains(&rejection.code.as_str());
             return match kind {
                 _ if node_level => Attempt::Retry(rejection),
-                Kind::Write if rejection.code == "outcome_unknown" => Attempt::Retry(rejection),
+                Kind::Write | Kind::Converges if rejection.code == "outcome_unknown" => {
+                    Attempt::Retry(rejection)
+                }
                 _ => Attempt::Rejected(rejection),
             };
         }
@@ -831,7 +843,7 @@ impl Client {
         let never_sent = status.code() == Code::Unavailable
             && status.message().to_ascii_lowercase().contains("connect");
         match kind {
-            Kind::Read | Kind::Write => Attempt::Retry(rejection),
+            Kind::Read | Kind::Write | Kind::Converges => Attempt::Retry(rejection),
             Kind::Once if never_sent => Attempt::Retry(rejection),
             Kind::Once => Attempt::Unknown(rejection),
         }
@@ -1263,7 +1275,7 @@ impl Client {
             grpc_addr: grpc_addr.to_owned(),
             http_addr: http_addr.to_owned(),
         };
-        self.call(Kind::Write, true, message, |ch, r| async move {
+        self.call(Kind::Converges, true, message, |ch, r| async move {
             ClusterClient::new(ch).add_learner(r).await
         })
         .await?;
@@ -1280,7 +1292,7 @@ impl Client {
     /// ```
     pub async fn promote(&self, id: u64) -> Result<(), Error> {
         let message = proto::PromoteRequest { id };
-        self.call(Kind::Write, true, message, |ch, r| async move {
+        self.call(Kind::Converges, true, message, |ch, r| async move {
             ClusterClient::new(ch).promote(r).await
         })
         .await?;
@@ -1315,7 +1327,7 @@ impl Client {
     /// ```
     pub async fn snapshot(&self) -> Result<(), Error> {
         self.call(
-            Kind::Write,
+            Kind::Converges,
             true,
             proto::SnapshotRequest {},
             |ch, r| async move { ClusterClient::new(ch).snapshot(r).await },

@@ -125,9 +125,19 @@ impl App {
                 reason: "this node cannot reach a quorum".into(),
             });
         }
+        // Set once a forward went unanswered: the write may have reached a leader, so from
+        // then on every way of giving up says its outcome is unknown, never "not proposed".
+        let mut unanswered: Option<WriteError> = None;
+        let give_up = |e: WriteError, unanswered: Option<WriteError>| match (e, unanswered) {
+            (WriteError::Unavailable { .. }, Some(unknown)) => unknown,
+            (e, _) => e,
+        };
         // A leader change moves the write at most twice before we give up.
         for _ in 0..3 {
             let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
             let forward_to = match self.propose(request.clone(), remaining).await {
                 Ok(Forwarded { result, index }) => {
                     return Ok(self.applied_here(result, index, deadline).await)
@@ -137,7 +147,7 @@ impl App {
                     self.await_leader(remaining).await;
                     continue;
                 }
-                Err(Proposal::Failed(e)) => return Err(e),
+                Err(Proposal::Failed(e)) => return Err(give_up(e, unanswered)),
             };
             let node = self
                 .leader_node()
@@ -163,12 +173,27 @@ impl App {
                     return Ok(self.applied_here(result, index, deadline).await)
                 }
                 Err(WriteError::NotLeader { .. }) => self.await_leader(remaining).await,
-                Err(e) => return Err(e),
+                // No answer: the leader may be gone (killed, paused, cut off). The request
+                // keeps its id, so sending it again (to a successor, or to this leader once
+                // it answers) gets the first outcome and never applies it twice. Hold it for
+                // a successor instead of answering "unknown" and leaving the retry to the
+                // client, which would only find the same dead leader behind every follower.
+                Err(unknown @ WriteError::OutcomeUnknown { .. }) => {
+                    unanswered = Some(unknown);
+                    let wait = deadline.saturating_duration_since(Instant::now()).min(
+                        Duration::from_millis(self.config.raft.election_timeout_max_ms),
+                    );
+                    self.await_successor(forward_to, wait).await;
+                }
+                Err(e) => return Err(give_up(e, unanswered)),
             }
         }
-        Err(WriteError::Unavailable {
-            reason: "the leader kept changing".into(),
-        })
+        Err(give_up(
+            WriteError::Unavailable {
+                reason: "the leader kept changing".into(),
+            },
+            unanswered,
+        ))
     }
 
     /// Proposes on this node; answers for the leader when a follower forwards a write.
@@ -268,6 +293,22 @@ impl App {
             .metrics(|m| m.current_leader.is_some(), "a leader is known")
             .await;
         tokio::time::sleep(Duration::from_millis(20).min(within)).await;
+    }
+
+    /// Waits, at most `within` and while this node is not cut off, for a leader other than
+    /// `failed`, or for `failed` to lead again at a newer term.
+    async fn await_successor(&self, failed: NodeId, within: Duration) {
+        let term = self.raft.metrics().borrow().current_term;
+        let wait = self.raft.wait(Some(within));
+        let succeeded = wait.metrics(
+            |m| {
+                m.current_leader
+                    .is_some_and(|l| l != failed || m.current_term > term)
+            },
+            "a successor leads",
+        );
+        // Cut off, no successor will be heard of: give the rest of the time back.
+        let _ = self.while_connected(within, succeeded).await;
     }
 
     /// Waits until this node has applied `index`, at most `timeout`. Returns whether it has.
