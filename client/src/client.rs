@@ -5,8 +5,8 @@
 //!   call ──► order the nodes ─► attempt on one (deadline per attempt) ──► answer ─► note index, leader
 //!              reads:  the node that answered last, then the others; a second node is
 //!                      asked too when the first is slow (hedge), the first answer wins
-//!              writes: the leader the nodes named, then the others; hedged as reads are,
-//!                      every attempt under one idempotency-key, so the cluster applies it
+//!              writes: the leader the nodes named, then the others; hedged (after longer
+//!                      than reads), every attempt under one idempotency-key, so the cluster applies it
 //!                      once and a second attempt that lands is answered with the first's outcome
 //!              invocations: as reads, without the hedge (one attempt that may have run ends it:
 //!                      the runner runs before its receipt commits, so no id can stop a second run)
@@ -117,6 +117,7 @@ struct Options {
     invoke_timeout: Duration,
     deadline: Duration,
     hedge_after: Option<Duration>,
+    write_hedge_after: Option<Duration>,
     backoff: Duration,
     backoff_max: Duration,
     observer: Option<Observer>,
@@ -134,6 +135,9 @@ impl Default for Options {
             invoke_timeout: Duration::from_secs(15),
             deadline: Duration::from_secs(15),
             hedge_after: Some(Duration::from_millis(150)),
+            // A write commits through a quorum and a disk flush: several times a read's
+            // time. Still well inside an election, so a paused leader costs no more than one.
+            write_hedge_after: Some(Duration::from_millis(500)),
             backoff: Duration::from_millis(50),
             backoff_max: Duration::from_secs(1),
             observer: None,
@@ -262,10 +266,9 @@ impl ClientBuilder {
         self
     }
 
-    /// After how long without an answer a read or a write is also sent to a second node, the
-    /// first answer winning (default 150 ms; `None`: never). A write's attempts share one
-    /// idempotency key, so the cluster applies it once however many land. Invocations are
-    /// never hedged.
+    /// After how long without an answer a read is also sent to a second node, the first
+    /// answer winning (default 150 ms; `None`: never). Invocations are never hedged: their
+    /// runner runs before the receipt commits, so a second attempt would run it again.
     ///
     /// ```
     /// let builder = rowcall_client::Client::builder().hedge_after(None);
@@ -273,6 +276,22 @@ impl ClientBuilder {
     /// ```
     pub fn hedge_after(mut self, delay: Option<Duration>) -> Self {
         self.options.hedge_after = delay;
+        self
+    }
+
+    /// After how long without an answer a write is also sent to a second node, the first
+    /// answer winning (default 500 ms; `None`: never). Every attempt carries the write's one
+    /// idempotency key, so the cluster applies it once however many attempts land, and a
+    /// later one is answered with the first one's outcome: a paused leader holds the write
+    /// no longer than this, while a follower carries it to the leader's successor.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let builder = rowcall_client::Client::builder().write_hedge_after(Some(Duration::from_millis(300)));
+    /// # let _ = builder;
+    /// ```
+    pub fn write_hedge_after(mut self, delay: Option<Duration>) -> Self {
+        self.options.write_hedge_after = delay;
         self
     }
 
@@ -681,10 +700,15 @@ impl Client {
                 attempts += 1;
             }
             while !pending.is_empty() {
-                // A read or a write still unanswered after the hedge delay goes to one more
+                // A read or a write still unanswered after its hedge delay goes to one more
                 // node (a paused leader holds a write as long as a read).
-                let hedge = match (kind, options.hedge_after) {
-                    (Kind::Read | Kind::Write, Some(delay)) if pending.len() < 2 => delay,
+                let delay = match kind {
+                    Kind::Read => options.hedge_after,
+                    Kind::Write => options.write_hedge_after,
+                    Kind::Converges | Kind::Once => None,
+                };
+                let hedge = match delay {
+                    Some(delay) if pending.len() < 2 => delay,
                     _ => Duration::MAX,
                 };
                 let sleep = pin!(tokio::time::sleep(hedge.min(Duration::from_secs(3600))));
