@@ -9,7 +9,9 @@
 //!                      than reads), every attempt under one idempotency-key, so the cluster applies it
 //!                      once and a second attempt that lands is answered with the first's outcome
 //!              invocations: as reads, without the hedge (one attempt that may have run ends it:
-//!                      the runner runs before its receipt commits, so no id can stop a second run)
+//!                      the runner runs before its receipt commits, so no id can stop a second
+//!                      run); sent first to a node that answered within the hedge delay, or
+//!                      answered a probe within it
 //!            ◄─ a node-level failure (unreachable, paused, behind, no quorum): next node at
 //!               once; after every node failed, back off (exponential, full jitter) and go round
 //!               again until the call's deadline
@@ -347,6 +349,7 @@ impl ClientBuilder {
                 preferred: AtomicUsize::new(0),
                 leader: Mutex::new(None),
                 suspects: Mutex::default(),
+                heard: Mutex::default(),
                 seen: AtomicU64::new(self.session),
                 options: self.options,
             }),
@@ -419,6 +422,8 @@ struct Inner {
     leader: Mutex<Option<String>>,
     /// Nodes (by position) that failed an attempt, and until when they are tried last.
     suspects: Mutex<HashMap<usize, Instant>>,
+    /// When each node (by position) last answered this session.
+    heard: Mutex<HashMap<usize, Instant>>,
     /// The highest index any answer carried: sent as the min index of every call.
     seen: AtomicU64,
     options: Options,
@@ -535,6 +540,7 @@ impl Client {
                 preferred: AtomicUsize::new(self.inner.preferred.load(Ordering::Relaxed)),
                 leader: Mutex::new(self.leader()),
                 suspects: Mutex::default(),
+                heard: Mutex::default(),
                 seen: AtomicU64::new(0),
                 options: self.inner.options.clone(),
             }),
@@ -611,6 +617,48 @@ impl Client {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         suspects.remove(&at);
+        let mut heard = self.inner.heard.lock().unwrap_or_else(|p| p.into_inner());
+        heard.insert(at, Instant::now());
+    }
+
+    /// Puts first in `order` the first node that has answered this session within `within`,
+    /// or answers a probe (a counts read) within it; a node that does not is suspect. An
+    /// invocation cannot be sent twice, so it is sent only to a node just seen alive: a
+    /// paused node then costs it one probe, not the attempt's whole timeout. Leaves the
+    /// order as it is when no node answers.
+    async fn live_first(&self, order: &mut Vec<usize>, within: Duration) {
+        for i in 0..order.len() {
+            let at = order[i];
+            let recent = {
+                let heard = self.inner.heard.lock().unwrap_or_else(|p| p.into_inner());
+                heard.get(&at).is_some_and(|t| t.elapsed() <= within)
+            };
+            if recent || self.answers_within(at, within).await {
+                order[..=i].rotate_right(1);
+                return;
+            }
+            self.suspect(at);
+        }
+    }
+
+    /// Whether rowcall on `at` answers a cheap read within `within` (any answer it gives,
+    /// a refusal included, shows it is running).
+    async fn answers_within(&self, at: usize, within: Duration) -> bool {
+        let Some((_, channel)) = self.channel(at) else {
+            return false;
+        };
+        let request = self.request(proto::CountsRequest {}, None, within);
+        let mut directory = DirectoryClient::new(channel);
+        let probe = directory.counts(request);
+        let alive = match tokio::time::timeout(within, probe).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(status)) => Rejection::from_status(&status).from_rowcall(),
+            Err(_) => false,
+        };
+        if alive {
+            self.trust(at);
+        }
+        alive
     }
 
     /// The position of the node at `authority`, adding it if a hint named one not listed.
@@ -674,7 +722,10 @@ impl Client {
         let mut attempts = 0u32;
         let mut last = None;
         loop {
-            let order = self.order(write_like);
+            let mut order = self.order(write_like);
+            if let (Kind::Once, Some(within)) = (kind, options.hedge_after) {
+                self.live_first(&mut order, within).await;
+            }
             let mut next = order.iter().copied();
             let mut pending = FuturesUnordered::new();
             // Nodes whose attempt of this round is still out.
