@@ -132,8 +132,9 @@ impl App {
             (WriteError::Unavailable { .. }, Some(unknown)) => unknown,
             (e, _) => e,
         };
-        // A leader change moves the write at most twice before we give up.
-        for _ in 0..3 {
+        // A leader change, or a leader gone until its successor is elected, moves the write
+        // a few times at most; the deadline bounds the waits in between.
+        for _ in 0..5 {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 break;
