@@ -56,6 +56,8 @@ pub struct App {
     pub config: Arc<Config>,
     /// Invocations that may run at once (`limits.max_concurrent_invocations`).
     pub invocation_slots: Arc<tokio::sync::Semaphore>,
+    /// True while this leader hands leadership over: proposals wait ([`crate::cluster::handover`]).
+    pub handing_over: watch::Sender<bool>,
 }
 
 /// A write that took effect (or, for a repeated request id, took effect before).
@@ -134,34 +136,35 @@ impl App {
         };
         // A leader change, or a leader gone until its successor is elected, moves the write
         // a few times at most; the deadline bounds the waits in between.
+        let mut hint = None;
         for _ in 0..5 {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 break;
             }
-            let forward_to = match self.propose(request.clone(), remaining).await {
-                Ok(Forwarded { result, index }) => {
-                    return Ok(self.applied_here(result, index, deadline).await)
-                }
-                Err(Proposal::Forward(Some(leader))) => leader,
-                Err(Proposal::Forward(None)) => {
-                    self.await_leader(remaining).await;
-                    continue;
-                }
-                Err(Proposal::Failed(e)) => return Err(give_up(e, unanswered)),
+            // A deposed leader's hint names its successor before this node has heard of it.
+            let forward_to = match hint.take() {
+                Some(leader) => leader,
+                None => match self.propose(request.clone(), remaining).await {
+                    Ok(Forwarded { result, index }) => {
+                        return Ok(self.applied_here(result, index, deadline).await)
+                    }
+                    Err(Proposal::Forward(Some(leader))) => leader,
+                    Err(Proposal::Forward(None)) => {
+                        self.await_leader(remaining).await;
+                        continue;
+                    }
+                    Err(Proposal::Failed(e)) => return Err(give_up(e, unanswered)),
+                },
             };
-            let node = self
-                .leader_node()
-                .filter(|(id, _)| *id == forward_to)
-                .map(|(_, n)| n);
+            let node = self.membership().get_node(&forward_to).cloned();
             let Some(node) = node else {
                 self.await_leader(remaining).await;
                 continue;
             };
             // A healthy leader answers in milliseconds. One that has not answered within its
-            // lease is being replaced: answer now that the outcome is unknown, so the client
-            // retries with the same request id (on this node or another) once a successor
-            // leads, instead of holding the request for the whole write timeout.
+            // lease is being replaced: stop waiting for it, and send the write (same request
+            // id) to its successor below, instead of holding it for the whole write timeout.
             let attempt = remaining.min(Duration::from_millis(
                 self.config.raft.election_timeout_max_ms,
             ));
@@ -172,6 +175,11 @@ impl App {
             {
                 Ok(Forwarded { result, index }) => {
                     return Ok(self.applied_here(result, index, deadline).await)
+                }
+                Err(WriteError::NotLeader { leader: Some(next) })
+                    if next != forward_to && next != self.node_id =>
+                {
+                    hint = Some(next)
                 }
                 Err(WriteError::NotLeader { .. }) => self.await_leader(remaining).await,
                 // No answer: the leader may be gone (killed, paused, cut off). The request
@@ -210,6 +218,11 @@ impl App {
         let limit = self.config.raft.max_entry_bytes;
         if bytes > limit {
             return Err(Proposal::Failed(WriteError::TooLarge { bytes, limit }));
+        }
+        // A leader handing over takes no new entry (the successor must be level with its
+        // log to win the vote); the write waits, then goes to whoever leads.
+        if *self.handing_over.borrow() {
+            self.hold_while_handing_over(timeout).await;
         }
         let request_id = request.request_id.clone();
         let outcome = self

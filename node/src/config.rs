@@ -444,6 +444,9 @@ pub struct RaftConfig {
     /// together): an entry must reach the followers within one AppendEntries bound (the
     /// heartbeat), so a larger bulk write gets 413 and asks to be split.
     pub max_entry_bytes: usize,
+    /// How long a leader that is stopping (SIGTERM) may take to hand leadership over to a
+    /// voter level with its log; writes wait meanwhile. 0: no handover, the cluster elects.
+    pub handover_timeout_ms: u64,
 }
 
 impl Default for RaftConfig {
@@ -456,6 +459,7 @@ impl Default for RaftConfig {
             keep_after_snapshot: 1_000,
             snapshot_chunk_bytes: 1024 * 1024,
             max_entry_bytes: 512 * 1024,
+            handover_timeout_ms: 2_000,
         }
     }
 }
@@ -734,6 +738,12 @@ impl Config {
             self.raft.keep_after_snapshot = keep.parse().map_err(|_| ConfigError::Env {
                 name: "ROWCALL_KEEP_AFTER_SNAPSHOT",
                 reason: format!("{keep:?} is not a whole number"),
+            })?;
+        }
+        if let Some(ms) = get("ROWCALL_HANDOVER_TIMEOUT_MS") {
+            self.raft.handover_timeout_ms = ms.parse().map_err(|_| ConfigError::Env {
+                name: "ROWCALL_HANDOVER_TIMEOUT_MS",
+                reason: format!("{ms:?} is not a whole number of milliseconds"),
             })?;
         }
         Ok(())

@@ -60,6 +60,9 @@ pub const CONNECTIONS_OPEN: &str = "rowcall_http_connections_open";
 pub const RECEIPTS_PRUNED_TOTAL: &str = "rowcall_receipts_pruned_total";
 /// Peer messages this node refused, by reason (another cluster, a replaced incarnation, ...).
 pub const PEER_REFUSALS_TOTAL: &str = "rowcall_raft_peer_refusals_total";
+/// New leaders this node has seen (the first one included), as etcd's
+/// `etcd_server_leader_changes_seen_total`.
+pub const LEADER_CHANGES_TOTAL: &str = "rowcall_raft_leader_changes_seen_total";
 
 /// Installs the process-wide recorder once and returns its handle (in-process test clusters
 /// share it).
@@ -153,5 +156,9 @@ fn describe() {
     describe_counter!(
         PEER_REFUSALS_TOTAL,
         "Peer messages this node refused, by reason (other_cluster, replaced, stale_sender, not_member, not_joined, wrong_node, anonymous)."
+    );
+    describe_counter!(
+        LEADER_CHANGES_TOTAL,
+        "New leaders this node has seen, the first one included."
     );
 }

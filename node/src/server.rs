@@ -54,8 +54,24 @@ impl NodeHandle {
         format!("{scheme}://{}", self.http_addr)
     }
 
-    /// Stops serving and shuts Raft down; storage is flushed.
+    /// Stops the node the way an operator's SIGTERM does: a leader first hands leadership
+    /// to a voter that is level with its log ([`crate::cluster::handover`]), so writes pause
+    /// for a round trip rather than an election; then [`NodeHandle::halt`].
     pub async fn shutdown(self) {
+        let raft = &self.app.config.raft;
+        let bound = Duration::from_millis(raft.handover_timeout_ms);
+        // Failures are logged there; the node stops either way.
+        if let Ok(Some(_)) = self.app.hand_over_leadership(bound).await {
+            // A follower that has not yet heard of the successor still forwards writes here:
+            // for two heartbeats it is told who leads now, rather than finding a closed port.
+            tokio::time::sleep(Duration::from_millis(2 * raft.heartbeat_ms)).await;
+        }
+        self.halt().await;
+    }
+
+    /// Stops serving and shuts Raft down at once, leadership and all (peers notice as they
+    /// would a crash); storage is flushed.
+    pub async fn halt(self) {
         let _ = self.shutdown.send(true);
         for task in self.tasks {
             let _ = task.await;
@@ -268,6 +284,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         invocation_slots: Arc::new(tokio::sync::Semaphore::new(
             config.limits.max_concurrent_invocations.max(1),
         )),
+        handing_over: watch::channel(false).0,
         config: config.clone(),
     });
 
@@ -349,6 +366,10 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         )));
     }
 
+    tasks.push(tokio::spawn(count_leader_changes(
+        app.clone(),
+        shutdown.subscribe(),
+    )));
     let stop = shutdown.subscribe();
     let pruner = app.clone();
     tasks.push(tokio::spawn(async move {
@@ -439,6 +460,28 @@ fn peer_auth(config: &Config) -> anyhow::Result<PeerCredentials> {
 }
 
 /// Reads TLS files (`what`: peer TLS or HTTPS) again whenever they change, until `stop`.
+/// Counts each new leader this node sees in its Raft metrics. A gap without a leader is not
+/// a change; the same leader back after one is not a new one.
+async fn count_leader_changes(app: Arc<App>, mut stop: watch::Receiver<bool>) {
+    let mut metrics = app.raft.metrics();
+    let node = app.node_id.to_string();
+    let counter = metrics::counter!(crate::metrics::LEADER_CHANGES_TOTAL, "node" => node);
+    // Registered at zero, so that `increase()` over it works from the first scrape.
+    counter.increment(0);
+    let mut last = None;
+    loop {
+        let leader = metrics.borrow_and_update().current_leader;
+        if leader.is_some() && leader != last {
+            counter.increment(1);
+            last = leader;
+        }
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
 async fn reload_tls(
     what: &'static str,
     every: Duration,

@@ -105,12 +105,17 @@ for scenario in $(printf '%s\n' "${!EXCLUDED[@]}" | sort); do
 done
 
 if [ ${#URLS[@]} -eq 0 ]; then
-    echo "== conformance: building rowcall-node"
-    cargo build --quiet -p rowcall-node
+    # ROWCALL_NODE_BIN names a node binary already built (CI passes the one its tests built).
+    BIN="${ROWCALL_NODE_BIN:-}"
+    if [ -z "$BIN" ]; then
+        echo "== conformance: building rowcall-node"
+        cargo build --quiet -p rowcall-node
+        BIN="$TARGET/debug/rowcall-node"
+    fi
     TOKEN=conformance-mcp-token-0123456789abcdef
     HTTP=$(free_port) GRPC=$(free_port)
     ROWCALL_ADMIN_KEY=conformance-admin-key-0123456789abcdef ROWCALL_MCP_TOKENS="conformance=$TOKEN" \
-        "$TARGET/debug/rowcall-node" --id 1 --http "127.0.0.1:$HTTP" --grpc "127.0.0.1:$GRPC" \
+        "$BIN" --id 1 --http "127.0.0.1:$HTTP" --grpc "127.0.0.1:$GRPC" \
         --data "$WORK/node" >"$WORK/node.log" 2>&1 &
     PIDS+=($!)
     wait_ready "http://127.0.0.1:$HTTP" "$WORK/node.log"

@@ -2,7 +2,7 @@
 //! `{"ok":false,"error":{"code","message","hint"}}`, nothing is written or run, and the node
 //! keeps serving.
 
-mod common;
+use crate::common;
 
 use common::{start_with, Fetch, TestNode, ADMIN};
 use reqwest::{RequestBuilder, StatusCode};

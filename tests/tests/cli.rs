@@ -2,7 +2,7 @@
 //! prints text for people and JSON with `--json`, and exits 0 done, 1 failed, 2 usage,
 //! 3 not found, 4 no node could answer.
 
-mod common;
+use crate::common;
 
 use common::{start, TestNode, ADMIN};
 use rowcall_client::cli::execute;

@@ -7,7 +7,7 @@
 //! on to another node. A write is hedged past a silent node like a read (its attempts share
 //! one idempotency key); an invocation, never hedged, goes to a node just seen alive.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

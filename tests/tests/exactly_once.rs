@@ -7,7 +7,7 @@
 //! apply once and share its outcome, a delete included; a follower whose leader stopped
 //! keeps a write for the successor rather than answer 504 at once.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

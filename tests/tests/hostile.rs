@@ -4,7 +4,7 @@
 //! write is written, the node keeps answering, and memory stays bounded (the test process's
 //! RSS, which holds the in-process node, is measured).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! a plain-HTTP client gets no answer (and the node keeps serving), and a renewed
 //! certificate is picked up without a restart.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

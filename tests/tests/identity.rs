@@ -5,7 +5,7 @@
 //! lost; a node told about peers never founds a cluster of its own; and a node of another
 //! cluster is refused.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -297,5 +297,57 @@ async fn messages_from_another_cluster_or_for_another_incarnation_are_refused() 
     assert!(refused.message().contains("new data folder"), "{refused}");
     // Neither reached Raft: the term is unchanged (a vote request at term 1000 would raise it).
     assert!(term(&cluster, target) < 1_000);
+    cluster.shutdown().await;
+}
+
+/// Only the leader a voter follows may ask it to stand for election at once (`TimeoutNow`,
+/// the leadership handover): a message from another member, however authentic, is refused
+/// and the leader keeps leading at the same term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_the_leader_may_ask_a_voter_to_stand_for_election() {
+    let cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let mut followers = cluster.ids().into_iter().filter(|&i| i != leader);
+    let (target, asker) = (followers.next().unwrap(), followers.next().unwrap());
+    let (_, _, status) = cluster.get(target, "/api/cluster").await;
+    let incarnation = |id: u64| {
+        status["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id)
+            .and_then(|m| m["incarnation"].as_str())
+            .unwrap()
+            .to_owned()
+    };
+    let before = term(&cluster, target);
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{}", cluster.member(target).grpc))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let reply = RaftServiceClient::new(channel)
+        .timeout_now(RaftMessage {
+            payload: b"null".to_vec(),
+            from: Some(Sender {
+                cluster_id: status["cluster_id"].as_str().unwrap().to_owned(),
+                node_id: asker,
+                incarnation: incarnation(asker),
+            }),
+            to_node: target,
+            to_incarnation: incarnation(target),
+            leader_quorum_age_ms: None,
+        })
+        .await
+        .expect("a member's message is admitted")
+        .into_inner();
+    let answer: Value = serde_json::from_slice(&reply.payload).unwrap();
+    let reason = answer["Err"]["Rejected"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(reason.contains("not the leader"), "{answer}");
+    assert_eq!(term(&cluster, target), before, "no election was started");
+    assert!(leads(&cluster, leader));
     cluster.shutdown().await;
 }

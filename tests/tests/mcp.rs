@@ -13,7 +13,7 @@
 //! On that catalogue the rows mode averages at most 300 bytes per tool, and each row's tool
 //! still carries its WHAT line and its arguments' names, types and `required` list.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -761,7 +761,7 @@ async fn compact_definitions_do_not_grow_with_the_catalogue() {
 
 /// Sizes and selection quality for the closing note, on the public development catalogue
 /// (the first 891 rows are the size of the seed's production catalogue):
-/// `ROWCALL_PUBLIC_DATA=<dir> cargo test -p rowcall-tests --test mcp -- --ignored --nocapture`.
+/// `ROWCALL_PUBLIC_DATA=<dir> cargo test -p rowcall-tests --test integration -- --ignored --nocapture mcp::`.
 /// Fails when the variable is unset or names a folder without the data, or when the rows
 /// mode is over its budget there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 //! InstallSnapshot, and the directory and receipts stay exactly as they were. And the leader
 //! checks a forwarded write as the HTTP rules would, even from an authenticated member.
 
-mod common;
+use crate::common;
 
 use common::cluster::{Cluster, CLUSTER_SECRET};
 use common::tls::TestCa;

@@ -3,7 +3,7 @@
 //! request after its write; a deleted row's receipts still confirm; the four counts move
 //! with the rows.
 
-mod common;
+use crate::common;
 
 use common::{start, Fetch, ADMIN, INVOKE};
 use rowcall_node::model::time::{now_ms, parse_ms};

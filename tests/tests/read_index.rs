@@ -5,7 +5,7 @@
 //! must be at least the version it shows, and no row version may go backwards along the
 //! session, which sends the highest index it was shown with every read.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -179,7 +179,7 @@ async fn rowcall_ranks_the_fixture_queries_better_than_bm25_and_substring() {
 }
 
 /// The same comparison on the public development data, which is not in the repository:
-/// `ROWCALL_PUBLIC_DATA=<dir> cargo test -p rowcall-tests --test resolver_quality -- --ignored`
+/// `ROWCALL_PUBLIC_DATA=<dir> cargo test -p rowcall-tests --test integration -- --ignored resolver_quality::`
 /// (`.ci/run` does this when the public data sits beside the repository). Fails when the
 /// variable is unset or names a folder without the data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@
 //! Only loopback addresses are ever contacted; refusals of 10.x and 169.254.x happen before
 //! connecting, by construction of the guard.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,7 +7,7 @@
 //! every node. (The race of a build finishing after a newer install is reproduced
 //! deterministically in the state machine's unit tests.)
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! stale and fails `/readyz`, and so does L; cut off for longer, F refuses writes at once.
 //! Healed, both are fresh again.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

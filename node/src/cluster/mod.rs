@@ -8,6 +8,7 @@
 //! removed, so a node that lost its disk never comes back with a vote it no longer backs.
 
 pub mod enter;
+pub mod handover;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -54,6 +54,7 @@ enum Method {
     Remove,
     ReadIndex,
     Hello,
+    TimeoutNow,
 }
 
 /// How long a refusing peer stays quiet in the log after a warning about it.
@@ -353,6 +354,7 @@ impl Network {
             Method::Remove => client.remove(request).await,
             Method::ReadIndex => client.read_index(request).await,
             Method::Hello => client.hello(request).await,
+            Method::TimeoutNow => client.timeout_now(request).await,
         };
         let reply = reply.map_err(|status| match status.code() {
             tonic::Code::Unavailable
@@ -461,6 +463,23 @@ impl Network {
     ) -> Result<u64, MembershipError> {
         let reply: Result<Result<u64, MembershipError>, _> = self
             .call(Dest::member(leader, node), Method::ReadIndex, &(), timeout)
+            .await;
+        reply.unwrap_or_else(|e| {
+            Err(MembershipError::Unavailable {
+                reason: e.to_string(),
+            })
+        })
+    }
+
+    /// Asks the voter `to`, caught up with this leader, to stand for election at once.
+    pub async fn timeout_now(
+        &self,
+        to: NodeId,
+        node: &NodeInfo,
+        timeout: Duration,
+    ) -> Result<(), MembershipError> {
+        let reply: Result<Result<(), MembershipError>, _> = self
+            .call(Dest::member(to, node), Method::TimeoutNow, &(), timeout)
             .await;
         reply.unwrap_or_else(|e| {
             Err(MembershipError::Unavailable {

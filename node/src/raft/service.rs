@@ -321,6 +321,16 @@ impl RaftService for RaftGrpc {
         self.encode(&result)
     }
 
+    async fn timeout_now(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let sender = request.get_ref().from.as_ref().map_or(0, |f| f.node_id);
+        let () = self.open(request, Admission::Member)?;
+        let result = self.app.stand_for_election(sender).await;
+        self.encode(&result)
+    }
+
     async fn hello(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         // Anyone who passed the transport's authentication may ask who is here.
         let () = decode(request.get_ref())?;

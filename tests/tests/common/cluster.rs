@@ -26,7 +26,6 @@ pub struct Member {
     pub handle: Option<NodeHandle>,
     pub http: SocketAddr,
     pub grpc: SocketAddr,
-    pub learner: bool,
 }
 
 impl Member {
@@ -147,7 +146,6 @@ impl Cluster {
                 http: handle.http_addr,
                 grpc: handle.grpc_addr,
                 handle: Some(handle),
-                learner: id > voters,
             });
         }
         cluster
@@ -192,13 +190,22 @@ impl Cluster {
         leader
     }
 
-    /// Stops a node (its data folder stays).
+    /// Stops a node at once, as peers see a crash (its data folder stays): a leader hands
+    /// nothing over.
     pub async fn stop(&mut self, id: u64) {
-        let handle = self.members[(id - 1) as usize]
+        self.take(id).halt().await;
+    }
+
+    /// Stops a node as SIGTERM does: a leader hands leadership over first.
+    pub async fn stop_gracefully(&mut self, id: u64) {
+        self.take(id).shutdown().await;
+    }
+
+    fn take(&mut self, id: u64) -> NodeHandle {
+        self.members[(id - 1) as usize]
             .handle
             .take()
-            .expect("running");
-        handle.shutdown().await;
+            .expect("running")
     }
 
     /// Restarts a stopped node on its old addresses and data folder.
@@ -295,7 +302,7 @@ impl Cluster {
     pub async fn shutdown(mut self) {
         for member in &mut self.members {
             if let Some(handle) = member.handle.take() {
-                handle.shutdown().await;
+                handle.halt().await;
             }
         }
     }

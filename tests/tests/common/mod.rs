@@ -1,7 +1,5 @@
 //! Shared helpers: an in-process node on port 0 with its own data folder.
 
-#![allow(dead_code)]
-
 pub mod cluster;
 pub mod tls;
 
@@ -33,7 +31,8 @@ pub const INVOKE: &str = "test-invoke-key-0123456789abcdef012";
 pub struct TestNode {
     pub handle: NodeHandle,
     pub url: String,
-    pub dir: tempfile::TempDir,
+    /// Held for its `Drop`: the folder goes when the node does.
+    _dir: tempfile::TempDir,
     pub http: reqwest::Client,
 }
 
@@ -69,7 +68,7 @@ pub async fn start_with(demo: bool, tweak: impl FnOnce(&mut Config)) -> TestNode
     TestNode {
         handle,
         url,
-        dir,
+        _dir: dir,
         http: reqwest::Client::new(),
     }
 }

@@ -1,0 +1,205 @@
+//! Leadership handover: a leader that is about to stop hands leadership to a voter whose log
+//! it has brought level with its own, so that the cluster takes writes again within a round
+//! trip instead of after an election timeout (Raft's leadership transfer, thesis §3.10).
+//!
+//! openraft 0.9 has no transfer call; this builds one from what it has:
+//! 1. the leader holds new proposals (they wait in [`App::propose`], then go to the new
+//!    leader);
+//! 2. it picks the voter with the highest matched index and waits until that index reaches
+//!    its own last log index;
+//! 3. it asks that voter (`TimeoutNow`) to `trigger().elect()`. The old leader grants the
+//!    vote, since the candidate's log is as long as its own, and steps down. A third voter
+//!    refuses while it still hears the old leader, but in a 3-node cluster the two votes
+//!    are a majority. Larger clusters wait out that lease; they still skip the election
+//!    timeout.
+//!
+//! A handover that cannot finish in its bound (no voter catches up, the vote is refused)
+//! changes nothing: the node stops, and the cluster elects a leader the usual way.
+
+use std::time::{Duration, Instant};
+
+use crate::app::App;
+use crate::raft::calls::MembershipError;
+use crate::raft::NodeId;
+
+/// Why a handover did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoverError {
+    /// No other voter to hand over to (a one-voter cluster).
+    #[error("no other voter")]
+    NoVoter,
+    /// The chosen voter's log did not reach the leader's in time.
+    #[error("node {target} did not catch up in time (matched {matched:?} of {last})")]
+    Behind {
+        /// The voter.
+        target: NodeId,
+        /// Its matched log index.
+        matched: Option<u64>,
+        /// The leader's last log index.
+        last: u64,
+    },
+    /// The voter did not stand, or did not win, in time.
+    #[error("node {target} did not take over: {reason}")]
+    NotTaken {
+        /// The voter.
+        target: NodeId,
+        /// What happened.
+        reason: String,
+    },
+}
+
+impl App {
+    /// On the leader: hands leadership to the voter furthest along, within `bound`. Returns
+    /// the new leader, or `Ok(None)` when this node does not lead or `bound` is zero.
+    pub async fn hand_over_leadership(
+        &self,
+        bound: Duration,
+    ) -> Result<Option<NodeId>, HandoverError> {
+        if bound.is_zero() || self.raft.metrics().borrow().current_leader != Some(self.node_id) {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let deadline = started + bound;
+        self.handing_over.send_replace(true);
+        let outcome = self.transfer(deadline).await;
+        // Held writes go on: to the new leader, or to raft here if the handover failed.
+        self.handing_over.send_replace(false);
+        match &outcome {
+            Ok(leader) => tracing::info!(
+                to = leader,
+                ms = started.elapsed().as_millis() as u64,
+                "handed leadership over"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "leadership handover failed; the cluster will elect")
+            }
+        }
+        outcome.map(Some)
+    }
+
+    async fn transfer(&self, deadline: Instant) -> Result<NodeId, HandoverError> {
+        let mut metrics = self.raft.metrics();
+        // The voter with the highest matched index: the first to be level with this log.
+        let target = {
+            let m = metrics.borrow();
+            let voters: Vec<NodeId> = m
+                .membership_config
+                .membership()
+                .voter_ids()
+                .filter(|&v| v != self.node_id)
+                .collect();
+            let matched = |v: &NodeId| {
+                m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(v).cloned().flatten())
+                    .map(|log_id| log_id.index)
+            };
+            voters
+                .into_iter()
+                .max_by_key(|v| matched(v))
+                .ok_or(HandoverError::NoVoter)?
+        };
+        // Level: no proposal is taken from here on, so the last log index only moves for
+        // entries already on their way into the log.
+        loop {
+            let (matched, last) = {
+                let m = metrics.borrow_and_update();
+                let matched = m
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(&target).cloned().flatten())
+                    .map(|log_id| log_id.index);
+                (matched, m.last_log_index.unwrap_or(0))
+            };
+            if matched.is_some_and(|i| i >= last) {
+                break;
+            }
+            let changed = tokio::time::timeout_at(deadline.into(), metrics.changed()).await;
+            if !matches!(changed, Ok(Ok(()))) {
+                return Err(HandoverError::Behind {
+                    target,
+                    matched,
+                    last,
+                });
+            }
+        }
+        let node = self
+            .membership()
+            .get_node(&target)
+            .cloned()
+            .ok_or_else(|| HandoverError::NotTaken {
+                target,
+                reason: "not in the membership any more".into(),
+            })?;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        self.network
+            .timeout_now(target, &node, remaining)
+            .await
+            .map_err(|e| HandoverError::NotTaken {
+                target,
+                reason: e.to_string(),
+            })?;
+        // Done once this node follows someone else: it has seen the new leader's first
+        // message, so the new leader holds a quorum.
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let me = self.node_id;
+        self.raft
+            .wait(Some(remaining))
+            .metrics(
+                |m| m.current_leader.is_some_and(|l| l != me),
+                "another node leads",
+            )
+            .await
+            .map_err(|e| HandoverError::NotTaken {
+                target,
+                reason: e.to_string(),
+            })?
+            .current_leader
+            .ok_or(HandoverError::NotTaken {
+                target,
+                reason: "no leader".into(),
+            })
+    }
+
+    /// On a voter the leader asks to take over: stands for election at once. Only the
+    /// leader this node follows may ask, so no other member can depose a healthy leader.
+    pub async fn stand_for_election(&self, asked_by: NodeId) -> Result<(), MembershipError> {
+        let (leader, voter) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            let voter = m
+                .membership_config
+                .membership()
+                .voter_ids()
+                .any(|v| v == self.node_id);
+            (m.current_leader, voter)
+        };
+        if leader != Some(asked_by) {
+            return Err(MembershipError::Rejected {
+                reason: format!("node {asked_by} is not the leader this node follows ({leader:?})"),
+            });
+        }
+        if !voter {
+            return Err(MembershipError::Rejected {
+                reason: "this node is not a voter".into(),
+            });
+        }
+        tracing::info!(
+            leader = asked_by,
+            "the leader hands over: standing for election"
+        );
+        self.raft
+            .trigger()
+            .elect()
+            .await
+            .map_err(|e| MembershipError::Unavailable {
+                reason: e.to_string(),
+            })
+    }
+
+    /// While a handover is under way, waits until it ends (at most `timeout`).
+    pub(crate) async fn hold_while_handing_over(&self, timeout: Duration) {
+        let mut handing_over = self.handing_over.subscribe();
+        let _ = tokio::time::timeout(timeout, handing_over.wait_for(|h| !*h)).await;
+    }
+}

@@ -1,0 +1,23 @@
+//! The integration tests of rowcall, one module per subject, linked into one test binary:
+//! every binary links the whole node, so one binary instead of sixteen saves minutes of
+//! linking and gigabytes of disk. Run one subject with a filter, e.g.
+//! `cargo test -p rowcall-tests --test integration -- cluster::`.
+
+mod common;
+
+mod bad_input;
+mod cli;
+mod client;
+mod cluster;
+mod exactly_once;
+mod hostile;
+mod https;
+mod identity;
+mod mcp;
+mod peer_auth;
+mod protocol;
+mod read_index;
+mod resolver_quality;
+mod runners;
+mod snapshots;
+mod staleness;
