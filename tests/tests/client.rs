@@ -494,6 +494,7 @@ async fn a_write_is_hedged_past_a_node_that_never_answers() {
     // hedge it waits there for the whole write timeout (far beyond the test's patience).
     let session = Client::builder()
         .nodes([format!("http://{silent_at}"), grpc(&cluster, 1)])
+        .credential(ADMIN)
         .write_timeout(Duration::from_secs(60))
         .deadline(Duration::from_secs(60))
         .write_hedge_after(Some(Duration::from_millis(50)))

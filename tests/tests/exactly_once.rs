@@ -211,9 +211,10 @@ async fn two_attempts_of_one_write_through_two_nodes_apply_once_and_share_its_ou
     let http = reqwest::Client::new();
     let mut body = row("HEDGED_TWICE", "Sent to two nodes at once");
     body["if_version"] = json!(0);
+    let (to_leader, to_follower) = (cluster.url(leader), cluster.url(follower));
     let (first, second) = tokio::join!(
-        post(&http, &cluster.url(leader), &body, Some("hedged-1")),
-        post(&http, &cluster.url(follower), &body, Some("hedged-1")),
+        post(&http, &to_leader, &body, Some("hedged-1")),
+        post(&http, &to_follower, &body, Some("hedged-1")),
     );
     assert_eq!(first.0, 201, "{}", first.2);
     assert_eq!(
