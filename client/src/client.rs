@@ -6,8 +6,8 @@
 //!              reads:  the node that answered last, then the others; a second node is
 //!                      asked too when the first is slow (hedge), the first answer wins
 //!              writes: the leader the nodes named, then the others; hedged (after longer
-//!                      than reads), every attempt under one idempotency-key, so the cluster applies it
-//!                      once and a second attempt that lands is answered with the first's outcome
+//!                      than reads), every attempt under one idempotency-key, so the cluster
+//!                      applies it once and an attempt that lands second gets the first's outcome
 //!              invocations: as reads, without the hedge (one attempt that may have run ends it:
 //!                      the runner runs before its receipt commits, so no id can stop a second
 //!                      run); sent first to a node that answered within the hedge delay, or
@@ -626,7 +626,7 @@ impl Client {
     /// invocation cannot be sent twice, so it is sent only to a node just seen alive: a
     /// paused node then costs it one probe, not the attempt's whole timeout. Leaves the
     /// order as it is when no node answers.
-    async fn live_first(&self, order: &mut Vec<usize>, within: Duration) {
+    async fn live_first(&self, order: &mut [usize], within: Duration) {
         for i in 0..order.len() {
             let at = order[i];
             let recent = {
