@@ -289,7 +289,8 @@ impl ClientBuilder {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// let builder = rowcall_client::Client::builder().write_hedge_after(Some(Duration::from_millis(300)));
+    /// let builder =
+    ///     rowcall_client::Client::builder().write_hedge_after(Some(Duration::from_millis(300)));
     /// # let _ = builder;
     /// ```
     pub fn write_hedge_after(mut self, delay: Option<Duration>) -> Self {
