@@ -38,7 +38,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(3);
 /// 5 s write timeout on purpose: a client does not wait for a node that forwards to a
 /// leader that is gone (the write stays ambiguous, and the checker treats it so).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Invocations give up after this: longer than the node's 2 s receipt timeout, after
+/// Invocations give up after this: well beyond the node's receipt wait (0.5 s), after
 /// which the receipt goes to the outbox and the invocation is answered `pending`.
 const INVOKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Nodes an operation tries before it counts as failed (a client library's failover).

@@ -5,8 +5,13 @@
 //!   call ──► order the nodes ─► attempt on one (deadline per attempt) ──► answer ─► note index, leader
 //!              reads:  the node that answered last, then the others; a second node is
 //!                      asked too when the first is slow (hedge), the first answer wins
-//!              writes: the leader the nodes named, then the others (same idempotency-key)
-//!              invocations: as reads, without the hedge (one attempt that may have run ends it)
+//!              writes: the leader the nodes named, then the others; hedged (after longer
+//!                      than reads), every attempt under one idempotency-key, so the cluster
+//!                      applies it once and an attempt that lands second gets the first's outcome
+//!              invocations: as reads, without the hedge (one attempt that may have run ends it:
+//!                      the runner runs before its receipt commits, so no id can stop a second
+//!                      run); sent first to a node that answered within the hedge delay, or
+//!                      answered a probe within it
 //!            ◄─ a node-level failure (unreachable, paused, behind, no quorum): next node at
 //!               once; after every node failed, back off (exponential, full jitter) and go round
 //!               again until the call's deadline
@@ -73,7 +78,7 @@ const NODE_LEVEL: &[&str] = &[
 ];
 
 /// One attempt of a call on one node, as [`ClientBuilder::on_attempt`] reports it: where it
-/// went, what the session sent, and what came back. Attempts a hedged read cancelled (its
+/// went, what the session sent, and what came back. Attempts a hedge cancelled (its
 /// other attempt answered first) are not reported: they showed the caller nothing.
 #[derive(Debug, Clone)]
 pub struct Attempted {
@@ -114,6 +119,7 @@ struct Options {
     invoke_timeout: Duration,
     deadline: Duration,
     hedge_after: Option<Duration>,
+    write_hedge_after: Option<Duration>,
     backoff: Duration,
     backoff_max: Duration,
     observer: Option<Observer>,
@@ -127,10 +133,13 @@ impl Default for Options {
             read_timeout: Duration::from_secs(1),
             // A node gives a write 5 s to commit before it says the outcome is unknown.
             write_timeout: Duration::from_secs(6),
-            // Runners may take 10 s, the receipt 2 s more.
+            // Runners may take 10 s, the receipt's commit 0.5 s more, before the outbox.
             invoke_timeout: Duration::from_secs(15),
             deadline: Duration::from_secs(15),
             hedge_after: Some(Duration::from_millis(150)),
+            // A write commits through a quorum and a disk flush: several times a read's
+            // time. Still well inside an election, so a paused leader costs no more than one.
+            write_hedge_after: Some(Duration::from_millis(500)),
             backoff: Duration::from_millis(50),
             backoff_max: Duration::from_secs(1),
             observer: None,
@@ -260,7 +269,8 @@ impl ClientBuilder {
     }
 
     /// After how long without an answer a read is also sent to a second node, the first
-    /// answer winning (default 150 ms; `None`: never).
+    /// answer winning (default 150 ms; `None`: never). Invocations are never hedged: their
+    /// runner runs before the receipt commits, so a second attempt would run it again.
     ///
     /// ```
     /// let builder = rowcall_client::Client::builder().hedge_after(None);
@@ -268,6 +278,23 @@ impl ClientBuilder {
     /// ```
     pub fn hedge_after(mut self, delay: Option<Duration>) -> Self {
         self.options.hedge_after = delay;
+        self
+    }
+
+    /// After how long without an answer a write is also sent to a second node, the first
+    /// answer winning (default 500 ms; `None`: never). Every attempt carries the write's one
+    /// idempotency key, so the cluster applies it once however many attempts land, and a
+    /// later one is answered with the first one's outcome: a paused leader holds the write
+    /// no longer than this, while a follower carries it to the leader's successor.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let builder =
+    ///     rowcall_client::Client::builder().write_hedge_after(Some(Duration::from_millis(300)));
+    /// # let _ = builder;
+    /// ```
+    pub fn write_hedge_after(mut self, delay: Option<Duration>) -> Self {
+        self.options.write_hedge_after = delay;
         self
     }
 
@@ -323,6 +350,7 @@ impl ClientBuilder {
                 preferred: AtomicUsize::new(0),
                 leader: Mutex::new(None),
                 suspects: Mutex::default(),
+                heard: Mutex::default(),
                 seen: AtomicU64::new(self.session),
                 options: self.options,
             }),
@@ -395,6 +423,8 @@ struct Inner {
     leader: Mutex<Option<String>>,
     /// Nodes (by position) that failed an attempt, and until when they are tried last.
     suspects: Mutex<HashMap<usize, Instant>>,
+    /// When each node (by position) last answered this session.
+    heard: Mutex<HashMap<usize, Instant>>,
     /// The highest index any answer carried: sent as the min index of every call.
     seen: AtomicU64,
     options: Options,
@@ -405,9 +435,13 @@ struct Inner {
 enum Kind {
     /// Changes nothing: retried on any node, hedged.
     Read,
-    /// A write the nodes deduplicate by its idempotency key: retried with the same key, even
-    /// when its outcome is unknown.
+    /// A write the nodes deduplicate by its idempotency key: retried and hedged with the same
+    /// key, even when its outcome is unknown.
     Write,
+    /// A cluster change that converges however often it is made (add a learner, promote,
+    /// snapshot) but is not deduplicated: retried like a write, never hedged (two at once
+    /// could refuse each other).
+    Converges,
     /// Must not happen twice (an invocation, a removal): retried only when it surely did
     /// not reach a node, or a node refused it before doing anything.
     Once,
@@ -507,6 +541,7 @@ impl Client {
                 preferred: AtomicUsize::new(self.inner.preferred.load(Ordering::Relaxed)),
                 leader: Mutex::new(self.leader()),
                 suspects: Mutex::default(),
+                heard: Mutex::default(),
                 seen: AtomicU64::new(0),
                 options: self.inner.options.clone(),
             }),
@@ -583,6 +618,48 @@ impl Client {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         suspects.remove(&at);
+        let mut heard = self.inner.heard.lock().unwrap_or_else(|p| p.into_inner());
+        heard.insert(at, Instant::now());
+    }
+
+    /// Puts first in `order` the first node that has answered this session within `within`,
+    /// or answers a probe (a counts read) within it; a node that does not is suspect. An
+    /// invocation cannot be sent twice, so it is sent only to a node just seen alive: a
+    /// paused node then costs it one probe, not the attempt's whole timeout. Leaves the
+    /// order as it is when no node answers.
+    async fn live_first(&self, order: &mut [usize], within: Duration) {
+        for i in 0..order.len() {
+            let at = order[i];
+            let recent = {
+                let heard = self.inner.heard.lock().unwrap_or_else(|p| p.into_inner());
+                heard.get(&at).is_some_and(|t| t.elapsed() <= within)
+            };
+            if recent || self.answers_within(at, within).await {
+                order[..=i].rotate_right(1);
+                return;
+            }
+            self.suspect(at);
+        }
+    }
+
+    /// Whether rowcall on `at` answers a cheap read within `within` (any answer it gives,
+    /// a refusal included, shows it is running).
+    async fn answers_within(&self, at: usize, within: Duration) -> bool {
+        let Some((_, channel)) = self.channel(at) else {
+            return false;
+        };
+        let request = self.request(proto::CountsRequest {}, None, within);
+        let mut directory = DirectoryClient::new(channel);
+        let probe = directory.counts(request);
+        let alive = match tokio::time::timeout(within, probe).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(status)) => Rejection::from_status(&status).from_rowcall(),
+            Err(_) => false,
+        };
+        if alive {
+            self.trust(at);
+        }
+        alive
     }
 
     /// The position of the node at `authority`, adding it if a hint named one not listed.
@@ -641,12 +718,15 @@ impl Client {
         let deadline = Instant::now() + options.deadline;
         let per_attempt = self.attempt_timeout(kind, write_like);
         // One key for every attempt of a write: the cluster applies it at most once.
-        let idempotency_key = (kind == Kind::Write).then(new_request_id);
+        let idempotency_key = matches!(kind, Kind::Write | Kind::Converges).then(new_request_id);
         let mut backoff = options.backoff;
         let mut attempts = 0u32;
         let mut last = None;
         loop {
-            let order = self.order(write_like);
+            let mut order = self.order(write_like);
+            if let (Kind::Once, Some(within)) = (kind, options.hedge_after) {
+                self.live_first(&mut order, within).await;
+            }
             let mut next = order.iter().copied();
             let mut pending = FuturesUnordered::new();
             // Nodes whose attempt of this round is still out.
@@ -672,9 +752,15 @@ impl Client {
                 attempts += 1;
             }
             while !pending.is_empty() {
-                // A read still unanswered after the hedge delay goes to one more node.
-                let hedge = match (kind, options.hedge_after) {
-                    (Kind::Read, Some(delay)) if pending.len() < 2 => delay,
+                // A read or a write still unanswered after its hedge delay goes to one more
+                // node (a paused leader holds a write as long as a read).
+                let delay = match kind {
+                    Kind::Read => options.hedge_after,
+                    Kind::Write => options.write_hedge_after,
+                    Kind::Converges | Kind::Once => None,
+                };
+                let hedge = match delay {
+                    Some(delay) if pending.len() < 2 => delay,
                     _ => Duration::MAX,
                 };
                 let sleep = pin!(tokio::time::sleep(hedge.min(Duration::from_secs(3600))));
@@ -689,7 +775,7 @@ impl Client {
                                 for &slow in &out {
                                     self.suspect(slow);
                                 }
-                                if kind != Kind::Write {
+                                if kind == Kind::Read || kind == Kind::Once {
                                     self.inner.preferred.store(at, Ordering::Relaxed);
                                 }
                                 return Ok(response);
@@ -823,7 +909,9 @@ impl Client {
             let node_level = NODE_LEVEL.contains(&rejection.code.as_str());
             return match kind {
                 _ if node_level => Attempt::Retry(rejection),
-                Kind::Write if rejection.code == "outcome_unknown" => Attempt::Retry(rejection),
+                Kind::Write | Kind::Converges if rejection.code == "outcome_unknown" => {
+                    Attempt::Retry(rejection)
+                }
                 _ => Attempt::Rejected(rejection),
             };
         }
@@ -831,7 +919,7 @@ impl Client {
         let never_sent = status.code() == Code::Unavailable
             && status.message().to_ascii_lowercase().contains("connect");
         match kind {
-            Kind::Read | Kind::Write => Attempt::Retry(rejection),
+            Kind::Read | Kind::Write | Kind::Converges => Attempt::Retry(rejection),
             Kind::Once if never_sent => Attempt::Retry(rejection),
             Kind::Once => Attempt::Unknown(rejection),
         }
@@ -1263,7 +1351,7 @@ impl Client {
             grpc_addr: grpc_addr.to_owned(),
             http_addr: http_addr.to_owned(),
         };
-        self.call(Kind::Write, true, message, |ch, r| async move {
+        self.call(Kind::Converges, true, message, |ch, r| async move {
             ClusterClient::new(ch).add_learner(r).await
         })
         .await?;
@@ -1280,7 +1368,7 @@ impl Client {
     /// ```
     pub async fn promote(&self, id: u64) -> Result<(), Error> {
         let message = proto::PromoteRequest { id };
-        self.call(Kind::Write, true, message, |ch, r| async move {
+        self.call(Kind::Converges, true, message, |ch, r| async move {
             ClusterClient::new(ch).promote(r).await
         })
         .await?;
@@ -1315,7 +1403,7 @@ impl Client {
     /// ```
     pub async fn snapshot(&self) -> Result<(), Error> {
         self.call(
-            Kind::Write,
+            Kind::Converges,
             true,
             proto::SnapshotRequest {},
             |ch, r| async move { ClusterClient::new(ch).snapshot(r).await },

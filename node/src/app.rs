@@ -129,10 +129,21 @@ impl App {
                 reason: "this node cannot reach a quorum".into(),
             });
         }
-        // A leader change moves the write at most twice before we give up.
+        // Set once a forward went unanswered: the write may have reached a leader, so from
+        // then on every way of giving up says its outcome is unknown, never "not proposed".
+        let mut unanswered: Option<WriteError> = None;
+        let give_up = |e: WriteError, unanswered: Option<WriteError>| match (e, unanswered) {
+            (WriteError::Unavailable { .. }, Some(unknown)) => unknown,
+            (e, _) => e,
+        };
+        // A leader change, or a leader gone until its successor is elected, moves the write
+        // a few times at most; the deadline bounds the waits in between.
         let mut hint = None;
-        for _ in 0..3 {
+        for _ in 0..5 {
             let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
             // A deposed leader's hint names its successor before this node has heard of it.
             let forward_to = match hint.take() {
                 Some(leader) => leader,
@@ -145,7 +156,7 @@ impl App {
                         self.await_leader(remaining).await;
                         continue;
                     }
-                    Err(Proposal::Failed(e)) => return Err(e),
+                    Err(Proposal::Failed(e)) => return Err(give_up(e, unanswered)),
                 },
             };
             let node = self.membership().get_node(&forward_to).cloned();
@@ -154,9 +165,8 @@ impl App {
                 continue;
             };
             // A healthy leader answers in milliseconds. One that has not answered within its
-            // lease is being replaced: answer now that the outcome is unknown, so the client
-            // retries with the same request id (on this node or another) once a successor
-            // leads, instead of holding the request for the whole write timeout.
+            // lease is being replaced: stop waiting for it, and send the write (same request
+            // id) to its successor below, instead of holding it for the whole write timeout.
             let attempt = remaining.min(Duration::from_millis(
                 self.config.raft.election_timeout_max_ms,
             ));
@@ -174,12 +184,27 @@ impl App {
                     hint = Some(next)
                 }
                 Err(WriteError::NotLeader { .. }) => self.await_leader(remaining).await,
-                Err(e) => return Err(e),
+                // No answer: the leader may be gone (killed, paused, cut off). The request
+                // keeps its id, so sending it again (to a successor, or to this leader once
+                // it answers) gets the first outcome and never applies it twice. Hold it for
+                // a successor instead of answering "unknown" and leaving the retry to the
+                // client, which would only find the same dead leader behind every follower.
+                Err(unknown @ WriteError::OutcomeUnknown { .. }) => {
+                    unanswered = Some(unknown);
+                    let wait = deadline.saturating_duration_since(Instant::now()).min(
+                        Duration::from_millis(self.config.raft.election_timeout_max_ms),
+                    );
+                    self.await_successor(forward_to, wait).await;
+                }
+                Err(e) => return Err(give_up(e, unanswered)),
             }
         }
-        Err(WriteError::Unavailable {
-            reason: "the leader kept changing".into(),
-        })
+        Err(give_up(
+            WriteError::Unavailable {
+                reason: "the leader kept changing".into(),
+            },
+            unanswered,
+        ))
     }
 
     /// Proposes on this node; answers for the leader when a follower forwards a write.
@@ -242,7 +267,9 @@ impl App {
         let mut check = tokio::time::interval(Duration::from_millis(50));
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // Work that is done wins over a check that would give up on it.
             tokio::select! {
+                biased;
                 done = &mut work => return Ok(done),
                 _ = &mut deadline => {
                     return Err(format!("not committed within {} ms", timeout.as_millis()))
@@ -286,6 +313,24 @@ impl App {
             .metrics(|m| m.current_leader.is_some(), "a leader is known")
             .await;
         tokio::time::sleep(Duration::from_millis(20).min(within)).await;
+    }
+
+    /// Waits, at most `within`, for a leader other than `failed`, or for `failed` to lead
+    /// again at a newer term.
+    async fn await_successor(&self, failed: NodeId, within: Duration) {
+        let term = self.raft.metrics().borrow().current_term;
+        let wait = self.raft.wait(Some(within));
+        // Not cut short when this node feels cut off: with its leader gone it is, until the
+        // successor's first message (a node cut off when the write arrived refused it then).
+        let _ = wait
+            .metrics(
+                |m| {
+                    m.current_leader
+                        .is_some_and(|l| l != failed || m.current_term > term)
+                },
+                "a successor leads",
+            )
+            .await;
     }
 
     /// Waits until this node has applied `index`, at most `timeout`. Returns whether it has.

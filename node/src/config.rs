@@ -301,7 +301,9 @@ pub struct LimitsConfig {
     pub receipt_store_bytes: usize,
     /// How long a write may wait for a quorum before 503.
     pub write_timeout_ms: u64,
-    /// How long an invocation's receipt may wait for a quorum before it goes to the outbox.
+    /// How long an invocation's receipt may wait for a quorum before it goes to the outbox
+    /// and the invocation is answered with a pending proof. Well under a second, so a run
+    /// that finished is answered within its caller's budget while a leader is replaced.
     pub receipt_timeout_ms: u64,
     /// How long a read with `min_index` may wait for this node to catch up before 503.
     pub min_index_wait_ms: u64,
@@ -336,7 +338,7 @@ impl Default for LimitsConfig {
             max_body_bytes: 8 * 1024 * 1024,
             receipt_store_bytes: 16 * 1024,
             write_timeout_ms: 5_000,
-            receipt_timeout_ms: 2_000,
+            receipt_timeout_ms: 500,
             min_index_wait_ms: 2_000,
             header_read_timeout_ms: 15_000,
             body_read_timeout_ms: 30_000,

@@ -4,7 +4,8 @@
 //! seeing an error; a watch resumes on another node after its node stops, with no change
 //! missed or repeated. Hedged reads answer past a node that never answers; a node cut off
 //! from the leader refuses an index it cannot reach at once (`behind`), and the client moves
-//! on to another node.
+//! on to another node. A write is hedged past a silent node like a read (its attempts share
+//! one idempotency key); an invocation, never hedged, goes to a node just seen alive.
 
 use crate::common;
 
@@ -481,6 +482,72 @@ async fn a_node_that_left_a_call_unanswered_is_tried_last_by_the_next() {
     let nodes: Vec<&str> = attempts.iter().map(|a| a.node.as_str()).collect();
     let live = cluster.member(1).grpc.to_string();
     assert_eq!(nodes, [silent_at.as_str(), live.as_str()], "{attempts:?}");
+    drop(silent);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_is_hedged_past_a_node_that_never_answers() {
+    let (cluster, index, silent, silent_at) = live_and_silent("BEFORE_THE_HEDGE").await;
+    let (attempts, observer) = recorder();
+    // No leader hint yet: the write starts on the silent node, listed first. Without the
+    // hedge it waits there for the whole write timeout (far beyond the test's patience).
+    let session = Client::builder()
+        .nodes([format!("http://{silent_at}"), grpc(&cluster, 1)])
+        .credential(ADMIN)
+        .write_timeout(Duration::from_secs(60))
+        .deadline(Duration::from_secs(60))
+        .write_hedge_after(Some(Duration::from_millis(50)))
+        .session_index(index)
+        .on_attempt(observer)
+        .build()
+        .unwrap();
+    let written = session
+        .put(row_input(row("HEDGED_WRITE", "Written past a silent node")).unwrap())
+        .await
+        .unwrap();
+    let attempts = attempts.lock().unwrap().clone();
+    // The live node answered; the silent node's attempt was cancelled, not reported.
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0].node, cluster.member(1).grpc.to_string());
+    assert!(attempts[0].failure.is_none(), "{attempts:?}");
+    assert!(written.rows[0].created && !written.replayed);
+    let row = session.get("HEDGED_WRITE").await.unwrap();
+    assert_eq!(row.version, written.index);
+    drop(silent);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_invocation_goes_past_a_node_that_never_answers_to_one_seen_alive() {
+    let (cluster, index, silent, silent_at) = live_and_silent("INVOKED_ALIVE").await;
+    let (attempts, observer) = recorder();
+    // The silent node is listed first and the invocation may not be retried once sent: a
+    // probe that goes unanswered within the hedge delay sends it to the live node instead.
+    let session = Client::builder()
+        .nodes([format!("http://{silent_at}"), grpc(&cluster, 1)])
+        .credential(ADMIN)
+        .invoke_timeout(Duration::from_secs(60))
+        .deadline(Duration::from_secs(60))
+        .hedge_after(Some(Duration::from_millis(50)))
+        .session_index(index)
+        .on_attempt(observer)
+        .build()
+        .unwrap();
+    let ran = session.invoke("INVOKED_ALIVE", None).await.unwrap();
+    assert!(ran.ok, "{ran:?}");
+    assert_eq!(ran.key, "INVOKED_ALIVE");
+    let attempts = attempts.lock().unwrap().clone();
+    let nodes: Vec<&str> = attempts.iter().map(|a| a.node.as_str()).collect();
+    let live = cluster.member(1).grpc.to_string();
+    assert_eq!(
+        nodes,
+        [live.as_str()],
+        "one attempt, on the live node: {attempts:?}"
+    );
+    // Its receipt is there to confirm.
+    let confirmed = session.confirm(&ran.proof.invocation_id).await.unwrap();
+    assert_eq!(confirmed.key, "INVOKED_ALIVE");
     drop(silent);
     cluster.shutdown().await;
 }

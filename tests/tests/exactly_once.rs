@@ -3,7 +3,9 @@
 //! and applied once. A write whose answer is lost is 504 `outcome_unknown` with the request
 //! id, not 503; a retry with that id gets the first outcome (not a 409 from its own
 //! `if_version`). A write committed but not yet applied on the node that took it is answered
-//! as committed, with its index.
+//! as committed, with its index. Two attempts of one write that both land (a client's hedge)
+//! apply once and share its outcome, a delete included; a follower whose leader stopped
+//! keeps a write for the successor rather than answer 504 at once.
 
 use crate::common;
 
@@ -177,5 +179,108 @@ async fn a_write_committed_but_not_applied_here_is_answered_as_committed() {
         },
     )
     .await;
+    cluster.shutdown().await;
+}
+
+/// Deletes `key` on the node at `url` under the idempotency key `id`: the status, the
+/// answer's index and its body.
+async fn delete(http: &reqwest::Client, url: &str, key: &str, id: &str) -> (u16, u64, Value) {
+    let response = http
+        .delete(format!("{url}/api/directory/{key}"))
+        .header("x-terminal-key", ADMIN)
+        .header("idempotency-key", id)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let index = response
+        .headers()
+        .get("x-rowcall-index")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
+    (status, index, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_attempts_of_one_write_through_two_nodes_apply_once_and_share_its_outcome() {
+    // What a client's hedged write does when both attempts land: one through the leader,
+    // one through a follower, at once, under one idempotency key.
+    let cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let http = reqwest::Client::new();
+    let mut body = row("HEDGED_TWICE", "Sent to two nodes at once");
+    body["if_version"] = json!(0);
+    let (to_leader, to_follower) = (cluster.url(leader), cluster.url(follower));
+    let (first, second) = tokio::join!(
+        post(&http, &to_leader, &body, Some("hedged-1")),
+        post(&http, &to_follower, &body, Some("hedged-1")),
+    );
+    assert_eq!(first.0, 201, "{}", first.2);
+    assert_eq!(
+        second.0, 201,
+        "not a 409 from its own if_version: {}",
+        second.2
+    );
+    let version = first.2["version"].as_u64().unwrap();
+    assert_eq!(
+        second.2["version"], version,
+        "one outcome for both attempts"
+    );
+    cluster.converge(version).await;
+    for id in cluster.ids() {
+        let (_, _, got) = cluster.get(id, "/api/directory/HEDGED_TWICE").await;
+        assert_eq!(got["version"], version, "node {id}: applied once");
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_delete_repeated_through_another_node_gets_its_first_outcome_not_404() {
+    // A hedged or retried delete reaches a node that has already applied the first attempt:
+    // the row is gone there, and the answer is still the first attempt's.
+    let cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let http = reqwest::Client::new();
+    let (status, _, put) = post(&http, &cluster.url(leader), &row("GONE_ONCE", "x"), None).await;
+    assert_eq!(status, 201, "{put}");
+    let (status, index, first) = delete(&http, &cluster.url(leader), "GONE_ONCE", "del-1").await;
+    assert_eq!((status, &first["deleted"]), (200, &json!(1)), "{first}");
+    // The follower has applied the delete: the row is gone there too.
+    cluster.converge(index).await;
+    let (status, _, again) = delete(&http, &cluster.url(follower), "GONE_ONCE", "del-1").await;
+    assert_eq!(status, 200, "the first outcome, not 404: {again}");
+    assert_eq!(again["deleted"], 1);
+    // A new delete of the absent row is 404, as ever.
+    let (status, _, fresh) = delete(&http, &cluster.url(follower), "GONE_ONCE", "del-2").await;
+    assert_eq!(status, 404, "{fresh}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_holds_a_write_whose_leader_stopped_for_the_successor() {
+    // The follower still names the stopped leader, and its forward fails at once. It keeps
+    // the write (its request id makes a resend safe) until a successor leads, instead of
+    // answering 504 outcome_unknown at once.
+    let mut cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let http = reqwest::Client::new();
+    cluster.stop(leader).await;
+    let (status, _, body) = post(
+        &http,
+        &cluster.url(follower),
+        &row("AFTER_THE_LEADER", "Written while the leader is replaced"),
+        Some("successor-1"),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let version = body["version"].as_u64().unwrap();
+    let (_, _, got) = cluster
+        .get(follower, "/api/directory/AFTER_THE_LEADER")
+        .await;
+    assert_eq!(got["version"], version);
+    cluster.restart(leader).await;
     cluster.shutdown().await;
 }

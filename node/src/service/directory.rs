@@ -239,12 +239,13 @@ pub async fn delete(
     key: &str,
     if_version: Option<u64>,
 ) -> Result<Deleted, ServiceError> {
-    // The existence check reads this node's copy: let it catch up with the caller first.
+    // A session ahead of this node hears `behind` here, as from every call.
     read_barrier(app, freshness).await?;
     let missing = || ServiceError::NotFound(format!("no row with key {key:?}"));
-    if app.catalogue.read().get(key).is_none() {
-        return Err(missing());
-    }
+    // Whether the row exists is decided where the delete applies, never from this node's
+    // copy first: a retry (or a hedged second attempt) of a delete that already applied
+    // finds the row gone here, and must still be answered with the first outcome (its
+    // request id's), not 404.
     let command = Command::DeleteRow {
         key: key.to_owned(),
         if_version,
@@ -256,6 +257,8 @@ pub async fn delete(
     match written.result {
         CommandResult::Deleted { deleted: 0 } => Err(missing()),
         CommandResult::Deleted { deleted } => Ok(Deleted { deleted, logged }),
+        // `if_version` on a row that is not there: absent, as without it.
+        CommandResult::Conflict { actual: None, .. } => Err(missing()),
         other => Err(conflict_or_internal(other)),
     }
 }
