@@ -22,3 +22,15 @@ wait_ready() { # url log
     cat "$2" >&2
     return 1
 }
+
+# Sets BIN to the node binary: ROWCALL_NODE_BIN when set (CI passes the one its test step
+# built, sparing a second build with other features), else a debug build made here.
+node_binary() { # name of the calling check, for the log
+    if [ -n "${ROWCALL_NODE_BIN:-}" ]; then
+        BIN="$ROWCALL_NODE_BIN"
+    else
+        echo "== $1: building rowcall-node"
+        cargo build --quiet -p rowcall-node
+        BIN="${CARGO_TARGET_DIR:-target}/debug/rowcall-node"
+    fi
+}

@@ -105,13 +105,7 @@ for scenario in $(printf '%s\n' "${!EXCLUDED[@]}" | sort); do
 done
 
 if [ ${#URLS[@]} -eq 0 ]; then
-    # ROWCALL_NODE_BIN names a node binary already built (CI passes the one its tests built).
-    BIN="${ROWCALL_NODE_BIN:-}"
-    if [ -z "$BIN" ]; then
-        echo "== conformance: building rowcall-node"
-        cargo build --quiet -p rowcall-node
-        BIN="$TARGET/debug/rowcall-node"
-    fi
+    node_binary conformance
     TOKEN=conformance-mcp-token-0123456789abcdef
     HTTP=$(free_port) GRPC=$(free_port)
     ROWCALL_ADMIN_KEY=conformance-admin-key-0123456789abcdef ROWCALL_MCP_TOKENS="conformance=$TOKEN" \

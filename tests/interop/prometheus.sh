@@ -23,14 +23,7 @@ echo "== prometheus: promtool check config, promtool test rules"
 promtool check config deploy/prometheus/prometheus.yml
 promtool test rules deploy/prometheus/alerts.test.yml
 
-# ROWCALL_NODE_BIN names a node binary already built (CI passes the one its tests built).
-if [ -n "${ROWCALL_NODE_BIN:-}" ]; then
-    BIN="$ROWCALL_NODE_BIN"
-else
-    echo "== prometheus: building rowcall-node"
-    cargo build --quiet -p rowcall-node
-    BIN="${CARGO_TARGET_DIR:-target}/debug/rowcall-node"
-fi
+node_binary prometheus
 
 export ROWCALL_ADMIN_KEY=prometheus-admin-key-0123456789abcdef0
 H1=$(free_port) G1=$(free_port) H2=$(free_port) G2=$(free_port) H3=$(free_port) G3=$(free_port)

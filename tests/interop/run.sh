@@ -22,14 +22,7 @@ mkdir -p "$WORK/stubs"
 "$PY" -m grpc_tools.protoc -I proto/proto --python_out="$WORK/stubs" --grpc_python_out="$WORK/stubs" \
     rowcall/v1/types.proto rowcall/v1/api.proto
 
-# ROWCALL_NODE_BIN names a node binary already built (CI passes the one its tests built).
-if [ -n "${ROWCALL_NODE_BIN:-}" ]; then
-    BIN="$ROWCALL_NODE_BIN"
-else
-    echo "== interop: building rowcall-node"
-    cargo build --quiet -p rowcall-node
-    BIN="${CARGO_TARGET_DIR:-target}/debug/rowcall-node"
-fi
+node_binary interop
 
 export ROWCALL_ADMIN_KEY=interop-admin-key-0123456789abcdef012
 export ROWCALL_MCP_TOKENS=interop=interop-mcp-token-0123456789abcdef

@@ -14,14 +14,7 @@ python3 -m venv "$WORK/venv"
 "$WORK/venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis>=4,<5"
 "$WORK/venv/bin/pip" show schemathesis | sed -n 's/^Version: /schemathesis /p'
 
-# ROWCALL_NODE_BIN names a node binary already built (CI passes the one its tests built).
-if [ -n "${ROWCALL_NODE_BIN:-}" ]; then
-    BIN="$ROWCALL_NODE_BIN"
-else
-    echo "== schemathesis: building rowcall-node"
-    cargo build --quiet -p rowcall-node
-    BIN="${CARGO_TARGET_DIR:-target}/debug/rowcall-node"
-fi
+node_binary schemathesis
 
 PORT=$(free_port) GRPC=$(free_port)
 KEY=schemathesis-admin-key-0123456789abcdef
