@@ -53,7 +53,8 @@ pub enum HandoverError {
 
 impl App {
     /// On the leader: hands leadership to the voter furthest along, within `bound`. Returns
-    /// the new leader, or `Ok(None)` when this node does not lead or `bound` is zero.
+    /// the new leader, or `Ok(None)` when there is nothing to do: this node does not lead,
+    /// it is the only voter, or `bound` is zero.
     pub async fn hand_over_leadership(
         &self,
         bound: Duration,
@@ -61,8 +62,20 @@ impl App {
         if bound.is_zero() || self.raft.metrics().borrow().current_leader != Some(self.node_id) {
             return Ok(None);
         }
+        let alone = self.membership().voter_ids().all(|v| v == self.node_id);
+        if alone {
+            return Ok(None);
+        }
         let started = Instant::now();
         let deadline = started + bound;
+        // openraft's leader refuses any vote within its lease (election_timeout_max) of its
+        // own election, the successor's included: a leader that young waits it out first,
+        // still taking writes.
+        let lease = Duration::from_millis(self.config.raft.election_timeout_max_ms + 20);
+        let since = *self.leading_since.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(since) = since {
+            tokio::time::sleep_until((since + lease).min(deadline).into()).await;
+        }
         self.handing_over.send_replace(true);
         let outcome = self.transfer(deadline).await;
         // Held writes go on: to the new leader, or to raft here if the handover failed.
@@ -81,13 +94,6 @@ impl App {
     }
 
     async fn transfer(&self, deadline: Instant) -> Result<NodeId, HandoverError> {
-        // openraft's leader refuses any vote within its lease (election_timeout_max) of its
-        // own election, the successor's included: a leader that young waits it out first.
-        let lease = Duration::from_millis(self.config.raft.election_timeout_max_ms + 20);
-        let since = *self.leading_since.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(since) = since {
-            tokio::time::sleep_until((since + lease).min(deadline).into()).await;
-        }
         let mut metrics = self.raft.metrics();
         // The voter with the highest matched index: the first to be level with this log.
         let target = {
