@@ -60,6 +60,24 @@ pub struct App {
     pub handing_over: watch::Sender<bool>,
     /// When this node last became leader (at its current term), as its Raft metrics showed it.
     pub leading_since: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Writes on their way into raft here ([`App::propose`]); a handover waits for none.
+    pub proposing: std::sync::atomic::AtomicUsize,
+}
+
+/// One write counted in [`App::proposing`] until dropped.
+struct Proposing<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Proposing<'a> {
+    fn enter(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for Proposing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// A write that took effect (or, for a repeated request id, took effect before).
@@ -224,10 +242,21 @@ impl App {
             return Err(Proposal::Failed(WriteError::TooLarge { bytes, limit }));
         }
         // A leader handing over takes no new entry (the successor must be level with its
-        // log to win the vote); the write waits, then goes to whoever leads.
-        if *self.handing_over.borrow() {
+        // log to win the vote); the write waits, then goes to whoever leads. Counted before
+        // the flag is read, so a handover that set the flag and then sees no write counted
+        // knows that none will reach raft until it ends.
+        let _proposing = loop {
+            let counted = Proposing::enter(&self.proposing);
+            if !*self.handing_over.borrow() {
+                break counted;
+            }
+            drop(counted);
             self.hold_while_handing_over(timeout).await;
-        }
+            if *self.handing_over.borrow() {
+                // Held for the whole timeout: raft answers (here, or "forward to ...").
+                break Proposing::enter(&self.proposing);
+            }
+        };
         let request_id = request.request_id.clone();
         let outcome = self
             .while_connected(timeout, self.batcher.client_write(request, bytes))

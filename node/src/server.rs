@@ -286,6 +286,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         )),
         handing_over: watch::channel(false).0,
         leading_since: std::sync::Mutex::new(None),
+        proposing: std::sync::atomic::AtomicUsize::new(0),
         config: config.clone(),
     });
 

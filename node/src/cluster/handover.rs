@@ -4,7 +4,7 @@
 //!
 //! openraft 0.9 has no transfer call; this builds one from what it has:
 //! 1. the leader holds new proposals (they wait in [`App::propose`], then go to the new
-//!    leader);
+//!    leader) and lets those already under way reach raft;
 //! 2. it picks the voter with the highest matched index and waits until that index reaches
 //!    its own last log index;
 //! 3. it asks that voter (`TimeoutNow`) to `trigger().elect()`. The old leader grants the
@@ -31,6 +31,9 @@ pub enum HandoverError {
     /// No other voter to hand over to (a one-voter cluster).
     #[error("no other voter")]
     NoVoter,
+    /// Writes proposed before the handover began did not finish in time.
+    #[error("writes under way did not finish in time")]
+    Busy,
     /// The chosen voter's log did not reach the leader's in time.
     #[error("node {target} did not catch up in time (matched {matched:?} of {last})")]
     Behind {
@@ -94,6 +97,14 @@ impl App {
     }
 
     async fn transfer(&self, deadline: Instant) -> Result<NodeId, HandoverError> {
+        // Writes that were on their way into raft when proposals stopped go in first: an
+        // entry appended after the successor is level would cost it the old leader's vote.
+        while self.proposing.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            if Instant::now() >= deadline {
+                return Err(HandoverError::Busy);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let mut metrics = self.raft.metrics();
         // The voter with the highest matched index: the first to be level with this log.
         let target = {
