@@ -75,6 +75,16 @@ def eventually(what, check, seconds=60):
         time.sleep(1)
 
 
+def rises(what, expr, before, where):
+    """Waits until `expr` is above `before` on every instance in `where`; prints both."""
+    def risen():
+        now = by_instance(expr)
+        return all(now.get(i, 0) > before.get(i, 0) for i in where) and now
+    now = eventually(f"the {what} rising on every one of {sorted(where)}", risen)
+    print(f"prometheus: {what} rose: "
+          + ", ".join(f"{i} {before.get(i, 0):.0f}->{now[i]:.0f}" for i in sorted(where)))
+
+
 def drive(seconds):
     """Asks, directory writes and invocations spread over the nodes for `seconds`."""
     urls = list(NODES)
@@ -115,12 +125,7 @@ def main():
     rounds = drive(8)
     print(f"prometheus: drove {rounds} rounds of ask + write + invoke")
 
-    def risen():
-        now = by_instance('rowcall_raft_applied_index{job="rowcall"}')
-        return all(now.get(i, 0) > before.get(i, 0) for i in want) and now
-    after = eventually("the applied index rising on every node", risen)
-    print("prometheus: applied index rose on every node: "
-          + ", ".join(f"{i} {before.get(i, 0):.0f}->{after[i]:.0f}" for i in sorted(want)))
+    rises("applied index", 'rowcall_raft_applied_index{job="rowcall"}', before, want)
     for name in ["rowcall_dispatch_invocations_total", "rowcall_resolver_ask_duration_seconds_count"]:
         eventually(f"{name} moving", lambda: sum(v for _, v in query(f"increase({name}[1m])")) > 0)
         print(f"prometheus: {name} moves")
@@ -177,12 +182,8 @@ def main():
         return len(alive) == 1 and alive[0]
     print(f"prometheus: new leader {eventually('a new leader among the survivors', new_leader)}")
 
-    def counted():
-        now = by_instance('rowcall_raft_leader_changes_seen_total{job="rowcall"}')
-        return all(now.get(i, 0) > changes.get(i, 0) for i in rest) and now
-    now = eventually("the leader-change counter moving on every survivor", counted)
-    print("prometheus: leader changes seen: "
-          + ", ".join(f"{i} {changes.get(i, 0):.0f}->{now[i]:.0f}" for i in sorted(rest)))
+    rises("leader changes seen", 'rowcall_raft_leader_changes_seen_total{job="rowcall"}',
+          changes, rest)
 
     def noticed():
         alerts = get(f"{PROM}/api/v1/alerts")["data"]["alerts"]

@@ -58,6 +58,17 @@ fn term(cluster: &Cluster, id: u64) -> u64 {
     handle.app.raft.metrics().borrow().current_term
 }
 
+/// A raw client of node `id`'s Raft service, for messages no real peer would send.
+async fn raft_client(cluster: &Cluster, id: u64) -> RaftServiceClient<tonic::transport::Channel> {
+    let url = format!("http://{}", cluster.member(id).grpc);
+    let channel = tonic::transport::Channel::from_shared(url)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    RaftServiceClient::new(channel)
+}
+
 fn leads(cluster: &Cluster, id: u64) -> bool {
     let handle = cluster.member(id).handle.as_ref().expect("running");
     handle.app.raft.metrics().borrow().current_leader == Some(id)
@@ -260,13 +271,7 @@ async fn messages_from_another_cluster_or_for_another_incarnation_are_refused() 
     let target = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
     let (_, _, status) = cluster.get(target, "/api/cluster").await;
     let ours = status["cluster_id"].as_str().unwrap().to_owned();
-    let channel =
-        tonic::transport::Channel::from_shared(format!("http://{}", cluster.member(target).grpc))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-    let mut client = RaftServiceClient::new(channel);
+    let mut client = raft_client(&cluster, target).await;
     let vote = json!({"vote": {"leader_id": {"term": 1_000, "node_id": 9}, "committed": false},
                       "last_log_id": null});
     let message = |cluster_id: &str, to_incarnation: &str| RaftMessage {
@@ -321,13 +326,8 @@ async fn only_the_leader_may_ask_a_voter_to_stand_for_election() {
             .to_owned()
     };
     let before = term(&cluster, target);
-    let channel =
-        tonic::transport::Channel::from_shared(format!("http://{}", cluster.member(target).grpc))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-    let reply = RaftServiceClient::new(channel)
+    let reply = raft_client(&cluster, target)
+        .await
         .timeout_now(RaftMessage {
             payload: b"null".to_vec(),
             from: Some(Sender {

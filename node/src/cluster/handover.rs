@@ -23,7 +23,7 @@ use tokio::sync::watch;
 
 use crate::app::App;
 use crate::raft::calls::MembershipError;
-use crate::raft::NodeId;
+use crate::raft::{NodeId, NodeInfo};
 
 /// Why a handover did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -109,21 +109,11 @@ impl App {
         // The voter with the highest matched index: the first to be level with this log.
         let target = {
             let m = metrics.borrow();
-            let voters: Vec<NodeId> = m
-                .membership_config
+            m.membership_config
                 .membership()
                 .voter_ids()
                 .filter(|&v| v != self.node_id)
-                .collect();
-            let matched = |v: &NodeId| {
-                m.replication
-                    .as_ref()
-                    .and_then(|r| r.get(v).cloned().flatten())
-                    .map(|log_id| log_id.index)
-            };
-            voters
-                .into_iter()
-                .max_by_key(|v| matched(v))
+                .max_by_key(|&v| matched_index(&m, v))
                 .ok_or(HandoverError::NoVoter)?
         };
         // Level: no proposal is taken from here on, so the last log index only moves for
@@ -131,12 +121,7 @@ impl App {
         loop {
             let (matched, last) = {
                 let m = metrics.borrow_and_update();
-                let matched = m
-                    .replication
-                    .as_ref()
-                    .and_then(|r| r.get(&target).cloned().flatten())
-                    .map(|log_id| log_id.index);
-                (matched, m.last_log_index.unwrap_or(0))
+                (matched_index(&m, target), m.last_log_index.unwrap_or(0))
             };
             if matched.is_some_and(|i| i >= last) {
                 break;
@@ -229,6 +214,12 @@ impl App {
         let mut handing_over = self.handing_over.subscribe();
         let _ = tokio::time::timeout(timeout, handing_over.wait_for(|h| !*h)).await;
     }
+}
+
+/// The last log index the leader knows `voter` holds (none before it has replicated).
+fn matched_index(metrics: &openraft::RaftMetrics<NodeId, NodeInfo>, voter: NodeId) -> Option<u64> {
+    let replication = metrics.replication.as_ref()?;
+    replication.get(&voter)?.as_ref().map(|log_id| log_id.index)
 }
 
 /// Follows this node's Raft metrics: counts each new leader it sees
