@@ -507,6 +507,10 @@ pub struct McpConfig {
     /// Seconds an idle MCP session is kept in a node's memory; any node restores it on
     /// demand afterwards.
     pub session_idle_secs: u64,
+    /// Serve the official MCP conformance suite's test tools (`test_reconnection`) beside
+    /// the catalogue, for `tests/interop/conformance.sh`. Off by default; never turn it on for
+    /// a catalogue agents use. `ROWCALL_MCP_TEST_TOOLS=1` turns it on.
+    pub test_tools: bool,
 }
 
 impl Default for McpConfig {
@@ -516,6 +520,7 @@ impl Default for McpConfig {
             allowed_origins: Vec::new(),
             page_size: 100,
             session_idle_secs: 300,
+            test_tools: false,
         }
     }
 }
@@ -697,6 +702,9 @@ impl Config {
         if let Some(list) = get("ROWCALL_MCP_ALLOWED_ORIGINS") {
             self.mcp.allowed_origins = split_list(&list);
         }
+        if let Some(on) = get("ROWCALL_MCP_TEST_TOOLS") {
+            self.mcp.test_tools = parse_switch("ROWCALL_MCP_TEST_TOOLS", &on)?;
+        }
         if let Some(secret) = get("ROWCALL_CLUSTER_SECRET").filter(|s| !s.is_empty()) {
             self.cluster.secret = Some(secret);
         }
@@ -748,16 +756,7 @@ impl Config {
             };
         }
         if let Some(flag) = get("ROWCALL_RATE_LIMIT") {
-            self.limits.rate.enabled = match flag.trim() {
-                "on" | "true" | "1" => true,
-                "off" | "false" | "0" => false,
-                other => {
-                    return Err(ConfigError::Env {
-                        name: "ROWCALL_RATE_LIMIT",
-                        reason: format!("{other:?} is not on or off"),
-                    })
-                }
-            };
+            self.limits.rate.enabled = parse_switch("ROWCALL_RATE_LIMIT", &flag)?;
         }
         if let Some(every) = get("ROWCALL_SNAPSHOT_EVERY") {
             self.raft.snapshot_every = every.parse().map_err(|_| ConfigError::Env {
@@ -784,6 +783,18 @@ impl Config {
             })?;
         }
         Ok(())
+    }
+}
+
+/// An on/off environment variable: `on`, `true`, `1` or `off`, `false`, `0`.
+fn parse_switch(name: &'static str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim() {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        other => Err(ConfigError::Env {
+            name,
+            reason: format!("{other:?} is not on or off"),
+        }),
     }
 }
 

@@ -5,6 +5,9 @@
 #   tests/interop/conformance.sh                      # starts its own node (the demo catalogue)
 #   tests/interop/conformance.sh --url URL --token T  # a running server, e.g. a deployment
 #
+# server-sse-polling calls the suite's test tool test_reconnection, which a node serves only
+# with ROWCALL_MCP_TEST_TOOLS=1 (the node this script starts has it; a deployment should not).
+#
 # Runs every server scenario of the suite except those in EXCLUDED below, each of which says
 # why it does not apply; the two lists together must be the suite's whole list, so a scenario
 # a new suite version adds is never skipped silently. A failure or a warning fails the run
@@ -35,8 +38,9 @@ RUN=(
 )
 # Scenario, then why it does not apply to rowcall.
 NO_TEST_TOOL="calls one of the suite's own test tools (lower-case names such as test_simple_text); \
-a catalogue key is ^[A-Z_][A-Z0-9_]*\$, so no row can be that tool. Tool calls are covered by \
-tests/tests/mcp.rs and by tests/interop/run.sh (the Python SDK)"
+a catalogue key is ^[A-Z_][A-Z0-9_]*\$, so no row can be that tool, and the node's test tools \
+(ROWCALL_MCP_TEST_TOOLS=1) are only test_reconnection, for server-sse-polling. Tool calls are \
+covered by tests/tests/mcp.rs and by tests/interop/run.sh (the Python SDK)"
 NO_RESOURCES="rowcall declares no resources capability: its catalogue is tools"
 NO_PROMPTS="rowcall declares no prompts capability: its catalogue is tools"
 declare -A EXCLUDED=(
@@ -108,8 +112,9 @@ if [ ${#URLS[@]} -eq 0 ]; then
     node_binary conformance
     TOKEN=conformance-mcp-token-0123456789abcdef
     HTTP=$(free_port) GRPC=$(free_port)
+    # The test tools: server-sse-polling calls test_reconnection.
     ROWCALL_ADMIN_KEY=conformance-admin-key-0123456789abcdef ROWCALL_MCP_TOKENS="conformance=$TOKEN" \
-        "$BIN" --id 1 --http "127.0.0.1:$HTTP" --grpc "127.0.0.1:$GRPC" \
+        ROWCALL_MCP_TEST_TOOLS=1 "$BIN" --id 1 --http "127.0.0.1:$HTTP" --grpc "127.0.0.1:$GRPC" \
         --data "$WORK/node" >"$WORK/node.log" 2>&1 &
     PIDS+=($!)
     wait_ready "http://127.0.0.1:$HTTP" "$WORK/node.log"

@@ -466,70 +466,114 @@ impl SseEvents {
         loop {
             while let Some(end) = self.buffer.find("\n\n") {
                 let event: String = self.buffer.drain(..end + 2).collect();
-                let (mut id, mut data) = (None, None);
-                for line in event.lines() {
-                    if let Some(value) = line.strip_prefix("id:") {
-                        id = Some(value.trim().to_owned());
-                    } else if let Some(value) = line.strip_prefix("data:") {
-                        data = serde_json::from_str::<Value>(value.trim()).ok();
-                    }
-                }
-                if let Some(message) = data {
+                if let Some((id, Some(message))) = parse_event(&event) {
                     return (id, message);
                 }
             }
-            let chunk = tokio::time::timeout(WITHIN, self.response.chunk())
-                .await
-                .expect("SSE event in time")
-                .unwrap()
-                .expect("stream ended");
-            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+            let chunk = self.chunk().await.expect("stream ended");
+            self.buffer.push_str(&chunk);
         }
+    }
+
+    /// Every event until the server ends the stream, as (event id, JSON-RPC message if
+    /// any), keep-alive comments left out.
+    async fn until_end(mut self) -> Vec<(Option<String>, Option<Value>)> {
+        while let Some(chunk) = self.chunk().await {
+            self.buffer.push_str(&chunk);
+        }
+        self.buffer.split("\n\n").filter_map(parse_event).collect()
+    }
+
+    /// The next piece of the body; `None` once the server ended it.
+    async fn chunk(&mut self) -> Option<String> {
+        tokio::time::timeout(WITHIN, self.response.chunk())
+            .await
+            .expect("SSE event in time")
+            .unwrap()
+            .map(|chunk| String::from_utf8_lossy(&chunk).into_owned())
+    }
+}
+
+/// One SSE event as (its id, the JSON-RPC message its data holds); `None` for an event
+/// with neither (a keep-alive comment).
+fn parse_event(event: &str) -> Option<(Option<String>, Option<Value>)> {
+    let (mut id, mut data, mut any) = (None, None, false);
+    for line in event.lines() {
+        if let Some(value) = line.strip_prefix("id:") {
+            (id, any) = (Some(value.trim().to_owned()), true);
+        } else if let Some(value) = line.strip_prefix("data:") {
+            data = serde_json::from_str::<Value>(value.trim()).ok();
+            any = true;
+        }
+    }
+    any.then_some((id, data))
+}
+
+/// A 2025-11-25 session driven over raw HTTP, to see the SSE events themselves.
+struct RawSession<'a> {
+    http: &'a reqwest::Client,
+    url: String,
+    id: String,
+}
+
+impl<'a> RawSession<'a> {
+    /// Initializes a session on the MCP endpoint at `url`.
+    async fn open(http: &'a reqwest::Client, url: String) -> Self {
+        let mut session = Self {
+            http,
+            url,
+            id: String::new(),
+        };
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "test", "version": "0"}}});
+        let response = session.post(initialize).await.unwrap();
+        session.id = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let status = session.post(initialized).await.unwrap().status();
+        assert!(status.is_success(), "{status}");
+        session
+    }
+
+    /// POSTs one JSON-RPC message in the session (none before `initialize` answered).
+    async fn post(&self, body: Value) -> reqwest::Result<reqwest::Response> {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .bearer_auth(ADMIN)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if !self.id.is_empty() {
+            request = request.header("mcp-session-id", &self.id);
+        }
+        request.send().await
+    }
+
+    /// Opens the session's GET stream, resuming after `last_event_id` if given.
+    async fn listen(&self, last_event_id: Option<&str>) -> reqwest::Result<reqwest::Response> {
+        let mut request = self
+            .http
+            .get(&self.url)
+            .bearer_auth(ADMIN)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        request.send().await
     }
 }
 
 #[tokio::test]
 async fn a_reconnecting_client_gets_the_events_it_missed_once() {
     let node = common::start(false).await;
-    let (http, url) = (&node.http, format!("{}/api/mcp", node.url));
-    let post = |session: Option<&str>, body: Value| {
-        let mut request = http
-            .post(&url)
-            .bearer_auth(ADMIN)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&body);
-        if let Some(session) = session {
-            request = request.header("mcp-session-id", session);
-        }
-        request.send()
-    };
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "test", "version": "0"}}});
-    let response = post(None, initialize).await.unwrap();
-    let session = response.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    assert!(post(Some(&session), initialized)
-        .await
-        .unwrap()
-        .status()
-        .is_success());
-    let listen = |last_event_id: Option<&str>| {
-        let mut request = http
-            .get(&url)
-            .bearer_auth(ADMIN)
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", &session)
-            .header("mcp-protocol-version", "2025-11-25");
-        if let Some(id) = last_event_id {
-            request = request.header("last-event-id", id);
-        }
-        request.send()
-    };
+    let http = &node.http;
+    let session = RawSession::open(http, format!("{}/api/mcp", node.url)).await;
     let insert = |key: &str| {
         let row = json!({"key": key, "type": "static", "auth": "public",
                          "content": "# WHAT: A row that changes the projection\n\n{}"});
@@ -544,7 +588,7 @@ async fn a_reconnecting_client_gets_the_events_it_missed_once() {
     };
 
     // The client sees one change, then loses its stream; a change happens meanwhile.
-    let mut stream = SseEvents::new(listen(None).await.unwrap());
+    let mut stream = SseEvents::new(session.listen(None).await.unwrap());
     insert("FIRST_ROW").await;
     let seen = list_changed(stream.next_message().await);
     drop(stream);
@@ -552,7 +596,7 @@ async fn a_reconnecting_client_gets_the_events_it_missed_once() {
 
     // Reconnecting with the last id it saw, it gets the missed change and not the seen one
     // again; the stream then goes on with the next change, and nothing comes twice.
-    let mut resumed = SseEvents::new(listen(Some(&seen)).await.unwrap());
+    let mut resumed = SseEvents::new(session.listen(Some(&seen)).await.unwrap());
     let missed = list_changed(resumed.next_message().await);
     insert("LATER_ROW").await;
     let later = list_changed(resumed.next_message().await);
@@ -562,9 +606,89 @@ async fn a_reconnecting_client_gets_the_events_it_missed_once() {
 
     // An id this node cannot have (the session's stream on another node) is answered by one
     // list_changed: the client re-lists from the replicated catalogue.
-    let foreign = format!("{session}:common/999");
-    let mut elsewhere = SseEvents::new(listen(Some(&foreign)).await.unwrap());
+    let foreign = format!("{}:common/999", session.id);
+    let mut elsewhere = SseEvents::new(session.listen(Some(&foreign)).await.unwrap());
     list_changed(elsewhere.next_message().await);
+    node.handle.shutdown().await;
+}
+
+/// The conformance suite's `test_reconnection` (SEP-1699 polling): the server ends the
+/// call's POST stream before answering; the answer comes once, on the reconnection.
+#[tokio::test]
+async fn a_call_whose_stream_the_server_ends_is_answered_on_the_reconnection() {
+    let node = common::start_with(false, |config| config.mcp.test_tools = true).await;
+    let session = RawSession::open(&node.http, format!("{}/api/mcp", node.url)).await;
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "test_reconnection", "arguments": {}}});
+    let response = session.post(call).await.unwrap();
+    let content_type = response.headers()["content-type"].to_str().unwrap();
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+
+    // The POST stream ends carrying no answer, only an id to resume from.
+    let events = SseEvents::new(response).until_end().await;
+    assert!(
+        events.iter().all(|(_, message)| message.is_none()),
+        "the answer came on the POST stream: {events:?}"
+    );
+    let resume_from = events
+        .last()
+        .and_then(|(id, _)| id.clone())
+        .expect("the POST stream gave an event id");
+
+    // The reconnection carries the answer, once, and then ends.
+    let resumed = SseEvents::new(session.listen(Some(&resume_from)).await.unwrap());
+    let answers: Vec<Value> = resumed
+        .until_end()
+        .await
+        .into_iter()
+        .flat_map(|(_, m)| m)
+        .collect();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0]["id"], 7, "{}", answers[0]);
+    assert_eq!(
+        answers[0]["result"]["content"][0]["text"], "Reconnection test completed successfully",
+        "{}",
+        answers[0]
+    );
+
+    // The test tool closes the tool list.
+    let list = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list"});
+    let (_, listed) = SseEvents::new(session.post(list).await.unwrap())
+        .next_message()
+        .await;
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert_eq!(names.last(), Some(&"test_reconnection"), "{names:?}");
+    node.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn test_tools_are_not_served_unless_turned_on() {
+    let node = common::start(true).await;
+    let session = RawSession::open(&node.http, format!("{}/api/mcp", node.url)).await;
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "test_reconnection", "arguments": {}}});
+    let (_, answer) = SseEvents::new(session.post(call).await.unwrap())
+        .next_message()
+        .await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+    let (_, listed) = SseEvents::new(session.post(list).await.unwrap())
+        .next_message()
+        .await;
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    assert!(!tools.is_empty(), "{listed}");
+    assert!(
+        tools.iter().all(|tool| tool["name"] != "test_reconnection"),
+        "{listed}"
+    );
     node.handle.shutdown().await;
 }
 

@@ -15,6 +15,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
+use super::test_tools;
 use super::tools::{self, compact_tools, cursor_after, parse_cursor, row_tool};
 use super::Mode;
 use crate::api::base_url;
@@ -70,6 +71,11 @@ impl Projection {
             result.next_cursor = result.tools.last().map(|tool| cursor_after(&tool.name));
         }
         result
+    }
+
+    /// Whether the conformance suite's test tools are served (see `test_tools`).
+    fn test_tools(&self) -> bool {
+        self.app.config.mcp.test_tools
     }
 
     /// Runs a row through the service's invoke path, as the caller the auth layer
@@ -263,8 +269,8 @@ impl ServerHandler for Projection {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        match self.mode {
-            Mode::Compact => Ok(ListToolsResult::with_all_items(compact_tools().to_vec())),
+        let mut result = match self.mode {
+            Mode::Compact => ListToolsResult::with_all_items(compact_tools().to_vec()),
             Mode::Rows => {
                 let after = match request.and_then(|r| r.cursor) {
                     None => None,
@@ -272,12 +278,22 @@ impl ServerHandler for Projection {
                         ErrorData::invalid_params("unknown cursor; list again from the start", None)
                     })?),
                 };
-                Ok(self.rows_page(after.as_deref()))
+                self.rows_page(after.as_deref())
             }
+        };
+        // The test tools close the last page.
+        if self.test_tools() && result.next_cursor.is_none() {
+            result.tools.extend_from_slice(test_tools::tools());
         }
+        Ok(result)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
+        if self.test_tools() {
+            if let Some(tool) = test_tools::get(name) {
+                return Some(tool);
+            }
+        }
         match self.mode {
             Mode::Compact => compact_tools().iter().find(|t| t.name == name).cloned(),
             Mode::Rows => self
@@ -299,6 +315,11 @@ impl ServerHandler for Projection {
         let caller = parts.and_then(|p| p.extensions.get::<Principal>().cloned());
         let base = base_url(&self.app, parts.map_or(&HeaderMap::new(), |p| &p.headers));
         let name = request.name.as_ref();
+        if self.test_tools() {
+            if let Some(result) = test_tools::call(name, &context).await {
+                return result.map(Into::into);
+            }
+        }
         let result = match self.mode {
             Mode::Rows => {
                 let projected = self

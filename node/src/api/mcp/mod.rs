@@ -21,9 +21,11 @@
 //! GET stream gets `notifications/tools/list_changed` from the node serving it whenever that
 //! node *applies* an entry that changes the projection — whichever node took the write.
 
+mod cut;
 mod handler;
 mod replay;
 mod sessions;
+mod test_tools;
 pub mod tools;
 
 use std::sync::Arc;

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::Stream;
 use rmcp::model::{
-    ClientJsonRpcMessage, InitializeRequestParams, ProtocolVersion, ServerJsonRpcMessage,
+    ClientJsonRpcMessage, GetExtensions, InitializeRequestParams, ProtocolVersion,
+    ServerJsonRpcMessage,
 };
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
@@ -36,6 +37,7 @@ use rmcp::transport::streamable_http_server::session::{
     SessionStore, SessionStoreError,
 };
 
+use super::cut::{Cuttable, StreamCut};
 use super::replay::Replay;
 use super::Mode;
 
@@ -126,9 +128,15 @@ impl SessionManager for Sessions {
     async fn create_stream(
         &self,
         id: &SessionId,
-        message: ClientJsonRpcMessage,
+        mut message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        Ok(self.inner.create_stream(id, message).await?)
+        // The request's handler may end its own stream early (see `cut`).
+        let cut = StreamCut::default();
+        if let ClientJsonRpcMessage::Request(request) = &mut message {
+            request.request.extensions_mut().insert(cut.clone());
+        }
+        let stream = self.inner.create_stream(id, message).await?;
+        Ok(Cuttable::new(stream, cut))
     }
 
     async fn accept_message(

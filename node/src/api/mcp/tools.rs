@@ -138,7 +138,7 @@ fn annotations(risk: Risk) -> ToolAnnotations {
     }
 }
 
-fn object(value: Value) -> JsonObject {
+pub(super) fn object(value: Value) -> JsonObject {
     match value {
         Value::Object(map) => map,
         _ => JsonObject::new(),
