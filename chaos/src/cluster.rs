@@ -125,17 +125,16 @@ pub fn test_certificates(dir: &Path) -> Result<TestCertificates, ChaosError> {
     })
 }
 
-/// Flags for peer TLS, with certificates made for this run under `dir`.
-fn peer_tls_flags(dir: &Path) -> Result<Vec<String>, ChaosError> {
-    let files = test_certificates(dir)?;
-    Ok([
-        ("--peer-ca", files.ca),
-        ("--peer-cert", files.cert),
-        ("--peer-key", files.key),
+/// Flags for peer TLS with `files`.
+fn peer_tls_flags(files: &TestCertificates) -> Vec<String> {
+    [
+        ("--peer-ca", &files.ca),
+        ("--peer-cert", &files.cert),
+        ("--peer-key", &files.key),
     ]
     .into_iter()
     .flat_map(|(flag, path)| [flag.to_owned(), path.display().to_string()])
-    .collect())
+    .collect()
 }
 
 /// One node: its addresses, folders and process.
@@ -186,6 +185,8 @@ pub struct Cluster {
     storm: Option<SnapshotStorm>,
     /// Peer TLS flags, with the cluster secret, for a `--tls` run.
     peer_tls: Option<Vec<String>>,
+    /// The CA of the nodes' gRPC certificates in a `--tls` run (PEM), for clients.
+    pub ca: Option<Vec<u8>>,
     /// The nodes, index = id - 1.
     pub nodes: Vec<Node>,
     /// The proxies, one per directed link.
@@ -290,15 +291,24 @@ impl Cluster {
                 }
             }
         }
+        let certificates = if options.tls {
+            Some(test_certificates(&options.root.join("tls"))?)
+        } else {
+            None
+        };
+        let ca = match &certificates {
+            Some(files) => Some(
+                std::fs::read(&files.ca)
+                    .map_err(|e| ChaosError::io(format!("read {}", files.ca.display()), e))?,
+            ),
+            None => None,
+        };
         let mut cluster = Cluster {
             bin: options.bin.clone(),
             snapshot_every: options.snapshot_every,
             storm: None,
-            peer_tls: if options.tls {
-                Some(peer_tls_flags(&options.root.join("tls"))?)
-            } else {
-                None
-            },
+            peer_tls: certificates.as_ref().map(peer_tls_flags),
+            ca,
             incarnations: Arc::new((0..n).map(|_| AtomicU32::new(0)).collect()),
             nodes,
             links,

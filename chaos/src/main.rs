@@ -53,7 +53,8 @@ struct Flags {
     /// (failover retries included).
     #[arg(long, default_value_t = 1000)]
     slo_ms: u64,
-    /// Peers talk mutual TLS (certificates made for the run) and show a cluster secret.
+    /// Peers talk mutual TLS (certificates made for the run) and show a cluster secret; the
+    /// client library reaches the gRPC listeners over TLS too, trusting the run's CA.
     #[arg(long)]
     tls: bool,
     /// How sessions reach the nodes: the rowcall-client library over gRPC (hedged reads,

@@ -296,6 +296,7 @@ async fn drive(
     let target = Target {
         urls: cluster.urls(),
         grpc: cluster.grpc_addrs(),
+        ca: cluster.ca.clone(),
         ids: cluster.ids(),
         incarnations: cluster.incarnations.clone(),
         epoch,

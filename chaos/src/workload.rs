@@ -126,6 +126,8 @@ pub struct Target {
     pub urls: Vec<String>,
     /// Node gRPC addresses (`host:port`), by index.
     pub grpc: Vec<String>,
+    /// The CA of the nodes' gRPC certificates (PEM) when they serve TLS (`--tls`).
+    pub ca: Option<Vec<u8>>,
     /// Node ids, by index.
     pub ids: Vec<u64>,
     /// Node incarnations, by index (bumped on wipe).
@@ -386,8 +388,13 @@ fn client_transport(target: &Target, first: usize) -> Transport {
     let n = target.grpc.len();
     let attempts = Arc::new(Mutex::new(Vec::new()));
     let sink = attempts.clone();
-    let client = Client::builder()
-        .nodes((0..n).map(|i| format!("http://{}", target.grpc[(first + i) % n])))
+    let mut builder = Client::builder();
+    if let Some(ca) = &target.ca {
+        builder = builder.tls_ca(ca);
+    }
+    let client = builder
+        // No scheme: https when the CA is set, http otherwise.
+        .nodes((0..n).map(|i| target.grpc[(first + i) % n].clone()))
         .credential(ADMIN_KEY)
         .read_timeout(CLIENT_READ_TIMEOUT)
         .write_timeout(WRITE_TIMEOUT)

@@ -50,9 +50,16 @@ pub struct Cli {
         global = true,
         env = "ROWCALL_NODES",
         value_delimiter = ',',
-        default_value = "http://127.0.0.1:9090"
+        default_value = "127.0.0.1:9090"
     )]
     pub nodes: Vec<String>,
+    /// Reach the nodes over TLS, trusting this CA (PEM; with peer TLS on, the nodes'
+    /// `--peer-ca` file). Addresses without a scheme then mean https.
+    #[arg(long, global = true, env = "ROWCALL_CA", value_name = "PEM_FILE")]
+    pub ca: Option<PathBuf>,
+    /// The name the nodes' certificates must carry, when not the host of each address.
+    #[arg(long, global = true, env = "ROWCALL_TLS_DOMAIN", requires = "ca")]
+    pub tls_domain: Option<String>,
     /// The credential sent with every call: the admin key (directory writes, receipts,
     /// membership), or an invoke key.
     #[arg(long, global = true, env = "ROWCALL_ADMIN_KEY", hide_env_values = true)]
@@ -360,6 +367,14 @@ async fn run(cli: Cli, out: &mut Out<'_>) -> anyhow::Result<u8> {
     let mut builder = Client::builder().nodes(&cli.nodes).deadline(cli.timeout);
     if let Some(key) = &cli.admin_key {
         builder = builder.credential(key);
+    }
+    if let Some(path) = &cli.ca {
+        let pem =
+            std::fs::read(path).with_context(|| format!("reading --ca {}", path.display()))?;
+        builder = builder.tls_ca(pem);
+    }
+    if let Some(domain) = &cli.tls_domain {
+        builder = builder.tls_domain(domain);
     }
     let client = builder.build()?;
     match command {

@@ -46,7 +46,7 @@ use rowcall_proto::v1::{self as proto, contract_response};
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 use tonic::metadata::{MetadataMap, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
 use crate::error::{Error, Rejection};
@@ -123,6 +123,15 @@ struct Options {
     backoff: Duration,
     backoff_max: Duration,
     observer: Option<Observer>,
+    tls: Option<Tls>,
+}
+
+/// How nodes are reached over TLS: the CA their certificates are checked against, and the
+/// name to check them for when it is not the host in the address.
+#[derive(Debug, Clone)]
+struct Tls {
+    ca: Certificate,
+    domain: Option<String>,
 }
 
 impl Default for Options {
@@ -143,6 +152,7 @@ impl Default for Options {
             backoff: Duration::from_millis(50),
             backoff_max: Duration::from_secs(1),
             observer: None,
+            tls: None,
         }
     }
 }
@@ -203,6 +213,46 @@ impl ClientBuilder {
     /// ```
     pub fn credential(mut self, key: impl Into<String>) -> Self {
         self.options.credential = Some(key.into());
+        self
+    }
+
+    /// Reaches the nodes over TLS, trusting `ca_pem` (PEM; the CA of the nodes' gRPC
+    /// certificates — with peer TLS on, the `--peer-ca` file) and no other root. Addresses
+    /// without a scheme then mean `https://`. A node's certificate must name the host its
+    /// address gives, unless [`ClientBuilder::tls_domain`] names another.
+    ///
+    /// ```no_run
+    /// let ca = std::fs::read("/etc/rowcall/tls/ca.crt")?;
+    /// let client = rowcall_client::Client::builder()
+    ///     .nodes(["10.0.0.1:9090", "10.0.0.2:9090"])
+    ///     .tls_ca(ca)
+    ///     .build()?;
+    /// # let _ = client;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tls_ca(mut self, ca_pem: impl AsRef<[u8]>) -> Self {
+        let domain = self.options.tls.take().and_then(|tls| tls.domain);
+        self.options.tls = Some(Tls {
+            ca: Certificate::from_pem(ca_pem),
+            domain,
+        });
+        self
+    }
+
+    /// The name the nodes' certificates are checked for, instead of each address's host
+    /// (for nodes dialled by IP whose certificates name them otherwise). Needs
+    /// [`ClientBuilder::tls_ca`].
+    ///
+    /// ```
+    /// let builder = rowcall_client::Client::builder()
+    ///     .tls_ca(b"-----BEGIN CERTIFICATE-----...")
+    ///     .tls_domain("rowcall.internal");
+    /// # let _ = builder;
+    /// ```
+    pub fn tls_domain(mut self, name: impl Into<String>) -> Self {
+        if let Some(tls) = &mut self.options.tls {
+            tls.domain = Some(name.into());
+        }
         self
     }
 
@@ -370,6 +420,8 @@ impl Node {
     fn new(address: &str, options: &Options) -> Result<Self, Error> {
         let uri = if address.contains("://") {
             address.to_owned()
+        } else if options.tls.is_some() {
+            format!("https://{address}")
         } else {
             format!("http://{address}")
         };
@@ -377,12 +429,34 @@ impl Node {
             address: address.to_owned(),
             reason,
         };
-        let endpoint = Endpoint::from_shared(uri).map_err(|e| invalid(e.to_string()))?;
+        let mut endpoint = Endpoint::from_shared(uri).map_err(|e| invalid(e.to_string()))?;
         let authority = endpoint
             .uri()
             .authority()
             .map(|a| a.as_str().to_owned())
             .ok_or_else(|| invalid("no host:port".into()))?;
+        match (&options.tls, endpoint.uri().scheme_str()) {
+            (Some(tls), Some("https")) => {
+                let mut config = ClientTlsConfig::new().ca_certificate(tls.ca.clone());
+                if let Some(domain) = &tls.domain {
+                    config = config.domain_name(domain);
+                }
+                endpoint = endpoint
+                    .tls_config(config)
+                    .map_err(|e| invalid(e.to_string()))?;
+            }
+            (None, Some("https")) => {
+                return Err(invalid(
+                    "https needs the nodes' CA: ClientBuilder::tls_ca (the CLI's --ca)".into(),
+                ))
+            }
+            (Some(_), _) => {
+                return Err(invalid(
+                    "a client with a TLS CA reaches nodes only over https".into(),
+                ))
+            }
+            (None, _) => {}
+        }
         let channel = endpoint
             .connect_timeout(options.connect_timeout)
             .tcp_nodelay(true)

@@ -552,3 +552,48 @@ async fn an_invocation_goes_past_a_node_that_never_answers_to_one_seen_alive() {
     drop(silent);
     cluster.shutdown().await;
 }
+
+/// Nodes whose gRPC listener serves TLS (peer TLS on) are reached by a client that trusts
+/// their CA, and by no client that does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_reaches_tls_nodes_through_their_ca_and_only_so() {
+    let cluster = Cluster::start_secured(3).await;
+    let ca = cluster.ca.as_ref().unwrap().ca_pem();
+    let addresses: Vec<String> = (1..=3)
+        .map(|id| cluster.member(id).grpc.to_string())
+        .collect();
+    let trusting = Client::builder()
+        .nodes(&addresses)
+        .credential(ADMIN)
+        .tls_ca(&ca)
+        .build()
+        .unwrap();
+    let put = trusting
+        .put(row_input(row("OVER_TLS", "A row written over TLS")).unwrap())
+        .await
+        .unwrap();
+    let got = trusting.get("OVER_TLS").await.unwrap();
+    assert_eq!(got.version, put.rows[0].version);
+    let asked = trusting.ask("a row written over tls", 3).await.unwrap();
+    assert_eq!(asked.best.unwrap().key, "OVER_TLS");
+
+    // Plain gRPC, or TLS trusting another CA: nothing is answered.
+    let other = common::tls::TestCa::new(&cluster.dir.path().join("other"), "other");
+    let plain: Vec<String> = addresses.iter().map(|a| format!("http://{a}")).collect();
+    let strangers = [
+        Client::builder().nodes(&plain),
+        Client::builder().nodes(&addresses).tls_ca(other.ca_pem()),
+    ];
+    for stranger in strangers {
+        let stranger = stranger
+            .credential(ADMIN)
+            .deadline(Duration::from_secs(3))
+            .build()
+            .unwrap();
+        let refused = stranger.get("OVER_TLS").await;
+        assert!(refused.is_err(), "{refused:?}");
+    }
+    // A CA with an address that says plain http is a mistake, said at once.
+    let mixed = Client::builder().nodes(&plain).tls_ca(&ca).build();
+    assert!(mixed.is_err());
+}
