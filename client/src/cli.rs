@@ -192,6 +192,17 @@ pub enum Command {
     /// The cluster: status and membership.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Save a consistent backup of the cluster's state (admin key): rows, receipts, share
+    /// state, as applied at one index. `rowcall-node --restore FILE --bootstrap` founds a
+    /// new cluster from it.
+    Backup {
+        /// Where to save it (written beside it first, then renamed: never half a backup).
+        file: PathBuf,
+        /// The node's HTTP address (default: the HTTP address the cluster lists for the node
+        /// that answers).
+        #[arg(long)]
+        http: Option<String>,
+    },
     /// Resolver quality on a query set: top-1, recall@5 and MRR, and the misses.
     Eval {
         /// JSON lines of `{"q": "...", "gold": ["KEY", ...]}`.
@@ -524,6 +535,29 @@ async fn run(cli: Cli, out: &mut Out<'_>) -> anyhow::Result<u8> {
                 .import_mcp(&url, prefix.as_deref(), category.as_deref(), admin_key)
                 .await?;
             out.emit(|| report.raw.clone(), || import_summary(&url, &report));
+        }
+        Command::Backup { file, http } => {
+            let http = match http {
+                Some(http) => http,
+                None => http_address(&client).await?,
+            };
+            let admin_key = cli.admin_key.as_deref().unwrap_or_default();
+            let saved = NodeClient::new(&http)?.backup(admin_key, &file).await?;
+            out.emit(
+                || {
+                    serde_json::json!({"ok": true, "file": file, "index": saved.index,
+                                       "bytes": saved.bytes, "sha256": saved.sha256})
+                },
+                || {
+                    format!(
+                        "backup of index {} saved to {} ({} bytes, sha256 {})\n",
+                        saved.index,
+                        file.display(),
+                        saved.bytes,
+                        saved.sha256
+                    )
+                },
+            );
         }
         Command::Completions { .. } | Command::Man => {}
     }

@@ -8,6 +8,19 @@ use serde_json::Value;
 
 /// How long one request may take before the client gives up.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a backup may take to build and arrive.
+const BACKUP_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// A backup saved by [`NodeClient::backup`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupReport {
+    /// The log index the backup's state was cut at.
+    pub index: u64,
+    /// Its size.
+    pub bytes: u64,
+    /// Its SHA-256, hex (as `sha256sum` prints it).
+    pub sha256: String,
+}
 
 /// What went wrong talking to a node.
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +186,92 @@ impl NodeClient {
         Ok(report)
     }
 
+    /// Saves a consistent backup of the node's applied state to `file` (admin key): written
+    /// beside it first, checked against the SHA-256 the node sent, synced, then renamed, so
+    /// `file` is either a whole backup or untouched.
+    pub async fn backup(
+        &self,
+        admin_key: &str,
+        file: &std::path::Path,
+    ) -> Result<BackupReport, ClientError> {
+        use sha2::Digest as _;
+        use std::io::Write as _;
+        let url = format!("{}/api/cluster/backup", self.base);
+        let transport = |source| ClientError::Transport {
+            url: url.clone(),
+            source,
+        };
+        let local = |what: &str, e: std::io::Error| ClientError::Unexpected {
+            url: url.clone(),
+            detail: format!("{what} {}: {e}", file.display()),
+        };
+        let mut response = self
+            .http
+            .get(&url)
+            .bearer_auth(admin_key)
+            // A large catalogue's backup may take longer than one request's usual bound.
+            .timeout(BACKUP_TIMEOUT)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.bytes().await.map_err(transport)?;
+            return Err(status_error(&url, status, &body));
+        }
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let (Some(index), Some(expected)) = (
+            header("x-rowcall-backup-index").and_then(|i| i.parse::<u64>().ok()),
+            header("x-rowcall-backup-sha256"),
+        ) else {
+            return Err(ClientError::Unexpected {
+                url: url.clone(),
+                detail: "the answer names no backup index and checksum".into(),
+            });
+        };
+        let mut partial = file.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = std::path::PathBuf::from(partial);
+        // A backup holds every receipt and the share-token secret: owner-only, like the
+        // data folder it comes from.
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut out = options.open(&partial).map_err(|e| local("create", e))?;
+        let mut hash = sha2::Sha256::new();
+        let mut bytes = 0u64;
+        while let Some(chunk) = response.chunk().await.map_err(transport)? {
+            hash.update(&chunk);
+            bytes += chunk.len() as u64;
+            out.write_all(&chunk).map_err(|e| local("write", e))?;
+        }
+        let sha256 = hex::encode(hash.finalize());
+        if sha256 != expected {
+            let _ = std::fs::remove_file(&partial);
+            return Err(ClientError::Unexpected {
+                url,
+                detail: format!(
+                    "the backup arrived damaged: SHA-256 {sha256}, the node sent {expected}"
+                ),
+            });
+        }
+        out.sync_all().map_err(|e| local("sync", e))?;
+        drop(out);
+        std::fs::rename(&partial, file).map_err(|e| local("rename to", e))?;
+        Ok(BackupReport {
+            index,
+            bytes,
+            sha256,
+        })
+    }
+
     /// Sends a request and reads a JSON answer, turning error statuses into
     /// [`ClientError::Status`] with the node's message.
     async fn send(
@@ -187,28 +286,35 @@ impl NodeClient {
         let response = request.send().await.map_err(transport)?;
         let status = response.status();
         let body = response.bytes().await.map_err(transport)?;
-        let json: Option<Value> = serde_json::from_slice(&body).ok();
         if !status.is_success() {
-            let message = json
-                .as_ref()
-                .and_then(|v| v.get("error"))
-                .map(|e| {
-                    let text = |f: &str| e.get(f).and_then(Value::as_str).unwrap_or("");
-                    match text("hint") {
-                        "" => text("message").to_owned(),
-                        hint => format!("{} ({hint})", text("message")),
-                    }
-                })
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-            return Err(ClientError::Status {
-                url: url.to_owned(),
-                status,
-                message,
-            });
+            return Err(status_error(url, status, &body));
         }
+        let json: Option<Value> = serde_json::from_slice(&body).ok();
         json.ok_or_else(|| ClientError::Unexpected {
             url: url.to_owned(),
             detail: "the body is not JSON".into(),
         })
+    }
+}
+
+/// [`ClientError::Status`] for an error answer, with the node's message (and hint) when the
+/// body is rowcall's JSON error, the raw body otherwise.
+fn status_error(url: &str, status: reqwest::StatusCode, body: &[u8]) -> ClientError {
+    let json: Option<Value> = serde_json::from_slice(body).ok();
+    let message = json
+        .as_ref()
+        .and_then(|v| v.get("error"))
+        .map(|e| {
+            let text = |f: &str| e.get(f).and_then(Value::as_str).unwrap_or("");
+            match text("hint") {
+                "" => text("message").to_owned(),
+                hint => format!("{} ({hint})", text("message")),
+            }
+        })
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    ClientError::Status {
+        url: url.to_owned(),
+        status,
+        message,
     }
 }

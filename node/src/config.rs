@@ -195,6 +195,10 @@ pub struct ClusterConfig {
     /// Run gRPC on a non-loopback address without peer TLS (warned about at start): anyone
     /// who reaches the port could then act as a peer.
     pub insecure_peers: bool,
+    /// Found the new cluster (`bootstrap`, no `join`) from this backup (`rowcall backup
+    /// FILE`): the state at the backup's index, a new cluster id, this node its only member.
+    /// Only on a fresh data folder; ignored (with a log line) on one already in a cluster.
+    pub restore: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -208,6 +212,7 @@ impl std::fmt::Debug for ClusterConfig {
             .field("secret", &self.secret.as_ref().map(|_| ".."))
             .field("secret_file", &self.secret_file)
             .field("insecure_peers", &self.insecure_peers)
+            .field("restore", &self.restore)
             .finish()
     }
 }

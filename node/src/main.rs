@@ -58,6 +58,10 @@ struct Flags {
     /// answers and none belongs to a cluster (else join theirs).
     #[arg(long)]
     bootstrap: bool,
+    /// With --bootstrap, on a fresh data folder: found the new cluster from this backup
+    /// (made by `rowcall backup FILE`), with a new cluster id.
+    #[arg(long, value_name = "FILE", requires = "bootstrap")]
+    restore: Option<PathBuf>,
     /// The gRPC address peers dial, if not the bound one (e.g. `rowcall-0.peers:9090`).
     #[arg(long, value_name = "HOST:PORT")]
     advertise_grpc: Option<String>,
@@ -108,6 +112,9 @@ impl Flags {
         }
         if self.bootstrap {
             config.cluster.bootstrap = true;
+        }
+        if let Some(backup) = self.restore {
+            config.cluster.restore = Some(backup);
         }
         if let (Some(ca_file), Some(cert_file), Some(key_file)) =
             (self.peer_ca, self.peer_cert, self.peer_key)

@@ -242,11 +242,34 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let identity = Arc::new(LocalIdentity::open(&node.data, &database, node.id)?);
     let storage =
         Durable::open(&database, config.storage.sync).context("opening the sled database")?;
-    let log = LogStore::open(&storage)?;
+    let mut log = LogStore::open(&storage)?;
     let outbox = Outbox::open(&storage)?;
     let catalogue = SharedCatalogue::default();
-    let state_machine =
+    let mut state_machine =
         StateMachine::open(&storage, &node.data.join("snapshots"), catalogue.clone())?;
+    let me = NodeInfo {
+        grpc_addr: node
+            .advertise_grpc
+            .clone()
+            .unwrap_or_else(|| grpc_addr.to_string()),
+        http_addr: node
+            .advertise_http
+            .clone()
+            .unwrap_or_else(|| http_addr.to_string()),
+        // Filled in when the node founds or joins.
+        ..NodeInfo::default()
+    };
+    if let Some(backup) = &config.cluster.restore {
+        restore(
+            &config,
+            backup,
+            &identity,
+            &me,
+            &mut state_machine,
+            &mut log,
+        )
+        .await?;
+    }
     let applied = state_machine.applied_index();
     let receipts = state_machine.receipts();
     // openraft's leader lease is the longest election timeout: no new leader can be elected
@@ -290,18 +313,6 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         config: config.clone(),
     });
 
-    let me = NodeInfo {
-        grpc_addr: node
-            .advertise_grpc
-            .clone()
-            .unwrap_or_else(|| grpc_addr.to_string()),
-        http_addr: node
-            .advertise_http
-            .clone()
-            .unwrap_or_else(|| http_addr.to_string()),
-        // Filled in when the node founds or joins.
-        ..NodeInfo::default()
-    };
     let fresh = !raft.is_initialized().await?;
     let plan = Plan::of(&config.cluster);
     if fresh && matches!(plan, Plan::FoundWithPeers(_)) {
@@ -409,11 +420,52 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
             handle.shutdown().await;
             return Err(e);
         }
-    } else if cluster.bootstrap || !cluster.join.is_empty() {
+    } else if (cluster.bootstrap || !cluster.join.is_empty()) && cluster.restore.is_none() {
         tracing::info!("already a member; --join and --bootstrap ignored (the data folder says which cluster this node belongs to)");
     }
     tracing::info!(id = node.id, http = %http_addr, grpc = %grpc_addr, "rowcall node serving");
     Ok(handle)
+}
+
+/// Founds a new cluster from a backup, on a fresh data folder and before Raft starts (see
+/// `cluster::backup`); a folder already in a cluster keeps its state, and says so.
+async fn restore(
+    config: &Config,
+    backup: &std::path::Path,
+    identity: &LocalIdentity,
+    me: &NodeInfo,
+    state_machine: &mut StateMachine,
+    log: &mut LogStore,
+) -> anyhow::Result<()> {
+    use openraft::storage::RaftStateMachine;
+    let (applied, _) = state_machine.applied_state().await?;
+    if applied.is_some() || identity.cluster_id().is_some() {
+        tracing::warn!(backup = %backup.display(), "the data folder already belongs to a cluster: --restore ignored");
+        return Ok(());
+    }
+    anyhow::ensure!(
+        config.cluster.bootstrap && config.cluster.join.is_empty(),
+        "--restore founds a new cluster: give it with --bootstrap and without --join (other \
+         nodes join the restored one afterwards)"
+    );
+    let cluster_id = crate::raft::identity::new_cluster_id();
+    identity.set_cluster(&cluster_id, false)?;
+    let me = NodeInfo {
+        cluster_id: cluster_id.clone(),
+        incarnation: identity.incarnation(),
+        ..me.clone()
+    };
+    let header = crate::cluster::backup::restore(backup, config.node.id, me, state_machine, log)
+        .await
+        .with_context(|| format!("restoring {}", backup.display()))?;
+    tracing::info!(
+        backup = %backup.display(),
+        index = header.index(),
+        from_cluster = %header.cluster_id,
+        cluster = %cluster_id,
+        "founded a new cluster from a backup"
+    );
+    Ok(())
 }
 
 /// The Raft service as peers reach it: every call passes `auth` (the cluster secret and,

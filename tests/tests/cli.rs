@@ -307,3 +307,44 @@ async fn cluster_and_tooling_subcommands_and_failures_exit_as_documented() {
     let code = execute(argv, &mut out, &mut err, Style::plain()).await;
     assert_eq!(code, 4, "{}", String::from_utf8_lossy(&err));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_saves_a_whole_private_file_and_says_what_it_holds() {
+    let node = start(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("catalogue.backup");
+    let path = file.to_str().unwrap();
+    let text = ok(rowcall(&node, &["backup", path]).await).out;
+    assert!(text.starts_with("backup of index "), "{text}");
+    let json = ok(rowcall(&node, &["--json", "backup", path]).await).json();
+    let bytes = std::fs::read(&file).unwrap();
+    assert_eq!(json["bytes"].as_u64(), Some(bytes.len() as u64), "{json}");
+    let first = String::from_utf8_lossy(&bytes[..bytes.iter().position(|&b| b == b'\n').unwrap()])
+        .into_owned();
+    let header: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(
+        header["backup"]["log_id"]["index"], json["index"],
+        "{first}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "a backup holds secrets");
+    }
+    // Without the admin key: refused, and nothing is written.
+    let grpc = format!("http://{}", node.handle.grpc_addr);
+    let other = dir.path().join("refused.backup");
+    let argv = [
+        "rowcall",
+        "--nodes",
+        &grpc,
+        "backup",
+        other.to_str().unwrap(),
+    ];
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = execute(argv, &mut out, &mut err, Style::plain()).await;
+    assert_eq!(code, 1, "{}", String::from_utf8_lossy(&err));
+    assert!(!other.exists());
+    node.handle.shutdown().await;
+}

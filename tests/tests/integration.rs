@@ -5,6 +5,7 @@
 
 mod common;
 
+mod backup;
 mod bad_input;
 mod cli;
 mod client;

@@ -7,6 +7,7 @@
 //! it asked with; the same id on another data folder is refused until the old member is
 //! removed, so a node that lost its disk never comes back with a vote it no longer backs.
 
+pub mod backup;
 pub mod enter;
 pub mod handover;
 

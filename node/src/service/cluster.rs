@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::{read_barrier, Admin, Freshness, ServiceError};
 use crate::app::App;
+use crate::cluster::backup::{Backup, BackupError};
 use crate::raft::calls::{JoinRequest, MembershipError};
 use crate::raft::NodeId;
 
@@ -268,6 +269,20 @@ pub async fn digest(
         receipts,
         receipts_sha256,
     })
+}
+
+/// A consistent backup of everything this node had applied when asked (see
+/// `cluster::backup`).
+pub async fn backup(app: &App, _admin: &Admin) -> Result<Backup, ServiceError> {
+    crate::cluster::backup::take(app)
+        .await
+        .map_err(|e| match e {
+            BackupError::NotBuilt { .. } => ServiceError::Busy {
+                what: "snapshot builds",
+                limit: 1,
+            },
+            other => ServiceError::internal(other),
+        })
 }
 
 /// Builds a snapshot now (in the background) and purges the log behind it.

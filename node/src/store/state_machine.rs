@@ -61,6 +61,8 @@ use crate::raft::{
     Command, CommandResult, Entry, LogId, PutOutcome, Request, RequestId, StorageError, TypeConfig,
 };
 
+/// The sled tree of the state machine.
+const TREE: &str = "sm";
 const ROW: &[u8] = b"r/";
 pub(crate) const RECEIPT: &[u8] = b"i/";
 const RECEIPT_BY_KEY: &[u8] = b"k/";
@@ -299,12 +301,23 @@ impl StateMachine {
     /// Opens the state machine tree and the snapshot folder `snapshots` (finishing an
     /// install a crash interrupted, moving an older layout's snapshot into a file, removing
     /// leftover files) and publishes the stored state to the catalogue.
+    /// The current snapshot of the state machine stored in `storage`, with snapshot files
+    /// in `snapshots` (for readers beside Raft, such as a backup).
+    pub async fn current_snapshot(
+        storage: &Durable,
+        snapshots: &Path,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let tree = storage.db().open_tree(TREE).map_err(|e| read_err(&e))?;
+        let folder = Folder::open(snapshots).map_err(|e| read_err(&e))?;
+        snapshot::current(&tree, &folder).await
+    }
+
     pub fn open(
         storage: &Durable,
         snapshots: &Path,
         catalogue: SharedCatalogue,
     ) -> Result<Self, StorageError> {
-        let tree = storage.db().open_tree("sm").map_err(|e| read_err(&e))?;
+        let tree = storage.db().open_tree(TREE).map_err(|e| read_err(&e))?;
         let folder = Folder::open(snapshots).map_err(|e| read_err(&e))?;
         snapshot::migrate(&tree, &folder)?;
         if tree.contains_key(INSTALLING).map_err(|e| read_err(&e))? {

@@ -88,6 +88,46 @@ pub async fn digest(
     Ok(Json(service::digest(&http.app, &admin, &fresh).await?))
 }
 
+/// A consistent backup of the node's applied state (admin key): a header line naming the
+/// index and log id it was cut at, then the snapshot's lines. `rowcall backup FILE` saves
+/// it; `rowcall-node --restore FILE --bootstrap` founds a new cluster from it.
+#[utoipa::path(get, path = "/api/cluster/backup", responses(
+    (status = 200, description = "the backup (`application/x-ndjson`), with headers `x-rowcall-backup-index` and `x-rowcall-backup-sha256` (of the whole body)"),
+    (status = 401, description = "no admin key"),
+    (status = 503, description = "no snapshot could be built in time")))]
+pub async fn backup(
+    State(http): State<Http>,
+    headers: HeaderMap,
+) -> Result<Response, ServiceError> {
+    let admin = Admin::check(&http.app, credential(&headers), "take backups")?;
+    let backup = service::backup(&http.app, &admin).await?;
+    let head = futures_util::stream::once(std::future::ready(Ok::<_, std::io::Error>(
+        axum::body::Bytes::from(backup.header_line),
+    )));
+    let file = tokio::fs::File::from_std(backup.file);
+    let rest = futures_util::stream::try_unfold(file, |mut file| async move {
+        use tokio::io::AsyncReadExt as _;
+        let mut chunk = vec![0; 64 * 1024];
+        let n = file.read(&mut chunk).await?;
+        chunk.truncate(n);
+        Ok((n > 0).then(|| (axum::body::Bytes::from(chunk), file)))
+    });
+    let body = Body::from_stream(futures_util::StreamExt::chain(head, rest));
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson".to_owned()),
+            (header::CONTENT_LENGTH, backup.len.to_string()),
+            (header::CACHE_CONTROL, "no-store".to_owned()),
+        ],
+        [
+            ("x-rowcall-backup-index", backup.header.index().to_string()),
+            ("x-rowcall-backup-sha256", backup.sha256),
+        ],
+        body,
+    )
+        .into_response())
+}
+
 /// Builds a snapshot now and purges the log behind it (admin key).
 #[utoipa::path(post, path = "/api/cluster/snapshot", responses((status = 202, description = "snapshot started"), (status = 401, description = "no admin key")))]
 pub async fn snapshot(

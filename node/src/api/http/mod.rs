@@ -149,6 +149,7 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle, stop: watch::Receiver<bo
         .route("/api/cluster", get(cluster::status))
         .route("/api/cluster/snapshot", post(cluster::snapshot))
         .route("/api/cluster/digest", get(cluster::digest))
+        .route("/api/cluster/backup", get(cluster::backup))
         .route("/api/cluster/members", post(cluster::add_member))
         .route("/api/cluster/members/{id}", delete(cluster::remove_member))
         .route("/api/openapi.json", get(openapi::document))

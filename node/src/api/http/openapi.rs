@@ -29,6 +29,7 @@ use super::{changes, cluster, directory, dispatch, import, receipts, share};
         receipts::public_page,
         cluster::status,
         cluster::digest,
+        cluster::backup,
         cluster::add_member,
         cluster::remove_member,
         cluster::snapshot,
