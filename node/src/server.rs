@@ -199,10 +199,14 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
 }
 
 /// What an embedding (a test, a tool) adds to a node beyond its configuration.
-#[derive(Default)]
+#[derive(Debug, Clone, Default)]
 pub struct StartOptions {
     /// Fault injection shared by the nodes of an in-process cluster.
     pub faults: Option<Arc<Faults>>,
+    /// Run as a build whose data format is this instead of
+    /// [`crate::raft::identity::DATA_FORMAT`]: a test build with a bumped format, for
+    /// rolling upgrades and the refusal of a downgrade.
+    pub data_format: Option<u32>,
 }
 
 /// Starts a node: binds its listeners, opens storage, starts Raft, and brings a node on a
@@ -239,7 +243,12 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let grpc_addr = grpc_listener.local_addr()?;
 
     let database = node.data.join("sled");
-    let identity = Arc::new(LocalIdentity::open(&node.data, &database, node.id)?);
+    let format = options
+        .data_format
+        .unwrap_or(crate::raft::identity::DATA_FORMAT);
+    let identity = Arc::new(LocalIdentity::open_as(
+        &node.data, &database, node.id, format,
+    )?);
     let storage =
         Durable::open(&database, config.storage.sync).context("opening the sled database")?;
     let mut log = LogStore::open(&storage)?;
@@ -270,6 +279,8 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         )
         .await?;
     }
+    // The stores upgraded what an older build left (see `snapshot::migrate`).
+    identity.record_format(format)?;
     let applied = state_machine.applied_index();
     let receipts = state_machine.receipts();
     // openraft's leader lease is the longest election timeout: no new leader can be elected

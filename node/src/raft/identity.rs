@@ -21,6 +21,17 @@ use super::NodeId;
 /// The file that holds a data folder's identity.
 pub const IDENTITY_FILE: &str = "identity.json";
 
+/// The data format this build reads and writes: the layout of the sled trees, the snapshot
+/// files and this identity. Bumped with any change an older build would misread. A node
+/// refuses a folder of a newer format (a downgrade would misread it) and records its own on
+/// an older one once its stores have opened, having upgraded what they hold.
+pub const DATA_FORMAT: u32 = 1;
+
+/// The format of folders written before the format was recorded.
+fn first_format() -> u32 {
+    1
+}
+
 /// What `identity.json` holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,6 +42,9 @@ pub struct Identity {
     pub incarnation: String,
     /// The cluster this folder founded or joined (none yet on a fresh folder).
     pub cluster_id: Option<String>,
+    /// The data format of the folder ([`DATA_FORMAT`] of the newest build that opened it).
+    #[serde(default = "first_format")]
+    pub format: u32,
 }
 
 impl From<Identity> for Sender {
@@ -78,6 +92,16 @@ pub enum IdentityError {
         /// The data folder.
         folder: PathBuf,
     },
+    /// The folder was written by a newer build than this one.
+    #[error("data folder {folder} has data format {found}, written by a newer rowcall; this build reads formats up to {supported}. Run the newer build (or a later one) on it; to go back to this version, found a new cluster from a backup (rowcall backup FILE, then rowcall-node --restore FILE --bootstrap on a fresh folder)")]
+    Newer {
+        /// The data folder.
+        folder: PathBuf,
+        /// Its format.
+        found: u32,
+        /// The newest format this build reads.
+        supported: u32,
+    },
     /// The folder already belongs to a cluster that has started on it.
     #[error("this node belongs to cluster {ours}, not {theirs}")]
     OtherCluster {
@@ -116,6 +140,17 @@ impl LocalIdentity {
     /// `database` is the database folder inside it: a database without an identity is
     /// refused rather than given a new incarnation that would pass for the old member.
     pub fn open(data: &Path, database: &Path, node_id: NodeId) -> Result<Self, IdentityError> {
+        Self::open_as(data, database, node_id, DATA_FORMAT)
+    }
+
+    /// [`LocalIdentity::open`] by a build whose data format is `format`: a folder of a newer
+    /// format is refused.
+    pub fn open_as(
+        data: &Path,
+        database: &Path,
+        node_id: NodeId,
+        format: u32,
+    ) -> Result<Self, IdentityError> {
         let path = data.join(IDENTITY_FILE);
         let identity = match std::fs::read(&path) {
             Ok(bytes) => {
@@ -124,6 +159,13 @@ impl LocalIdentity {
                         path: path.clone(),
                         reason: e.to_string(),
                     })?;
+                if identity.format > format {
+                    return Err(IdentityError::Newer {
+                        folder: data.to_owned(),
+                        found: identity.format,
+                        supported: format,
+                    });
+                }
                 if identity.node_id != node_id {
                     return Err(IdentityError::WrongNode {
                         folder: data.to_owned(),
@@ -143,6 +185,7 @@ impl LocalIdentity {
                     node_id,
                     incarnation: random_id("i"),
                     cluster_id: None,
+                    format,
                 };
                 write_synced(&path, &identity)?;
                 tracing::info!(incarnation = %identity.incarnation, "new data folder: created its identity");
@@ -183,6 +226,23 @@ impl LocalIdentity {
     /// The cluster this node belongs to, once it founded or joined one.
     pub fn cluster_id(&self) -> Option<String> {
         self.get().cluster_id
+    }
+
+    /// Records (durably) that the folder now has data format `format`, once the stores
+    /// opened on it have upgraded what they hold; never lowers it.
+    pub fn record_format(&self, format: u32) -> Result<(), IdentityError> {
+        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+        if current.format >= format {
+            return Ok(());
+        }
+        let next = Identity {
+            format,
+            ..current.clone()
+        };
+        write_synced(&self.path, &next)?;
+        tracing::info!(from = current.format, to = format, "data folder upgraded");
+        *current = next;
+        Ok(())
     }
 
     /// Records (durably) that this folder belongs to `cluster_id`. `replace` allows taking
@@ -279,5 +339,31 @@ mod tests {
         std::fs::create_dir(other.path().join("sled")).unwrap();
         let err = LocalIdentity::open(other.path(), &other.path().join("sled"), 1).unwrap_err();
         assert!(matches!(err, IdentityError::Unidentified { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_folder_from_before_formats_reads_as_the_first_and_is_upgraded_never_lowered() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("sled");
+        let old = r#"{"node_id": 1, "incarnation": "i1", "cluster_id": "c1"}"#;
+        std::fs::write(dir.path().join(IDENTITY_FILE), old).unwrap();
+        let identity = LocalIdentity::open_as(dir.path(), &db, 1, 2).unwrap();
+        assert_eq!(identity.get().format, 1);
+        identity.record_format(2).unwrap();
+        identity.record_format(1).unwrap();
+        let again = LocalIdentity::open_as(dir.path(), &db, 1, 2).unwrap();
+        assert_eq!(again.get().format, 2);
+        let err = LocalIdentity::open_as(dir.path(), &db, 1, 1).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                IdentityError::Newer {
+                    found: 2,
+                    supported: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }

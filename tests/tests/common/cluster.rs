@@ -210,10 +210,34 @@ impl Cluster {
 
     /// Restarts a stopped node on its old addresses and data folder.
     pub async fn restart(&mut self, id: u64) {
-        let handle = rowcall_node::start_with(self.member_config(id), self.options())
-            .await
-            .expect("node restarts");
+        self.restart_with(id, self.options()).await;
+    }
+
+    /// [`Cluster::restart`] with other start options (e.g. another build's data format).
+    pub async fn restart_with(&mut self, id: u64, options: StartOptions) {
+        let handle = match self.start_member(id, options).await {
+            Ok(handle) => handle,
+            Err(e) => panic!("node {id} restarts: {e:#}"),
+        };
         self.members[(id - 1) as usize].handle = Some(handle);
+    }
+
+    /// Starts stopped node `id` on its addresses and folder, and says how that went (the
+    /// caller keeps the handle). A stopped node's last tasks may hold its database for a
+    /// moment: that alone is waited out.
+    pub async fn start_member(&self, id: u64, options: StartOptions) -> anyhow::Result<NodeHandle> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match rowcall_node::start_with(self.member_config(id), options.clone()).await {
+                Err(e)
+                    if format!("{e:#}").contains("could not acquire lock")
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                started => return started,
+            }
+        }
     }
 
     /// The configuration node `id` restarts with (its addresses, folder and peers).
@@ -226,6 +250,7 @@ impl Cluster {
     pub fn options(&self) -> StartOptions {
         StartOptions {
             faults: Some(self.faults.clone()),
+            data_format: None,
         }
     }
 
