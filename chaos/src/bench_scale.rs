@@ -48,6 +48,11 @@ pub struct ScaleRow {
     pub rss_mib: Vec<f64>,
     /// The leader's snapshot files on disk after a snapshot of the whole catalogue, bytes.
     pub snapshot_bytes: Option<u64>,
+    /// A backup taken from a follower (`rowcall backup`): seconds from the request until the
+    /// file is checked and in place, snapshot build included.
+    pub backup_s: f64,
+    /// Its size, bytes.
+    pub backup_bytes: u64,
     /// Seconds from wiping a follower to it holding every row again.
     pub catch_up_s: Option<f64>,
 }
@@ -179,6 +184,21 @@ async fn one_size(options: &ScaleOptions, rows: usize) -> Result<ScaleRow, Chaos
 
     let snapshots = cluster.node(leader).data.join("snapshots");
     let snapshot_bytes = snapshot_size(&cluster, leader, &snapshots).await?;
+    let file = options.out.join(format!("scale-{rows}.backup"));
+    let started = Instant::now();
+    let backup = rowcall_client::node::NodeClient::new(&url)
+        .map_err(|e| ChaosError::Setup {
+            what: "a backup client".into(),
+            detail: e.to_string(),
+        })?
+        .backup(ADMIN_KEY, &file)
+        .await
+        .map_err(|e| ChaosError::Setup {
+            what: format!("a backup of {rows} rows"),
+            detail: e.to_string(),
+        })?;
+    let backup_s = started.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&file);
     // Every row the follower held, the shared rows the cluster wrote at start included.
     let expected = rows_on(&url).await.unwrap_or(rows as u64);
     let wiped = Instant::now();
@@ -198,6 +218,8 @@ async fn one_size(options: &ScaleOptions, rows: usize) -> Result<ScaleRow, Chaos
         ask: Latency::of(asks.latencies_us),
         rss_mib,
         snapshot_bytes,
+        backup_s,
+        backup_bytes: backup.bytes,
         catch_up_s,
     })
 }
@@ -220,6 +242,7 @@ pub async fn scale(options: &ScaleOptions) -> Result<ScaleReport, ChaosError> {
             "ask_seconds": options.cell.as_secs_f64(),
             "load": "bulk writes of 100 rows to the leader, until a follower applied the last",
             "asks": "one client on a follower, three vocabulary words each",
+            "backup": "rowcall backup from a follower: request to the checked file in place, snapshot build included",
             "catch_up": "a follower wiped, removed, restarted empty and rejoined, until it holds every row; no log is kept behind snapshots",
             "node_bin": options.node_bin.display().to_string(),
         }),
@@ -238,12 +261,13 @@ pub fn table(report: &ScaleReport) -> String {
     ));
     out.push_str(
         "| rows | bulk load s | ask p50 ms | ask p99 ms | asks/s | RSS MiB per node \
-         | snapshot MiB | catch-up s |\n|---:|---:|---:|---:|---:|---|---:|---:|\n",
+         | snapshot MiB | backup s | backup MiB | catch-up s |\n\
+         |---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n",
     );
     for row in &report.rows {
         let rss: Vec<String> = row.rss_mib.iter().map(|r| format!("{r:.0}")).collect();
         out.push_str(&format!(
-            "| {} | {:.1} | {:.2} | {:.2} | {:.0} | {} | {} | {} |\n",
+            "| {} | {:.1} | {:.2} | {:.2} | {:.0} | {} | {} | {:.2} | {:.1} | {} |\n",
             row.rows,
             row.load_s,
             row.ask.p50_ms,
@@ -252,6 +276,8 @@ pub fn table(report: &ScaleReport) -> String {
             rss.join(" / "),
             row.snapshot_bytes
                 .map_or("–".into(), |b| format!("{:.1}", b as f64 / 1048576.0)),
+            row.backup_s,
+            row.backup_bytes as f64 / 1048576.0,
             row.catch_up_s.map_or("–".into(), |s| format!("{s:.1}")),
         ));
     }

@@ -228,6 +228,9 @@ fn scale_reports_every_size_with_a_wiped_follower_caught_up() {
             row["snapshot_bytes"].as_u64().is_some_and(|b| b > 0),
             "{row}"
         );
+        // A backup holds at least every row's key.
+        assert!(row["backup_bytes"].as_u64().unwrap() > size * 10, "{row}");
+        assert!(row["backup_s"].as_f64().unwrap() > 0.0, "{row}");
         let line = format!("| {size} |");
         assert!(stdout.contains(&line), "{line} missing from\n{stdout}");
     }
