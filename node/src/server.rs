@@ -207,6 +207,9 @@ pub struct StartOptions {
     /// [`crate::raft::identity::DATA_FORMAT`]: a test build with a bumped format, for
     /// rolling upgrades and the refusal of a downgrade.
     pub data_format: Option<u32>,
+    /// Speak this peer protocol instead of [`crate::raft::identity::PEER_PROTOCOL`] (a test
+    /// build's bumped version).
+    pub peer_protocol: Option<u32>,
 }
 
 /// Starts a node: binds its listeners, opens storage, starts Raft, and brings a node on a
@@ -246,9 +249,13 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let format = options
         .data_format
         .unwrap_or(crate::raft::identity::DATA_FORMAT);
-    let identity = Arc::new(LocalIdentity::open_as(
-        &node.data, &database, node.id, format,
-    )?);
+    let identity = Arc::new(
+        LocalIdentity::open_as(&node.data, &database, node.id, format)?.speaking(
+            options
+                .peer_protocol
+                .unwrap_or(crate::raft::identity::PEER_PROTOCOL),
+        ),
+    );
     let storage =
         Durable::open(&database, config.storage.sync).context("opening the sled database")?;
     let mut log = LogStore::open(&storage)?;

@@ -280,6 +280,7 @@ async fn messages_from_another_cluster_or_for_another_incarnation_are_refused() 
             cluster_id: cluster_id.to_owned(),
             node_id: 9,
             incarnation: "i-stranger".into(),
+            ..Sender::default()
         }),
         to_node: target,
         to_incarnation: to_incarnation.to_owned(),
@@ -300,7 +301,16 @@ async fn messages_from_another_cluster_or_for_another_incarnation_are_refused() 
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
     assert!(refused.message().contains("new data folder"), "{refused}");
-    // Neither reached Raft: the term is unchanged (a vote request at term 1000 would raise it).
+    // A build two peer protocol versions away.
+    let mut far = message(&ours, "");
+    far.from.as_mut().unwrap().protocol = rowcall_node::raft::identity::PEER_PROTOCOL + 2;
+    let refused = client.vote(far).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        refused.message().contains("one version at a time"),
+        "{refused}"
+    );
+    // None reached Raft: the term is unchanged (a vote request at term 1000 would raise it).
     assert!(term(&cluster, target) < 1_000);
     cluster.shutdown().await;
 }
@@ -334,6 +344,7 @@ async fn only_the_leader_may_ask_a_voter_to_stand_for_election() {
                 cluster_id: status["cluster_id"].as_str().unwrap().to_owned(),
                 node_id: asker,
                 incarnation: incarnation(asker),
+                ..Sender::default()
             }),
             to_node: target,
             to_incarnation: incarnation(target),
@@ -370,15 +381,18 @@ async fn insert_somewhere(cluster: &Cluster, key: &str) {
     .await;
 }
 
-/// A rolling upgrade onto a build with a newer data format, one node at a time under writes,
-/// loses nothing; the upgraded folders record the new format, and the older build refuses
+/// A rolling upgrade onto a build with a newer data format and the next peer protocol, one
+/// node at a time under writes, loses nothing; the upgraded folders record the new format, and the older build refuses
 /// to start on one, saying what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolling_upgrade_loses_nothing_and_the_older_build_refuses_the_upgraded_folder() {
-    use rowcall_node::raft::identity::DATA_FORMAT;
+    use rowcall_node::raft::identity::{DATA_FORMAT, PEER_PROTOCOL};
     let mut cluster = Cluster::start(3, 0).await;
+    // The next build: a newer data format, and the next peer protocol (which the older
+    // nodes still talk to while the upgrade goes on).
     let newer = rowcall_node::StartOptions {
         data_format: Some(DATA_FORMAT + 1),
+        peer_protocol: Some(PEER_PROTOCOL + 1),
         ..cluster.options()
     };
     let mut written = Vec::new();
@@ -388,6 +402,13 @@ async fn a_rolling_upgrade_loses_nothing_and_the_older_build_refuses_the_upgrade
         written.push(key);
         cluster.stop(id).await;
         cluster.restart_with(id, newer.clone()).await;
+        // As an operator would: the upgraded node catches up, talking with older ones,
+        // before the next node goes.
+        let key = format!("AFTER_UPGRADING_{id}");
+        insert_somewhere(&cluster, &key).await;
+        written.push(key);
+        let leader = cluster.leader().await;
+        cluster.converge(cluster.applied(leader)).await;
     }
     insert_somewhere(&cluster, "AFTER_THE_UPGRADE").await;
     written.push("AFTER_THE_UPGRADE".into());

@@ -45,6 +45,7 @@ fn message(status: &Value, from: u64, payload: &Value) -> RaftMessage {
             cluster_id: status["cluster_id"].as_str().unwrap().to_owned(),
             node_id: from,
             incarnation: member["incarnation"].as_str().unwrap_or("").to_owned(),
+            ..Sender::default()
         }),
         to_node: 0,
         to_incarnation: String::new(),

@@ -27,6 +27,17 @@ pub const IDENTITY_FILE: &str = "identity.json";
 /// an older one once its stores have opened, having upgraded what they hold.
 pub const DATA_FORMAT: u32 = 1;
 
+/// The peer protocol this build speaks: the envelope and payloads of the Raft messages
+/// between nodes. Builds one version apart interoperate, so a rolling upgrade moves one
+/// version at a time; a message from a build further away is refused, saying so.
+pub const PEER_PROTOCOL: u32 = 1;
+
+/// Whether a node speaking `ours` takes messages from one speaking `theirs` (0 is a build
+/// from before versions: protocol 1).
+pub fn protocols_talk(ours: u32, theirs: u32) -> bool {
+    ours.abs_diff(theirs.max(1)) <= 1
+}
+
 /// The format of folders written before the format was recorded.
 fn first_format() -> u32 {
     1
@@ -45,16 +56,6 @@ pub struct Identity {
     /// The data format of the folder ([`DATA_FORMAT`] of the newest build that opened it).
     #[serde(default = "first_format")]
     pub format: u32,
-}
-
-impl From<Identity> for Sender {
-    fn from(identity: Identity) -> Self {
-        Sender {
-            cluster_id: identity.cluster_id.unwrap_or_default(),
-            node_id: identity.node_id,
-            incarnation: identity.incarnation,
-        }
-    }
 }
 
 /// Why the identity could not be read or kept.
@@ -133,6 +134,8 @@ pub struct LocalIdentity {
     /// Waiting to found a cluster (not stored: told to peers that ask, so that of several
     /// nodes started with `--bootstrap` only the lowest id founds).
     founding: AtomicBool,
+    /// The peer protocol this node speaks ([`PEER_PROTOCOL`] but in test builds).
+    protocol: u32,
 }
 
 impl LocalIdentity {
@@ -197,7 +200,29 @@ impl LocalIdentity {
             path,
             current: RwLock::new(identity),
             founding: AtomicBool::new(false),
+            protocol: PEER_PROTOCOL,
         })
+    }
+
+    /// This identity, speaking peer protocol `protocol` (a test build's bumped version).
+    pub fn speaking(self, protocol: u32) -> Self {
+        Self { protocol, ..self }
+    }
+
+    /// The peer protocol this node speaks.
+    pub fn protocol(&self) -> u32 {
+        self.protocol
+    }
+
+    /// Who this node is, as every message it sends says.
+    pub fn sender(&self) -> Sender {
+        let identity = self.get();
+        Sender {
+            cluster_id: identity.cluster_id.unwrap_or_default(),
+            node_id: identity.node_id,
+            incarnation: identity.incarnation,
+            protocol: self.protocol,
+        }
     }
 
     /// Whether this node is waiting to found a cluster.

@@ -202,7 +202,7 @@ impl Network {
     fn envelope(&self, payload: Vec<u8>, to: Dest<'_>) -> RaftMessage {
         RaftMessage {
             payload,
-            from: Some(self.identity.get().into()),
+            from: Some(self.identity.sender()),
             to_node: to.id,
             to_incarnation: to.incarnation.to_owned(),
             leader_quorum_age_ms: None,

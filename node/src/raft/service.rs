@@ -19,6 +19,7 @@ use tracing::Instrument as _;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest};
 
 use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
+use super::identity::protocols_talk;
 use super::{validate, NodeId, TypeConfig};
 use crate::app::{App, Proposal};
 use crate::model::time::now_ms;
@@ -108,6 +109,18 @@ pub enum PeerRefusal {
         /// The sender.
         sender: NodeId,
     },
+    /// The sender's build speaks a peer protocol too far from this one's.
+    #[error("node {sender} speaks peer protocol {theirs} and node {me} speaks {ours}: builds more than one protocol version apart cannot talk. Upgrade one version at a time (every node onto the next version before any goes further)")]
+    Protocol {
+        /// This node.
+        me: NodeId,
+        /// The sender.
+        sender: NodeId,
+        /// This node's protocol.
+        ours: u32,
+        /// The sender's.
+        theirs: u32,
+    },
 }
 
 impl PeerRefusal {
@@ -121,6 +134,7 @@ impl PeerRefusal {
             Self::Replaced { .. } => "replaced",
             Self::StaleSender { .. } => "stale_sender",
             Self::NotMember { .. } => "not_member",
+            Self::Protocol { .. } => "protocol",
         }
     }
 }
@@ -147,6 +161,15 @@ impl RaftGrpc {
     fn check(&self, message: &RaftMessage, admission: Admission) -> Result<(), PeerRefusal> {
         let me = self.app.identity.get();
         let from = message.from.as_ref().ok_or(PeerRefusal::Anonymous)?;
+        let ours = self.app.identity.protocol();
+        if !protocols_talk(ours, from.protocol) {
+            return Err(PeerRefusal::Protocol {
+                me: me.node_id,
+                sender: from.node_id,
+                ours,
+                theirs: from.protocol.max(1),
+            });
+        }
         let ours = me
             .cluster_id
             .ok_or(PeerRefusal::NotJoined { me: me.node_id })?;
@@ -230,7 +253,7 @@ impl RaftGrpc {
         let payload = serde_json::to_vec(value).map_err(|e| Status::internal(e.to_string()))?;
         Ok(Response::new(RaftMessage {
             payload,
-            from: Some(self.app.identity.get().into()),
+            from: Some(self.app.identity.sender()),
             ..RaftMessage::default()
         }))
     }

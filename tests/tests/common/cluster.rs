@@ -251,6 +251,7 @@ impl Cluster {
         StartOptions {
             faults: Some(self.faults.clone()),
             data_format: None,
+            peer_protocol: None,
         }
     }
 
