@@ -467,7 +467,6 @@ async fn restore(
          nodes join the restored one afterwards)"
     );
     let cluster_id = crate::raft::identity::new_cluster_id();
-    identity.set_cluster(&cluster_id, false)?;
     let me = NodeInfo {
         cluster_id: cluster_id.clone(),
         incarnation: identity.incarnation(),
@@ -476,6 +475,9 @@ async fn restore(
     let header = crate::cluster::backup::restore(backup, config.node.id, me, state_machine, log)
         .await
         .with_context(|| format!("restoring {}", backup.display()))?;
+    // Only now: a restore that failed leaves the folder fresh, so starting again with the
+    // same flags tries the restore again instead of founding an empty cluster.
+    identity.set_cluster(&cluster_id, false)?;
     tracing::info!(
         backup = %backup.display(),
         index = header.index(),

@@ -237,5 +237,47 @@ async fn a_backup_needs_the_admin_key_and_a_restore_a_backup() {
         Err(e) => format!("{e:#}"),
     };
     assert!(refused.contains("is not a rowcall backup"), "{refused}");
+
+    // A backup cut short is refused and leaves the folder fresh: the whole one then works.
+    let whole = dir.path().join("whole.backup");
+    NodeClient::new(&node.url)
+        .unwrap()
+        .backup(ADMIN, &whole)
+        .await
+        .unwrap();
+    let bytes = std::fs::read(&whole).unwrap();
+    let cut = dir.path().join("cut.backup");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let restore_into = |file: &Path| {
+        let mut config = rowcall_node::Config::default();
+        config.node.data = dir.path().join("restored");
+        config.node.http = "127.0.0.1:0".parse().unwrap();
+        config.node.grpc = "127.0.0.1:0".parse().unwrap();
+        config.auth.admin_key = Some(ADMIN.into());
+        config.cluster.bootstrap = true;
+        config.cluster.restore = Some(file.to_owned());
+        rowcall_node::start(config)
+    };
+    let refused = match restore_into(&cut).await {
+        Ok(_) => panic!("a node started from a backup cut short"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(refused.contains("damaged or cut short"), "{refused}");
+    let restored = restore_into(&whole)
+        .await
+        .expect("the whole backup restores");
+    restored
+        .app
+        .raft
+        .wait(Some(Duration::from_secs(10)))
+        .current_leader(1, "the restored node leads")
+        .await
+        .unwrap();
+    let url = restored.url();
+    assert_eq!(
+        versions(&node.http, &url).await,
+        versions(&node.http, &node.url).await
+    );
+    restored.shutdown().await;
     node.handle.shutdown().await;
 }

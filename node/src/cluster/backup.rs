@@ -35,6 +35,7 @@ use tokio::time::Instant;
 use crate::app::App;
 use crate::model::time::now_ms;
 use crate::raft::{LogId, NodeId, NodeInfo};
+use crate::store::snapshot::format::{FormatError, Reader};
 use crate::store::{LogStore, StateMachine};
 
 /// The backup format this node writes and restores.
@@ -194,6 +195,9 @@ pub async fn restore(
     log: &mut LogStore,
 ) -> Result<Header, BackupError> {
     let (header, body) = read_header(path)?;
+    // Read through once before anything is written: an install that starts is finished at
+    // the next start, so a damaged file must be refused while the folder is still fresh.
+    check_snapshot(path, read_header(path)?.1)?;
     let mut received = state_machine
         .begin_receiving_snapshot()
         .await
@@ -232,6 +236,20 @@ pub async fn restore(
         .await
         .map_err(|e| BackupError::Store(e.to_string()))?;
     Ok(header)
+}
+
+/// Reads the snapshot lines of a backup through to their closing line, whose counts must
+/// match what came before.
+fn check_snapshot(path: &Path, body: BufReader<std::fs::File>) -> Result<(), BackupError> {
+    let damaged = |e: FormatError| {
+        BackupError::Invalid(format!(
+            "{} is damaged or cut short: {e}; take the backup again",
+            path.display()
+        ))
+    };
+    let (_, mut lines) = Reader::new(body).map_err(damaged)?;
+    while lines.next().map_err(damaged)?.is_some() {}
+    Ok(())
 }
 
 /// Reads and checks the header line; returns it and the file positioned after it.
@@ -273,6 +291,26 @@ mod tests {
         let refused = read_header(&path).unwrap_err().to_string();
         assert!(refused.contains("is not a rowcall backup"), "{refused}");
         assert!(refused.contains("rowcall backup FILE"), "{refused}");
+    }
+
+    #[test]
+    fn a_backup_cut_short_is_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cut.backup");
+        let header = serde_json::json!({"backup": {"format": FORMAT,
+            "log_id": {"leader_id": {"term": 3, "node_id": 1}, "index": 9},
+            "cluster_id": "c", "node_id": 1, "taken_at_ms": 0}});
+        let snapshot = "{\"header\":{\"format\":2,\"share_secret\":null,\"share_previous\":null,\"revoked\":[]}}\n";
+        std::fs::write(&path, format!("{header}\n{snapshot}")).unwrap();
+        let (_, body) = read_header(&path).unwrap();
+        let refused = check_snapshot(&path, body).unwrap_err().to_string();
+        assert!(refused.contains("damaged or cut short"), "{refused}");
+        let whole = format!(
+            "{header}\n{snapshot}{{\"end\":{{\"rows\":0,\"receipts\":0,\"requests\":0}}}}\n"
+        );
+        std::fs::write(&path, whole).unwrap();
+        let (_, body) = read_header(&path).unwrap();
+        check_snapshot(&path, body).unwrap();
     }
 
     #[test]
