@@ -81,6 +81,26 @@ async fn restored(file: &Path) -> TestNode {
     .await
 }
 
+/// A node on `data` that founds its cluster from the backup `file`.
+fn restoring(data: PathBuf, file: &Path) -> rowcall_node::Config {
+    let mut config = rowcall_node::Config::default();
+    config.node.data = data;
+    config.node.http = "127.0.0.1:0".parse().unwrap();
+    config.node.grpc = "127.0.0.1:0".parse().unwrap();
+    config.auth.admin_key = Some(ADMIN.into());
+    config.cluster.bootstrap = true;
+    config.cluster.restore = Some(file.to_owned());
+    config
+}
+
+/// Why a node with `config` does not start.
+async fn refusal(config: rowcall_node::Config) -> String {
+    match rowcall_node::start(config).await {
+        Ok(_) => panic!("the node started"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
 fn sha256_of(file: &Path) -> String {
     hex::encode(Sha256::digest(std::fs::read(file).unwrap()))
 }
@@ -225,17 +245,7 @@ async fn a_backup_needs_the_admin_key_and_a_restore_a_backup() {
     let dir = tempfile::tempdir().unwrap();
     let rows = dir.path().join("rows.jsonl");
     std::fs::write(&rows, "{\"key\":\"A\"}\n").unwrap();
-    let mut config = rowcall_node::Config::default();
-    config.node.data = dir.path().join("data");
-    config.node.http = "127.0.0.1:0".parse().unwrap();
-    config.node.grpc = "127.0.0.1:0".parse().unwrap();
-    config.auth.admin_key = Some(ADMIN.into());
-    config.cluster.bootstrap = true;
-    config.cluster.restore = Some(rows);
-    let refused = match rowcall_node::start(config).await {
-        Ok(_) => panic!("a node started from a file that is no backup"),
-        Err(e) => format!("{e:#}"),
-    };
+    let refused = refusal(restoring(dir.path().join("data"), &rows)).await;
     assert!(refused.contains("is not a rowcall backup"), "{refused}");
 
     // A backup cut short is refused and leaves the folder fresh: the whole one then works.
@@ -248,22 +258,10 @@ async fn a_backup_needs_the_admin_key_and_a_restore_a_backup() {
     let bytes = std::fs::read(&whole).unwrap();
     let cut = dir.path().join("cut.backup");
     std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
-    let restore_into = |file: &Path| {
-        let mut config = rowcall_node::Config::default();
-        config.node.data = dir.path().join("restored");
-        config.node.http = "127.0.0.1:0".parse().unwrap();
-        config.node.grpc = "127.0.0.1:0".parse().unwrap();
-        config.auth.admin_key = Some(ADMIN.into());
-        config.cluster.bootstrap = true;
-        config.cluster.restore = Some(file.to_owned());
-        rowcall_node::start(config)
-    };
-    let refused = match restore_into(&cut).await {
-        Ok(_) => panic!("a node started from a backup cut short"),
-        Err(e) => format!("{e:#}"),
-    };
+    let folder = dir.path().join("restored");
+    let refused = refusal(restoring(folder.clone(), &cut)).await;
     assert!(refused.contains("damaged or cut short"), "{refused}");
-    let restored = restore_into(&whole)
+    let restored = rowcall_node::start(restoring(folder, &whole))
         .await
         .expect("the whole backup restores");
     restored
