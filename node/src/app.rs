@@ -101,18 +101,6 @@ impl App {
         self.catalogue.index()
     }
 
-    /// The node's current snapshot (its meta and file), if it has one.
-    pub async fn current_snapshot(
-        &self,
-    ) -> Result<Option<openraft::storage::Snapshot<crate::raft::TypeConfig>>, String> {
-        crate::store::StateMachine::current_snapshot(
-            &self.storage,
-            &self.config.node.data.join("snapshots"),
-        )
-        .await
-        .map_err(|e| e.to_string())
-    }
-
     /// The leader this node knows of.
     pub fn leader(&self) -> Option<NodeId> {
         self.raft.metrics().borrow().current_leader

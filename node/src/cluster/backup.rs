@@ -34,8 +34,9 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::model::time::now_ms;
-use crate::raft::{LogId, NodeId, NodeInfo};
+use crate::raft::{LogId, NodeId, NodeInfo, StorageError};
 use crate::store::snapshot::format::{FormatError, Reader};
+use crate::store::state_machine::SnapshotReader;
 use crate::store::{LogStore, StateMachine};
 
 /// The backup format this node writes and restores.
@@ -123,9 +124,12 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BackupError {
 /// snapshot and waits until the current one covers that index.
 pub async fn take(app: &App) -> Result<Backup, BackupError> {
     let index = app.applied_index();
+    let store = |e: StorageError| BackupError::Store(e.to_string());
+    let snapshots = SnapshotReader::open(&app.storage, &app.config.node.data.join("snapshots"))
+        .map_err(store)?;
     let deadline = Instant::now() + BUILD_WITHIN;
     let snapshot = loop {
-        if let Some(current) = app.current_snapshot().await.map_err(BackupError::Store)? {
+        if let Some(current) = snapshots.current().await.map_err(store)? {
             if current.meta.last_log_id.is_some_and(|l| l.index >= index) {
                 break current;
             }

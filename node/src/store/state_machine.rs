@@ -297,21 +297,32 @@ fn same_receipt(stored: &Receipt, proposed: &Receipt) -> bool {
     unindexed(stored) == unindexed(proposed)
 }
 
+/// The snapshots of the state machine stored in a database, for readers beside Raft (a
+/// backup): which one is current, its file opened.
+pub struct SnapshotReader {
+    tree: sled::Tree,
+    folder: Folder,
+}
+
+impl SnapshotReader {
+    /// The snapshots of the state machine in `storage`, with their files in `snapshots`.
+    pub fn open(storage: &Durable, snapshots: &Path) -> Result<Self, StorageError> {
+        Ok(Self {
+            tree: storage.db().open_tree(TREE).map_err(|e| read_err(&e))?,
+            folder: Folder::open(snapshots).map_err(|e| read_err(&e))?,
+        })
+    }
+
+    /// The current snapshot, if there is one.
+    pub async fn current(&self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        snapshot::current(&self.tree, &self.folder).await
+    }
+}
+
 impl StateMachine {
     /// Opens the state machine tree and the snapshot folder `snapshots` (finishing an
     /// install a crash interrupted, moving an older layout's snapshot into a file, removing
     /// leftover files) and publishes the stored state to the catalogue.
-    /// The current snapshot of the state machine stored in `storage`, with snapshot files
-    /// in `snapshots` (for readers beside Raft, such as a backup).
-    pub async fn current_snapshot(
-        storage: &Durable,
-        snapshots: &Path,
-    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let tree = storage.db().open_tree(TREE).map_err(|e| read_err(&e))?;
-        let folder = Folder::open(snapshots).map_err(|e| read_err(&e))?;
-        snapshot::current(&tree, &folder).await
-    }
-
     pub fn open(
         storage: &Durable,
         snapshots: &Path,
