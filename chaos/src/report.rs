@@ -183,6 +183,10 @@ pub struct Recovery {
     pub failures: u64,
     /// Operations between this fault and the next.
     pub operations: u64,
+    /// The longest an operation that started between this fault and the next took, retries
+    /// included: how long a caller waited through the fault at worst (a leader change that
+    /// clients ride through shows here, not in `recovered_ms`).
+    pub longest_ms: f64,
 }
 
 /// A fault and the recovery of each class.
@@ -294,6 +298,13 @@ pub fn recovery(events: &[Event], class: Class, from_us: u64, to_us: u64) -> Rec
         .filter(|e| !e.operation_ok())
         .count() as u64;
     let attempts = window.iter().filter(inside).count() as u64;
+    let longest_ms = window
+        .iter()
+        .filter(inside)
+        .map(|e| e.operation_latency_us())
+        .max()
+        .unwrap_or(0) as f64
+        / 1000.0;
     let Some(first_failure) = window
         .iter()
         .position(|e| e.start_us < to_us && !e.operation_ok())
@@ -302,6 +313,7 @@ pub fn recovery(events: &[Event], class: Class, from_us: u64, to_us: u64) -> Rec
             recovered_ms: Some(0.0),
             failures,
             operations: attempts,
+            longest_ms,
         };
     };
     let recovered = (first_failure..window.len())
@@ -320,6 +332,7 @@ pub fn recovery(events: &[Event], class: Class, from_us: u64, to_us: u64) -> Rec
         recovered_ms: recovered,
         failures,
         operations: attempts,
+        longest_ms,
     }
 }
 
@@ -615,13 +628,15 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "faults (recovery from injection: write / read / invoke):"
+            "faults (recovery from injection, and the longest wait: write / read / invoke):"
         );
         for f in &c.faults {
             let r = |k: &str| {
-                f.recovery[k]
+                let r = &f.recovery[k];
+                let recovered = r
                     .recovered_ms
-                    .map_or("never".into(), |ms| format!("{:.2}s", ms / 1000.0))
+                    .map_or("never".into(), |ms| format!("{:.2}s", ms / 1000.0));
+                format!("{recovered} ({:.2}s)", r.longest_ms / 1000.0)
             };
             let _ = writeln!(
                 s,
@@ -753,6 +768,7 @@ mod tests {
         let r = recovery(&events, Class::Write, 1_000_000, 10_000_000);
         assert_eq!(r.recovered_ms, Some(1100.0));
         assert_eq!(r.failures, 8);
+        assert_eq!(r.longest_ms, 1.0);
         // Nothing failed: recovered at once.
         let r = recovery(&events, Class::Write, 2_100_000, 10_000_000);
         assert_eq!(r.recovered_ms, Some(0.0));
@@ -769,6 +785,23 @@ mod tests {
             recovery(&events, Class::Write, 1_000_000, 3_000_000).recovered_ms,
             None
         );
+    }
+
+    #[test]
+    fn the_longest_wait_counts_an_operations_retries() {
+        let mut events: Vec<Event> = (0..10).map(|i| write(1000 + i * 100, true)).collect();
+        // Answered after 750 ms, on its third node.
+        events[4].operation = Some(Operation {
+            ok: true,
+            latency_us: 750_000,
+        });
+        // After the window: not counted.
+        let mut late = write(3500, true);
+        late.latency_us = 2_000_000;
+        events.push(late);
+        let r = recovery(&events, Class::Write, 1_000_000, 3_000_000);
+        assert_eq!(r.recovered_ms, Some(0.0));
+        assert_eq!(r.longest_ms, 750.0);
     }
 
     /// `n` successful operations of each class, one every 10 ms.

@@ -233,6 +233,7 @@ impl App {
     ) -> Result<Forwarded, Proposal> {
         // The request's trace id is for the logs of the nodes it passes, not for the log.
         request.trace = None;
+        request.trace_context.clear();
         // Refused before anything is proposed, here or on the leader a write was forwarded
         // to: an entry too large to replicate within one AppendEntries bound would time out
         // on every follower and cost the leader its term.

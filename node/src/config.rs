@@ -33,6 +33,20 @@ pub struct Config {
     pub receipts: ReceiptsConfig,
     /// How the node writes its log (stderr).
     pub log: LogConfig,
+    /// Traces exported to an OpenTelemetry collector.
+    pub tracing: TracingConfig,
+}
+
+/// Traces (off by default). With an endpoint, the node exports the spans of the requests it
+/// serves over OTLP/gRPC ([`crate::telemetry`]): a span whose caller sent a W3C
+/// `traceparent` joins the caller's trace, and a write a follower forwards continues its
+/// trace on the leader.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TracingConfig {
+    /// The collector's OTLP/gRPC address, `http://HOST:PORT` (a collector or agent beside
+    /// the node, usually port 4317). None: no traces are exported.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// The node's log on stderr. The level comes from `ROWCALL_LOG` (an `EnvFilter`, default
@@ -474,8 +488,8 @@ pub struct RaftConfig {
     /// heartbeat), so a larger bulk write gets 413 and asks to be split.
     pub max_entry_bytes: usize,
     /// How long a leader that is stopping (SIGTERM) may take to hand leadership over to a
-    /// voter level with its log; writes wait meanwhile. 0 (the default for now: in the chaos
-    /// rolling restart it does not yet beat an election): no handover, the cluster elects.
+    /// voter level with its log; writes wait meanwhile. A handover that does not finish in
+    /// time changes nothing: the cluster elects, as it does with 0 (no handover).
     pub handover_timeout_ms: u64,
 }
 
@@ -489,7 +503,7 @@ impl Default for RaftConfig {
             keep_after_snapshot: 1_000,
             snapshot_chunk_bytes: 1024 * 1024,
             max_entry_bytes: 512 * 1024,
-            handover_timeout_ms: 0,
+            handover_timeout_ms: 2_000,
         }
     }
 }
@@ -759,6 +773,10 @@ impl Config {
                     })
                 }
             };
+        }
+        if let Some(endpoint) = get("ROWCALL_OTLP_ENDPOINT") {
+            let endpoint = endpoint.trim();
+            self.tracing.otlp_endpoint = (!endpoint.is_empty()).then(|| endpoint.to_owned());
         }
         if let Some(flag) = get("ROWCALL_RATE_LIMIT") {
             self.limits.rate.enabled = parse_switch("ROWCALL_RATE_LIMIT", &flag)?;

@@ -38,6 +38,7 @@ pub mod raft;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod telemetry;
 pub mod trace;
 
 pub use config::Config;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use rowcall_node::config::LogFormat;
+use rowcall_node::telemetry::Telemetry;
 use rowcall_node::Config;
 
 /// A rowcall node. With an empty data folder and no peers it founds a one-node cluster with a
@@ -78,6 +79,10 @@ struct Flags {
     /// Log lines as `text` or `json` (`[log] format`, `ROWCALL_LOG_FORMAT`).
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
+    /// Export traces over OTLP/gRPC to this collector, `http://HOST:PORT`
+    /// (`[tracing] otlp_endpoint`, `ROWCALL_OTLP_ENDPOINT`).
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
     /// TOML configuration file (see deploy/rowcall.toml).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -161,6 +166,9 @@ impl Flags {
         if let Some(format) = self.log_format {
             config.log.format = format;
         }
+        if let Some(endpoint) = self.otlp_endpoint {
+            config.tracing.otlp_endpoint = Some(endpoint);
+        }
         Ok(config)
     }
 }
@@ -168,7 +176,7 @@ impl Flags {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Flags::parse().load()?;
-    init_log(config.log.format);
+    let telemetry = Telemetry::install(&config.log, &config.tracing, config.node.id)?;
     let mut node = rowcall_node::start(config).await?;
     println!(
         "rowcall: serving HTTP on {}  (gRPC {})",
@@ -182,27 +190,8 @@ async fn main() -> anyhow::Result<()> {
         }
         _ = node.wait() => {}
     }
+    telemetry.shutdown().await;
     Ok(())
-}
-
-/// Logs to stderr at the `ROWCALL_LOG` filter, as text or one JSON object per line.
-fn init_log(format: LogFormat) {
-    use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ROWCALL_LOG")
-        .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into());
-    let log = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
-    match format {
-        LogFormat::Text => log
-            .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
-            .init(),
-        LogFormat::Json => log
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .init(),
-    }
 }
 
 async fn shutdown_signal() {

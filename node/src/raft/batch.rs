@@ -164,6 +164,7 @@ async fn propose(raft: &Raft, mut batch: Vec<Pending>) {
             request_id: None,
             command: Command::Batch { requests },
             trace: None,
+            trace_context: Default::default(),
         })
         .await;
     match outcome {

@@ -15,6 +15,7 @@ pub mod service;
 pub mod tls;
 pub mod validate;
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -138,6 +139,11 @@ pub struct Request {
     /// the leader with a forwarded write, never into the log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceId>,
+    /// The W3C trace context (`traceparent`, `tracestate`) of the span that proposed it, so
+    /// that the leader's span of a forwarded write continues its trace
+    /// ([`crate::telemetry`]); empty unless traces are exported, never in the log.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub trace_context: BTreeMap<String, String>,
 }
 
 impl Request {
@@ -152,6 +158,7 @@ impl Request {
             request_id: Some(id),
             command,
             trace: TraceId::current(),
+            trace_context: crate::telemetry::forward_context(),
         }
     }
 }

@@ -318,6 +318,7 @@ impl RaftService for RaftGrpc {
             // Served under the id the client's request had on the follower.
             let trace = request.trace.clone().unwrap_or_else(TraceId::generate);
             let span = tracing::info_span!("forwarded", request_id = %trace, from = sender);
+            crate::telemetry::adopt_forwarded(&span, &request.trace_context);
             let proposed = trace
                 .scope(self.app.propose(request, timeout))
                 .instrument(span.clone())

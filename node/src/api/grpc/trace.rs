@@ -52,6 +52,7 @@ where
         let header = |name| request.headers().get(name).map(HeaderValue::as_bytes);
         let id = TraceId::from_headers(header(trace::HEADER), header(trace::TRACEPARENT));
         let span = tracing::info_span!("grpc", request_id = %id, method = request.uri().path());
+        crate::telemetry::adopt_caller(&span, request.headers());
         let call = self.inner.call(request);
         Box::pin(async move {
             let mut response = id.clone().scope(call).instrument(span).await?;

@@ -181,6 +181,7 @@ async fn observe(State(http): State<Http>, request: Request, next: Next) -> Resp
         TraceId::from_headers(header(trace::HEADER), header(trace::TRACEPARENT))
     };
     let span = tracing::info_span!("http", request_id = %id, method, route);
+    crate::telemetry::adopt_caller(&span, request.headers());
     let mut response = id
         .clone()
         .scope(next.run(request))
