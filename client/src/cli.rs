@@ -419,6 +419,7 @@ async fn run(cli: Cli, out: &mut Out<'_>) -> anyhow::Result<u8> {
                 args: args.map(rowcall_proto::json::to_struct),
                 body,
                 share,
+                repeatable: false,
             };
             let ran = client.invoke_with(request).await?;
             out.emit(

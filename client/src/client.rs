@@ -11,7 +11,10 @@
 //!              invocations: as reads, without the hedge (one attempt that may have run ends it:
 //!                      the runner runs before its receipt commits, so no id can stop a second
 //!                      run); sent first to a node that answered within the hedge delay, or
-//!                      answered a probe within it
+//!                      answered a probe within it. A row the nodes said changes nothing
+//!                      (risk: read, from its contract or an earlier run) is sent as
+//!                      `repeatable` and hedged like a read: the node refuses that for any
+//!                      other row before it runs, and the client then sends it once
 //!            ◄─ a node-level failure (unreachable, paused, behind, no quorum): next node at
 //!               once; after every node failed, back off (exponential, full jitter) and go round
 //!               again until the call's deadline
@@ -27,7 +30,7 @@
 //! as `x-rowcall-min-index` on every call, so whichever node answers has applied everything
 //! the session saw (read-your-writes, monotonic reads). Clones share the session.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -319,8 +322,9 @@ impl ClientBuilder {
     }
 
     /// After how long without an answer a read is also sent to a second node, the first
-    /// answer winning (default 150 ms; `None`: never). Invocations are never hedged: their
-    /// runner runs before the receipt commits, so a second attempt would run it again.
+    /// answer winning (default 150 ms; `None`: never). Invocations are hedged only for rows
+    /// that change nothing (`risk: read`, see [`Client::invoke`]): a runner runs before its
+    /// receipt commits, so a second attempt would run any other row again.
     ///
     /// ```
     /// let builder = rowcall_client::Client::builder().hedge_after(None);
@@ -401,6 +405,7 @@ impl ClientBuilder {
                 leader: Mutex::new(None),
                 suspects: Mutex::default(),
                 heard: Mutex::default(),
+                read_only: Mutex::default(),
                 seen: AtomicU64::new(self.session),
                 options: self.options,
             }),
@@ -499,6 +504,8 @@ struct Inner {
     suspects: Mutex<HashMap<usize, Instant>>,
     /// When each node (by position) last answered this session.
     heard: Mutex<HashMap<usize, Instant>>,
+    /// Rows the nodes said change nothing (`risk: read`): their invocations are hedged.
+    read_only: Mutex<HashSet<String>>,
     /// The highest index any answer carried: sent as the min index of every call.
     seen: AtomicU64,
     options: Options,
@@ -519,6 +526,10 @@ enum Kind {
     /// Must not happen twice (an invocation, a removal): retried only when it surely did
     /// not reach a node, or a node refused it before doing anything.
     Once,
+    /// An invocation of a row that changes nothing, sent as `repeatable` (the node refuses
+    /// it for any other row before it runs): retried and hedged like a read; each attempt
+    /// that runs leaves its own receipt.
+    Repeatable,
 }
 
 /// What one attempt on one node came to.
@@ -545,6 +556,8 @@ pub struct Invocation {
     pub error: Option<proto::ErrorDetail>,
     /// The receipt.
     pub proof: proto::Proof,
+    /// The row changes nothing (`risk: read`): this session hedges its later invocations.
+    pub repeatable: bool,
 }
 
 impl From<proto::InvokeResponse> for Invocation {
@@ -555,6 +568,7 @@ impl From<proto::InvokeResponse> for Invocation {
             result: r.result.map(json::from_value),
             error: r.error,
             proof: r.proof.unwrap_or_default(),
+            repeatable: r.repeatable,
         }
     }
 }
@@ -616,6 +630,7 @@ impl Client {
                 leader: Mutex::new(self.leader()),
                 suspects: Mutex::default(),
                 heard: Mutex::default(),
+                read_only: Mutex::new(self.read_only()),
                 seen: AtomicU64::new(0),
                 options: self.inner.options.clone(),
             }),
@@ -829,7 +844,7 @@ impl Client {
                 // A read or a write still unanswered after its hedge delay goes to one more
                 // node (a paused leader holds a write as long as a read).
                 let delay = match kind {
-                    Kind::Read => options.hedge_after,
+                    Kind::Read | Kind::Repeatable => options.hedge_after,
                     Kind::Write => options.write_hedge_after,
                     Kind::Converges | Kind::Once => None,
                 };
@@ -849,7 +864,7 @@ impl Client {
                                 for &slow in &out {
                                     self.suspect(slow);
                                 }
-                                if kind == Kind::Read || kind == Kind::Once {
+                                if matches!(kind, Kind::Read | Kind::Once | Kind::Repeatable) {
                                     self.inner.preferred.store(at, Ordering::Relaxed);
                                 }
                                 return Ok(response);
@@ -993,7 +1008,9 @@ impl Client {
         let never_sent = status.code() == Code::Unavailable
             && status.message().to_ascii_lowercase().contains("connect");
         match kind {
-            Kind::Read | Kind::Write | Kind::Converges => Attempt::Retry(rejection),
+            Kind::Read | Kind::Write | Kind::Converges | Kind::Repeatable => {
+                Attempt::Retry(rejection)
+            }
             Kind::Once if never_sent => Attempt::Retry(rejection),
             Kind::Once => Attempt::Unknown(rejection),
         }
@@ -1037,7 +1054,13 @@ impl Client {
     /// ```
     pub async fn contract(&self, key: &str) -> Result<Value, Error> {
         match self.contract_in(key, "json").await? {
-            contract_response::Contract::Json(s) => Ok(Value::Object(json::from_struct(s))),
+            contract_response::Contract::Json(s) => {
+                let contract = json::from_struct(s);
+                if let Some(risk) = contract.get("risk").and_then(Value::as_str) {
+                    self.learn_risk(key, risk == "read");
+                }
+                Ok(Value::Object(contract))
+            }
             contract_response::Contract::Markdown(text) => Ok(Value::String(text)),
         }
     }
@@ -1079,8 +1102,11 @@ impl Client {
             .ok_or_else(|| Error::Argument("the node answered an empty contract".into()))
     }
 
-    /// Runs a row with named arguments. Never retried once it may have reached a node: a
-    /// retry would run the capability again.
+    /// Runs a row with named arguments. An invocation may run the capability, so it is not
+    /// retried once it may have reached a node, with one exception: a row the nodes said
+    /// changes nothing (`risk: read`, learnt from its contract or an earlier invocation in
+    /// this session) is sent as `repeatable` and hedged like a read, so a node that stopped
+    /// answering costs the hedge delay rather than the invocation timeout.
     ///
     /// ```no_run
     /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
@@ -1101,6 +1127,7 @@ impl Client {
             args: args.map(json::to_struct),
             body: None,
             share: None,
+            repeatable: false,
         })
         .await
     }
@@ -1116,13 +1143,56 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn invoke_with(&self, request: proto::InvokeRequest) -> Result<Invocation, Error> {
-        let response = self
-            .call(Kind::Once, false, request, |ch, r| async move {
-                DispatchClient::new(ch).invoke(r).await
-            })
-            .await?;
-        Ok(response.into_inner().into())
+    pub async fn invoke_with(
+        &self,
+        mut request: proto::InvokeRequest,
+    ) -> Result<Invocation, Error> {
+        let key = request.key.clone();
+        request.repeatable |= self.is_read_only(&key);
+        let kind = if request.repeatable {
+            Kind::Repeatable
+        } else {
+            Kind::Once
+        };
+        let rpc = |ch, r| async move { DispatchClient::new(ch).invoke(r).await };
+        let response = match self.call(kind, false, request.clone(), rpc).await {
+            // The row changes something now: refused before it ran, so sent again once.
+            Err(e) if kind == Kind::Repeatable && e.code() == Some("not_repeatable") => {
+                self.learn_risk(&key, false);
+                request.repeatable = false;
+                self.call(Kind::Once, false, request, rpc).await?
+            }
+            other => other?,
+        };
+        let invocation = Invocation::from(response.into_inner());
+        self.learn_risk(&key, invocation.repeatable);
+        Ok(invocation)
+    }
+
+    /// Whether the nodes said row `key` changes nothing.
+    fn is_read_only(&self, key: &str) -> bool {
+        let read_only = self.inner.read_only.lock();
+        read_only.unwrap_or_else(|p| p.into_inner()).contains(key)
+    }
+
+    /// Notes whether row `key` changes nothing, as a node said.
+    fn learn_risk(&self, key: &str, read_only: bool) {
+        let mut known = self
+            .inner
+            .read_only
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if read_only {
+            known.insert(key.to_owned());
+        } else {
+            known.remove(key);
+        }
+    }
+
+    /// The rows this session knows change nothing.
+    fn read_only(&self) -> HashSet<String> {
+        let read_only = self.inner.read_only.lock();
+        read_only.unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Checks a receipt without a credential; an unknown id is [`Error::is_not_found`].

@@ -9,6 +9,8 @@
 
 use crate::common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::cluster::{eventually, Cluster};
@@ -550,6 +552,156 @@ async fn an_invocation_goes_past_a_node_that_never_answers_to_one_seen_alive() {
     let confirmed = session.confirm(&ran.proof.invocation_id).await.unwrap();
     assert_eq!(confirmed.key, "INVOKED_ALIVE");
     drop(silent);
+    cluster.shutdown().await;
+}
+
+/// A TCP forwarder to `to` that can be frozen: it then passes no more bytes and keeps its
+/// sockets open, as a paused process does. Threads, as long as the test runs.
+fn freezable(to: std::net::SocketAddr) -> (String, Arc<AtomicBool>) {
+    use std::io::{Read as _, Write as _};
+    let frozen = Arc::new(AtomicBool::new(false));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let flag = frozen.clone();
+    std::thread::spawn(move || {
+        for inbound in listener.incoming().flatten() {
+            let Ok(outbound) = std::net::TcpStream::connect(to) else {
+                continue;
+            };
+            let ends = [
+                (inbound.try_clone().unwrap(), outbound.try_clone().unwrap()),
+                (outbound, inbound),
+            ];
+            for (mut from, mut into) in ends {
+                let frozen = flag.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16 * 1024];
+                    while let Ok(n @ 1..) = from.read(&mut buf) {
+                        while frozen.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        if into.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        }
+    });
+    (addr, frozen)
+}
+
+/// An invocation of a row that changes nothing may be sent to two nodes at once. A node
+/// that answered a moment ago and then froze (a paused process) holds any other invocation
+/// until its timeout; one of a row the session learnt is read-only (from its contract) is
+/// sent as `repeatable` and hedged past it like a read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_only_rows_invocation_is_hedged_past_a_node_that_froze() {
+    let cluster = Cluster::start(1, 0).await;
+    let written = client(&cluster, &[1])
+        .put(row_input(row("HEDGED_RUN", "Runs wherever it is sent")).unwrap())
+        .await
+        .unwrap();
+    let (frozen_at, frozen) = freezable(cluster.member(1).grpc);
+    let (attempts, observer) = recorder();
+    // The node behind the forwarder is listed first; a node heard from within the hedge
+    // delay counts as alive for an invocation that cannot be hedged.
+    let session = Client::builder()
+        .nodes([format!("http://{frozen_at}"), grpc(&cluster, 1)])
+        .credential(ADMIN)
+        .invoke_timeout(Duration::from_secs(60))
+        .deadline(Duration::from_secs(60))
+        .hedge_after(Some(Duration::from_secs(1)))
+        .session_index(written.index)
+        .on_attempt(observer)
+        .build()
+        .unwrap();
+    let contract = session.contract("HEDGED_RUN").await.unwrap();
+    assert_eq!(contract["risk"], "read", "{contract}");
+    frozen.store(true, Ordering::SeqCst);
+    attempts.lock().unwrap().clear();
+
+    let ran = session.invoke("HEDGED_RUN", None).await.unwrap();
+    assert!(ran.ok && ran.repeatable, "{ran:?}");
+    let attempts = attempts.lock().unwrap().clone();
+    let nodes: Vec<&str> = attempts.iter().map(|a| a.node.as_str()).collect();
+    let live = cluster.member(1).grpc.to_string();
+    assert_eq!(
+        nodes,
+        [live.as_str()],
+        "answered by the hedge; the frozen attempt cancelled: {attempts:?}"
+    );
+    let confirmed = session.confirm(&ran.proof.invocation_id).await.unwrap();
+    assert_eq!(confirmed.key, "HEDGED_RUN");
+    // Thawed, so the node's shutdown need not wait out the held connection.
+    frozen.store(false, Ordering::SeqCst);
+    drop(session);
+    cluster.shutdown().await;
+}
+
+/// A session learns from the answers which rows change nothing and sends their next
+/// invocations as `repeatable`. When such a row has since become one that changes
+/// something, the node refuses the call before it runs (409 over HTTP, FAILED_PRECONDITION
+/// over gRPC, `not_repeatable`, no receipt), and the client sends it once, plainly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_row_that_changes_something_never_runs_as_repeatable() {
+    let cluster = Cluster::start(1, 0).await;
+    let (attempts, observer) = recorder();
+    let session = Client::builder()
+        .nodes([grpc(&cluster, 1)])
+        .credential(ADMIN)
+        .on_attempt(observer)
+        .build()
+        .unwrap();
+    session
+        .put(row_input(row("TURNS_RISKY", "Reads at first")).unwrap())
+        .await
+        .unwrap();
+    let first = session.invoke("TURNS_RISKY", None).await.unwrap();
+    assert!(first.repeatable, "a read-only row: {first:?}");
+
+    let mut risky = row("TURNS_RISKY", "Changes something now");
+    risky["risk"] = json!("write");
+    session.put(row_input(risky).unwrap()).await.unwrap();
+    let url = cluster.member(1).url();
+    let http = reqwest::Client::new();
+    let receipts = |limit| session.receipts("TURNS_RISKY", limit);
+    let before = receipts(50).await.unwrap().receipts.len();
+    let refused = http
+        .post(format!("{url}/api/dispatch"))
+        .header("x-terminal-key", ADMIN)
+        .json(&json!({"key": "TURNS_RISKY", "repeatable": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "not_repeatable", "{body}");
+    assert_eq!(
+        receipts(50).await.unwrap().receipts.len(),
+        before,
+        "nothing ran"
+    );
+
+    attempts.lock().unwrap().clear();
+    let second = session.invoke("TURNS_RISKY", None).await.unwrap();
+    assert!(second.ok && !second.repeatable, "{second:?}");
+    let codes: Vec<String> = attempts
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|a| a.failure.as_ref().map_or("ok".into(), |f| f.code.clone()))
+        .collect();
+    assert_eq!(
+        codes,
+        ["not_repeatable", "ok"],
+        "sent as repeatable (learnt), refused before it ran, then sent once"
+    );
+    assert_eq!(
+        receipts(50).await.unwrap().receipts.len(),
+        before + 1,
+        "it ran once"
+    );
     cluster.shutdown().await;
 }
 

@@ -475,7 +475,7 @@ mod tests {
     fn args(value: Value) -> InvokeInput {
         InvokeInput {
             args: value.as_object().cloned(),
-            body: None,
+            ..InvokeInput::default()
         }
     }
 
@@ -512,8 +512,8 @@ mod tests {
     fn a_caller_body_wins_and_get_rows_take_none() {
         let r = row("POST https://h.example/x", "# WHAT: x\n\ntemplate {a}");
         let input = InvokeInput {
-            args: None,
             body: Some("raw text".into()),
+            ..InvokeInput::default()
         };
         let p = prepare(&r, &input).unwrap();
         assert_eq!(p.body.unwrap().text, "raw text");

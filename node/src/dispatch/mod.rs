@@ -29,6 +29,9 @@ pub struct InvokeInput {
     pub args: Option<Map<String, Value>>,
     /// A raw body (for rows whose payload is a body template).
     pub body: Option<String>,
+    /// The caller may send this same call to another node at once (a hedge): only a row
+    /// that changes nothing (`risk: read`) runs, others are refused before they run.
+    pub repeatable: bool,
 }
 
 impl InvokeInput {
@@ -153,6 +156,15 @@ pub enum InvokeRefusal {
         key: String,
         /// Each violation: `(JSON pointer, message)`.
         violations: Vec<(String, String)>,
+    },
+    /// A call that may also run on another node ([`InvokeInput::repeatable`]) for a row that
+    /// changes something.
+    #[error("row {key} has risk {risk}: it runs at most once per call, so it cannot be sent to two nodes at once")]
+    NotRepeatable {
+        /// The row.
+        key: String,
+        /// Its risk.
+        risk: &'static str,
     },
     /// The row ran, but its receipt could be neither committed nor kept in the outbox.
     #[error("the invocation ran but its receipt could not be stored: {0}")]

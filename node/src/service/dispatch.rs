@@ -15,7 +15,7 @@ use super::{identify, read_barrier, Freshness};
 use crate::app::App;
 use crate::auth::{Principal, Scope};
 use crate::catalogue::row::{Auth, Risk, Row};
-use crate::dispatch::{self as run, share, InvokeInput, Invoked, ProofStatus};
+use crate::dispatch::{self as run, share, InvokeInput, InvokeRefusal, Invoked, ProofStatus};
 use crate::model::receipt::{valid_receipt_id, Confirmation};
 use crate::model::share::{new_token_id, now_secs};
 
@@ -488,6 +488,9 @@ pub struct Invocation {
     pub failure: Option<ErrorKind>,
     /// The receipt's log index when it is committed (not while it waits in the outbox).
     pub committed_index: Option<u64>,
+    /// The row changes nothing (`risk: read`): a caller may send its calls to two nodes at
+    /// once ([`InvokeInput::repeatable`]).
+    pub repeatable: bool,
 }
 
 /// Runs row `key` for the holder of `caller`, the one invocation path of every front end:
@@ -503,6 +506,14 @@ pub async fn invoke_as(
     input: InvokeInput,
 ) -> Result<Invocation, ServiceError> {
     let row = find_row(app, key)?;
+    if input.repeatable && !runs_by_get(&row) {
+        return Err(InvokeRefusal::NotRepeatable {
+            key: key.to_owned(),
+            risk: row.risk.as_str(),
+        }
+        .into());
+    }
+    let repeatable = runs_by_get(&row);
     // Only a caller who showed a credential is told why an upstream failed; a stranger's
     // answer is generic and the details stay in the receipt (admin) and the log.
     let reveal = caller.is_some();
@@ -531,10 +542,16 @@ pub async fn invoke_as(
         }
     })?;
     let invoked = run::invoke(app, row, input, caller).await?;
-    Ok(invocation(key, base, invoked, reveal))
+    Ok(invocation(key, base, invoked, reveal, repeatable))
 }
 
-fn invocation(key: &str, base: &str, invoked: Invoked, reveal: bool) -> Invocation {
+fn invocation(
+    key: &str,
+    base: &str,
+    invoked: Invoked,
+    reveal: bool,
+    repeatable: bool,
+) -> Invocation {
     let Invoked {
         receipt,
         result,
@@ -584,6 +601,7 @@ fn invocation(key: &str, base: &str, invoked: Invoked, reveal: bool) -> Invocati
         },
         failure,
         committed_index,
+        repeatable,
     }
 }
 

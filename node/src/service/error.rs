@@ -303,6 +303,7 @@ impl ServiceError {
             Self::Rule(_) | Self::BulkRule { .. } => (S::Invalid, "invalid_row", "fix the field named in the message; GET /api/directory shows the field schema"),
             Self::Invoke(InvokeRefusal::Disabled(_)) => (S::PermissionDenied, "row_disabled", "an operator must enable the row before it can run"),
             Self::Invoke(InvokeRefusal::InvalidArgs { .. }) => (S::Invalid, "invalid_args", "GET /api/dispatch?key=<KEY> shows the schema and an example"),
+            Self::Invoke(InvokeRefusal::NotRepeatable { .. }) => (S::Conflict, "not_repeatable", "send the call without repeatable, to one node at a time"),
             Self::Invoke(InvokeRefusal::NotRecorded(_)) => (S::Unavailable, "receipt_not_stored", "the node's storage failed; retry on another node"),
             Self::Write(WriteError::Unavailable { .. }) => (S::Unavailable, "no_quorum", "the cluster has no quorum right now; retry after the Retry-After delay"),
             Self::Write(WriteError::NotLeader { .. }) => (S::Unavailable, "no_leader", "the cluster is electing a leader; retry shortly"),

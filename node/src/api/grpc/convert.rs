@@ -13,7 +13,7 @@ use crate::catalogue::Counts;
 use crate::model::receipt::{Confirmation, Receipt};
 use crate::raft::PutOutcome;
 use crate::service::cluster::{Member, Status};
-use crate::service::dispatch::{AskAnswer, Best, Candidate, InvokeAnswer, Proof};
+use crate::service::dispatch::{AskAnswer, Best, Candidate, Invocation, Proof};
 use crate::service::feed::FeedEvent;
 use crate::service::ErrorDetail;
 
@@ -213,14 +213,16 @@ impl From<Proof> for v1::Proof {
     }
 }
 
-impl From<InvokeAnswer> for v1::InvokeResponse {
-    fn from(a: InvokeAnswer) -> Self {
+impl From<Invocation> for v1::InvokeResponse {
+    fn from(invocation: Invocation) -> Self {
+        let a = invocation.answer;
         Self {
             ok: a.ok,
             key: a.key,
             result: a.result.map(json::to_value),
             error: a.error.map(Into::into),
             proof: Some(a.proof.into()),
+            repeatable: invocation.repeatable,
         }
     }
 }

@@ -73,10 +73,12 @@ impl Dispatch for Api {
                 args,
                 body,
                 share,
+                repeatable,
             } = request.into_inner();
             let input = InvokeInput {
                 args: args.map(json::from_struct),
                 body,
+                repeatable,
             };
             let invocation = service::invoke(
                 &self.app,
@@ -89,7 +91,7 @@ impl Dispatch for Api {
             )
             .await?;
             let index = invocation.committed_index;
-            Ok(self.reply(invocation.answer.into(), index))
+            Ok(self.reply(invocation.into(), index))
         })
         .await
     }

@@ -59,6 +59,11 @@ pub struct InvokeBody {
     /// A raw body, for rows that take one.
     #[serde(default)]
     body: Option<String>,
+    /// The caller may send this same call to another node at once (a hedge): only a row
+    /// that changes nothing (`risk: read`) runs; any other is refused with 409
+    /// `not_repeatable` before it runs. Each attempt that runs leaves its own receipt.
+    #[serde(default)]
+    repeatable: bool,
 }
 
 /// What `GET /api/dispatch` answers with 200: one of four shapes, by the parameter given.
@@ -169,7 +174,10 @@ pub async fn get_dispatch(
                 Err(e) => return Err(ServiceError::MalformedJson(e.to_string())),
             },
         };
-        let input = InvokeInput { args, body: None };
+        let input = InvokeInput {
+            args,
+            ..InvokeInput::default()
+        };
         let share = share_token(&headers).or(query.share.as_deref());
         let invocation =
             service::invoke(app, &fresh, credential(&headers), share, &base, key, input).await?;
@@ -193,6 +201,7 @@ pub async fn get_dispatch(
               (status = 401, description = "the row needs an invoke key"),
               (status = 403, description = "the row is disabled"),
               (status = 404, description = "unknown key"),
+              (status = 409, description = "`repeatable` for a row that changes something; nothing ran"),
               (status = 422, description = "arguments do not match the row's schema; nothing ran"),
               (status = 503, description = "the receipt could not be committed")))]
 pub async fn post_invoke(
@@ -207,6 +216,7 @@ pub async fn post_invoke(
     let input = InvokeInput {
         args: body.args,
         body: body.body,
+        repeatable: body.repeatable,
     };
     let invocation = service::invoke(
         app,

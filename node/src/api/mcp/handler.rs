@@ -152,10 +152,12 @@ impl Projection {
                     (None | Some(Value::Null), body) => InvokeInput {
                         args: None,
                         body: body.and_then(Value::as_str).map(str::to_owned),
+                        repeatable: false,
                     },
                     (Some(Value::Object(map)), body) => InvokeInput {
                         args: Some(map.clone()),
                         body: body.and_then(Value::as_str).map(str::to_owned),
+                        repeatable: false,
                     },
                     (Some(_), _) => {
                         return Ok(CallToolResult::structured_error(
@@ -333,7 +335,7 @@ impl ServerHandler for Projection {
                 }
                 let input = InvokeInput {
                     args: request.arguments.clone(),
-                    body: None,
+                    ..InvokeInput::default()
                 };
                 self.invoke(caller, &base, name, input).await
             }
