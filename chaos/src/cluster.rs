@@ -209,17 +209,45 @@ impl Drop for Cluster {
     }
 }
 
-/// Free loopback ports, distinct from each other.
+/// Free loopback ports, distinct from each other, below the range the kernel gives outgoing
+/// connections: a node restarted on its ports must find them free, and while it is down an
+/// outgoing connection (a proxy's, a session's) could otherwise be given one of them (seen:
+/// a restart failing with "address already in use"). Ports the kernel picks when that range
+/// cannot be read or nothing below it is free.
 pub fn free_ports(n: usize) -> Result<Vec<u16>, ChaosError> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ChaosError::io("pick free ports", e))?;
-    listeners
-        .iter()
+    let below = ephemeral_floor().unwrap_or(32_768);
+    let floor = 10_000u16.min(below / 2);
+    let span = u32::from(below - floor);
+    // Where to start looking: differs between runs, so that runs side by side rarely meet.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let start = (nanos ^ std::process::id().wrapping_mul(7919)) % span.max(1);
+    let mut held = Vec::with_capacity(n);
+    for step in 0..span {
+        if held.len() == n {
+            break;
+        }
+        let port = floor + ((start + step) % span) as u16;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(listener);
+        }
+    }
+    while held.len() < n {
+        held.push(
+            TcpListener::bind("127.0.0.1:0").map_err(|e| ChaosError::io("pick free ports", e))?,
+        );
+    }
+    held.iter()
         .map(|l| l.local_addr().map(|a| a.port()))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ChaosError::io("pick free ports", e))
+}
+
+/// The lowest port the kernel gives outgoing connections (Linux).
+fn ephemeral_floor() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
 }
 
 /// A short-timeout client for control requests (status, readiness, membership).
@@ -895,5 +923,23 @@ pub fn node_binary(given: Option<&Path>) -> Result<PathBuf, ChaosError> {
         Ok(path)
     } else {
         Err(ChaosError::NodeBinaryMissing { path })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_ports_are_distinct_and_below_the_outgoing_range() {
+        let ports = free_ports(6).unwrap();
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), 6, "{ports:?}");
+        if let Some(floor) = ephemeral_floor() {
+            assert!(ports.iter().all(|&p| p < floor), "{ports:?} below {floor}");
+        }
+        for port in ports {
+            TcpListener::bind(("127.0.0.1", port)).expect("free");
+        }
     }
 }
