@@ -188,11 +188,25 @@ impl App {
             let attempt = remaining.min(Duration::from_millis(
                 self.config.raft.election_timeout_max_ms,
             ));
-            match self
-                .network
-                .forward(forward_to, &node, &request, attempt)
-                .await
-            {
+            // Nor past the election of its successor: a paused leader holds the connection
+            // open and answers nothing, while the cluster has already moved on.
+            let term = self.raft.metrics().borrow().current_term;
+            let forwarded = tokio::select! {
+                biased;
+                forwarded = self.network.forward(forward_to, &node, &request, attempt) => forwarded,
+                () = self.successor_elected(forward_to, term, attempt) => {
+                    Err(match &request.request_id {
+                        Some(request_id) => WriteError::OutcomeUnknown {
+                            request_id: request_id.clone(),
+                            reason: format!("node {forward_to} was replaced as leader while the write was on its way"),
+                        },
+                        None => WriteError::Unavailable {
+                            reason: "the leader was replaced".into(),
+                        },
+                    })
+                }
+            };
+            match forwarded {
                 Ok(Forwarded { result, index }) => {
                     return Ok(self.applied_here(result, index, deadline).await)
                 }
@@ -347,6 +361,22 @@ impl App {
 
     /// Waits, at most `within`, for a leader other than `failed`, or for `failed` to lead
     /// again at a newer term.
+    /// Resolves once a leader other than `leader` is elected in a term after `term`, within
+    /// `within`; never otherwise.
+    async fn successor_elected(&self, leader: NodeId, term: u64, within: Duration) {
+        let elected = self
+            .raft
+            .wait(Some(within))
+            .metrics(
+                |m| m.current_term > term && m.current_leader.is_some_and(|l| l != leader),
+                "a successor leads",
+            )
+            .await;
+        if elected.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
     async fn await_successor(&self, failed: NodeId, within: Duration) {
         let term = self.raft.metrics().borrow().current_term;
         let wait = self.raft.wait(Some(within));
