@@ -62,6 +62,19 @@ impl StateMachine {
         })
         .await
         .map_err(|e| write_err(&e))??;
+        // Read through before anything is replaced: a damaged file named current with the
+        // marker would fail the install again at every start, and the node never start.
+        let (folder, name) = (self.snapshots.clone(), file.clone());
+        let checked = tokio::task::spawn_blocking(move || read_through(&folder.path(&name)))
+            .await
+            .map_err(|e| write_err(&e))?;
+        if let Err(reason) = checked {
+            self.snapshots.remove(&file);
+            return Err(write_err(&format!(
+                "the snapshot received for index {index} is damaged ({reason}); nothing was \
+                 replaced, and the leader will send it again"
+            )));
+        }
 
         // Named current with the marker, durably, before the state is touched. One
         // transaction, so the file it replaces is exactly the one named before (a build
@@ -105,6 +118,23 @@ impl StateMachine {
         }
         Ok(())
     }
+}
+
+/// Reads a snapshot file to its closing line as [`load`] will, writing nothing: whether it
+/// can be installed.
+fn read_through(path: &std::path::Path) -> Result<(), String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let (_, mut reader) = Reader::new(BufReader::new(file)).map_err(|e| e.to_string())?;
+    let mut last_id: Option<String> = None;
+    while let Some(line) = reader.next().map_err(|e| e.to_string())? {
+        if let Line::Receipt(receipt) = line {
+            if last_id.as_ref().is_some_and(|last| *last >= receipt.id) {
+                return Err(format!("receipt {} is out of id order", receipt.id));
+            }
+            last_id = Some(receipt.id);
+        }
+    }
+    Ok(())
 }
 
 /// Finishes an install a crash interrupted: loads the current snapshot again (at open).

@@ -977,3 +977,60 @@ async fn a_snapshot_sent_by_a_leader_of_the_older_version_installs() {
     let current = follower.get_current_snapshot().await.unwrap().unwrap();
     assert_eq!(contents(current.snapshot.path()).receipts.len(), 2);
 }
+
+#[tokio::test]
+async fn a_damaged_snapshot_is_refused_before_anything_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut leader, _, _) = machine(&dir.path().join("leader"));
+    leader
+        .apply([entry(1, Request::new(put(1, vec![input("SENT", "")])))])
+        .await
+        .unwrap();
+    receipts_at(&mut leader, 2, 3).await;
+    let sent = build(&mut leader).await;
+    // Damaged on its way: cut off two thirds in, in the middle of a line.
+    let whole = std::fs::read(sent.snapshot.path()).unwrap();
+    let cut = dir.path().join("cut");
+    std::fs::write(&cut, &whole[..whole.len() * 2 / 3]).unwrap();
+
+    let follower = dir.path().join("follower");
+    {
+        let (mut sm, catalogue, _storage) = machine(&follower);
+        sm.apply([entry(1, Request::new(put(1, vec![input("KEPT", "")])))])
+            .await
+            .unwrap();
+        let data = SnapshotFile::open(&cut).await.unwrap();
+        let refused = sm.install_snapshot(&sent.meta, Box::new(data)).await;
+        let error = refused
+            .expect_err("a damaged snapshot is refused")
+            .to_string();
+        assert!(error.contains("damaged"), "{error}");
+        assert!(catalogue.read().get("KEPT").is_some());
+        assert!(catalogue.read().get("SENT").is_none());
+        assert_eq!(sm.last_applied.map(|l| l.index), Some(1));
+    }
+    // Nothing is left to finish at the next start: the machine opens as it was, and takes
+    // the snapshot when it comes whole. (sled lets go of its lock once its threads have.)
+    let storage = loop {
+        match Durable::open(&follower.join("sled"), SyncMode::Fdatasync) {
+            Err(e) if e.to_string().contains("could not acquire lock") => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            opened => break opened.unwrap(),
+        }
+    };
+    let catalogue = SharedCatalogue::default();
+    let mut sm = StateMachine::open(&storage, &follower.join("snapshots"), catalogue.clone())
+        .expect("opens: no install left half done");
+    assert!(catalogue.read().get("KEPT").is_some());
+    assert!(
+        snapshot_files(&follower).is_empty(),
+        "the damaged file is gone"
+    );
+    let data = SnapshotFile::open(sent.snapshot.path()).await.unwrap();
+    sm.install_snapshot(&sent.meta, Box::new(data))
+        .await
+        .unwrap();
+    assert!(catalogue.read().get("SENT").is_some());
+    assert!(catalogue.read().get("KEPT").is_none());
+}
