@@ -511,6 +511,9 @@ struct Inner {
     options: Options,
 }
 
+/// Most rows a session remembers as read-only (their invocations hedged).
+const MAX_READ_ONLY_KNOWN: usize = 10_000;
+
 /// How a call may be retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -1182,9 +1185,10 @@ impl Client {
             .read_only
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if read_only {
+        // Bounded: a session that runs rows of a huge catalogue hedges the first it learnt.
+        if read_only && known.len() < MAX_READ_ONLY_KNOWN {
             known.insert(key.to_owned());
-        } else {
+        } else if !read_only {
             known.remove(key);
         }
     }

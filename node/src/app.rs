@@ -359,8 +359,6 @@ impl App {
         tokio::time::sleep(Duration::from_millis(20).min(within)).await;
     }
 
-    /// Waits, at most `within`, for a leader other than `failed`, or for `failed` to lead
-    /// again at a newer term.
     /// Resolves once a leader other than `leader` is elected in a term after `term`, within
     /// `within`; never otherwise.
     async fn successor_elected(&self, leader: NodeId, term: u64, within: Duration) {
@@ -377,6 +375,8 @@ impl App {
         }
     }
 
+    /// Waits, at most `within`, for a leader other than `failed`, or for `failed` to lead
+    /// again at a newer term.
     async fn await_successor(&self, failed: NodeId, within: Duration) {
         let term = self.raft.metrics().borrow().current_term;
         let wait = self.raft.wait(Some(within));
