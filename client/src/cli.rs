@@ -54,7 +54,8 @@ pub struct Cli {
     )]
     pub nodes: Vec<String>,
     /// Reach the nodes over TLS, trusting this CA (PEM; with peer TLS on, the nodes'
-    /// `--peer-ca` file). Addresses without a scheme then mean https.
+    /// `--peer-ca` file). Addresses without a scheme then mean https, and so does the HTTP
+    /// address `backup` and `import-mcp` find (trusting the same CA).
     #[arg(long, global = true, env = "ROWCALL_CA", value_name = "PEM_FILE")]
     pub ca: Option<PathBuf>,
     /// The name the nodes' certificates must carry, when not the host of each address.
@@ -199,7 +200,7 @@ pub enum Command {
         /// Where to save it (written beside it first, then renamed: never half a backup).
         file: PathBuf,
         /// The node's HTTP address (default: the HTTP address the cluster lists for the node
-        /// that answers).
+        /// that answers, `https://` with `--ca`).
         #[arg(long)]
         http: Option<String>,
     },
@@ -379,10 +380,14 @@ async fn run(cli: Cli, out: &mut Out<'_>) -> anyhow::Result<u8> {
     if let Some(key) = &cli.admin_key {
         builder = builder.credential(key);
     }
-    if let Some(path) = &cli.ca {
-        let pem =
-            std::fs::read(path).with_context(|| format!("reading --ca {}", path.display()))?;
-        builder = builder.tls_ca(pem);
+    let ca = match &cli.ca {
+        Some(path) => {
+            Some(std::fs::read(path).with_context(|| format!("reading --ca {}", path.display()))?)
+        }
+        None => None,
+    };
+    if let Some(pem) = &ca {
+        builder = builder.tls_ca(pem.clone());
     }
     if let Some(domain) = &cli.tls_domain {
         builder = builder.tls_domain(domain);
@@ -528,9 +533,9 @@ async fn run(cli: Cli, out: &mut Out<'_>) -> anyhow::Result<u8> {
         } => {
             let http = match http {
                 Some(http) => http,
-                None => http_address(&client).await?,
+                None => http_address(&client, ca.is_some()).await?,
             };
-            let node = NodeClient::new(&http)?;
+            let node = NodeClient::trusting(&http, ca.as_deref())?;
             let admin_key = cli.admin_key.as_deref().unwrap_or_default();
             let report = node
                 .import_mcp(&url, prefix.as_deref(), category.as_deref(), admin_key)
@@ -540,10 +545,11 @@ async fn run(cli: Cli, out: &mut Out<'_>) -> anyhow::Result<u8> {
         Command::Backup { file, http } => {
             let http = match http {
                 Some(http) => http,
-                None => http_address(&client).await?,
+                None => http_address(&client, ca.is_some()).await?,
             };
             let admin_key = cli.admin_key.as_deref().unwrap_or_default();
-            let saved = NodeClient::new(&http)?.backup(admin_key, &file).await?;
+            let node = NodeClient::trusting(&http, ca.as_deref())?;
+            let saved = node.backup(admin_key, &file).await?;
             out.emit(
                 || {
                     serde_json::json!({"ok": true, "file": file, "index": saved.index,
@@ -704,14 +710,17 @@ async fn cluster(
 }
 
 /// The HTTP address of the node that answers, as the cluster lists it.
-async fn http_address(client: &Client) -> anyhow::Result<String> {
+/// The answering node's HTTP address as the cluster lists it: `https://` when the nodes are
+/// reached with a CA (a secured cluster serves HTTPS too), else `http://`.
+async fn http_address(client: &Client, tls: bool) -> anyhow::Result<String> {
     let status = client.status().await?;
     let me = status
         .members
         .iter()
         .find(|m| m.id == status.node_id)
         .context("the answering node is not in its own member list; pass --http")?;
-    Ok(format!("http://{}", me.http_addr))
+    let scheme = if tls { "https" } else { "http" };
+    Ok(format!("{scheme}://{}", me.http_addr))
 }
 
 async fn eval(

@@ -120,14 +120,29 @@ pub struct NodeClient {
 impl NodeClient {
     /// A client for the node at `base` (e.g. `http://127.0.0.1:8080`).
     pub fn new(base: &str) -> Result<Self, ClientError> {
+        Self::trusting(base, None)
+    }
+
+    /// A client for the node at `base`; with `ca` (PEM), an `https://` node is trusted
+    /// only if its certificate chains to that CA (a private CA, as `deploy/tls` makes).
+    ///
+    /// ```no_run
+    /// let pem = std::fs::read("ca.pem").unwrap();
+    /// let node = rowcall_client::node::NodeClient::trusting("https://10.0.0.5:8080", Some(&pem))?;
+    /// # Ok::<(), rowcall_client::node::ClientError>(())
+    /// ```
+    pub fn trusting(base: &str, ca: Option<&[u8]>) -> Result<Self, ClientError> {
         let base = base.trim_end_matches('/').to_owned();
-        let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(|source| ClientError::Transport {
-                url: base.clone(),
-                source,
-            })?;
+        let transport = |source| ClientError::Transport {
+            url: base.clone(),
+            source,
+        };
+        let mut builder = reqwest::Client::builder().timeout(REQUEST_TIMEOUT);
+        if let Some(pem) = ca {
+            let root = reqwest::Certificate::from_pem(pem).map_err(transport)?;
+            builder = builder.tls_certs_only([root]);
+        }
+        let http = builder.build().map_err(transport)?;
         Ok(Self { base, http })
     }
 

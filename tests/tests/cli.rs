@@ -348,3 +348,62 @@ async fn backup_saves_a_whole_private_file_and_says_what_it_holds() {
     assert!(!other.exists());
     node.handle.shutdown().await;
 }
+
+/// A secured node (peers over mutual TLS, HTTPS for clients, one private CA): `--ca` lets
+/// `rowcall backup` reach it over gRPC for its address and over HTTPS for the backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_reaches_a_secured_node_through_its_ca() {
+    let certs = tempfile::tempdir().unwrap();
+    let ca = common::tls::TestCa::new(certs.path(), "secured");
+    let https = rowcall_node::config::HttpsConfig {
+        cert_file: certs.path().join("https-cert.pem"),
+        key_file: certs.path().join("https-key.pem"),
+        reload_secs: 60,
+    };
+    let (cert, key) = ca.issue("rowcall https");
+    std::fs::write(&https.cert_file, cert).unwrap();
+    std::fs::write(&https.key_file, key).unwrap();
+    let peer = ca.node("node-1");
+    let node = common::start_with(true, move |config| {
+        config.node.https = Some(https);
+        config.cluster.tls = Some(peer);
+        config.cluster.secret = Some("a-cluster-secret-of-enough-length-0123".into());
+    })
+    .await;
+    assert!(node.url.starts_with("https://"), "{}", node.url);
+    let ca_file = certs.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.ca_pem()).unwrap();
+    let grpc = node.handle.grpc_addr.to_string();
+    let file = certs.path().join("secured.backup");
+    let ca_path = ca_file.to_str().unwrap().to_owned();
+    let run = |with_ca: bool| {
+        let mut argv = vec!["rowcall", "--nodes", &grpc, "--admin-key", ADMIN];
+        if with_ca {
+            argv.extend(["--ca", &ca_path]);
+        }
+        argv.extend([
+            "--timeout",
+            "5s",
+            "--json",
+            "backup",
+            file.to_str().unwrap(),
+        ]);
+        async move {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = execute(argv, &mut out, &mut err, Style::plain()).await;
+            let said = String::from_utf8_lossy(&out).into_owned() + &String::from_utf8_lossy(&err);
+            (code, said)
+        }
+    };
+    let (code, said) = run(false).await;
+    assert_ne!(code, 0, "no CA, no TLS: {said}");
+    assert!(!file.exists());
+    let (code, said) = run(true).await;
+    assert_eq!(code, 0, "{said}");
+    let saved: Value = serde_json::from_str(&said).unwrap_or_else(|e| panic!("{e}: {said}"));
+    assert_eq!(
+        saved["bytes"].as_u64(),
+        Some(std::fs::metadata(&file).unwrap().len())
+    );
+    node.handle.shutdown().await;
+}
