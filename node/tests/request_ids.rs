@@ -9,7 +9,7 @@ mod support;
 use std::path::Path;
 
 use serde_json::{json, Value};
-use support::{get_json, spawn_logged, wait_ready, Process, ADMIN};
+use support::{get_json, member_args, spawn_logged, wait_ready, Process, ADMIN};
 
 /// Log lines (JSON objects) of one node that name `id` as their request's id.
 fn lines_naming(log: &Path, id: &str) -> Vec<Value> {
@@ -62,19 +62,9 @@ async fn a_forwarded_writes_request_id_is_in_both_logs_in_the_answer_and_in_the_
     let http = reqwest::Client::new();
     let node = |id: u64, join: Option<&str>| -> (Process, std::path::PathBuf) {
         let log = dir.path().join(format!("node-{id}.log"));
-        let id = id.to_string();
-        let mut args = vec![
-            "--id",
-            &id,
-            "--http",
-            "127.0.0.1:0",
-            "--grpc",
-            "127.0.0.1:0",
-        ];
-        args.extend(["--log-format", "json"]);
-        if let Some(join) = join {
-            args.extend(["--join", join]);
-        }
+        let mut args = member_args(id, join);
+        args.extend(["--log-format".to_owned(), "json".to_owned()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let data = dir.path().join(format!("data-{id}"));
         let process = spawn_logged(
             &[],

@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use serde_json::json;
-use support::{get_json, spawn, wait_ready, Process, ADMIN};
+use support::{get_json, member_args, spawn, wait_ready, Process, ADMIN};
 
 /// The caller's trace and span, as its `traceparent` names them.
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -103,19 +103,9 @@ async fn a_forwarded_write_is_one_trace_from_the_caller_through_the_follower_to_
     let dir = tempfile::tempdir().unwrap();
     let http = reqwest::Client::new();
     let node = |id: u64, join: Option<&str>| -> Process {
-        let id = id.to_string();
-        let mut args = vec![
-            "--id",
-            &id,
-            "--http",
-            "127.0.0.1:0",
-            "--grpc",
-            "127.0.0.1:0",
-        ];
-        args.extend(["--otlp-endpoint", &endpoint]);
-        if let Some(join) = join {
-            args.extend(["--join", join]);
-        }
+        let mut args = member_args(id, join);
+        args.extend(["--otlp-endpoint".to_owned(), endpoint.clone()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         spawn(&args, &dir.path().join(format!("data-{id}")), None)
     };
     let mut nodes = vec![node(1, None)];

@@ -340,6 +340,15 @@ fn recorder() -> (
     })
 }
 
+/// Asserts that the attempts recorded were one, on node 1 of `cluster` (any other was
+/// cancelled by the answer, not reported).
+fn only_attempt_on(cluster: &Cluster, attempts: &std::sync::Mutex<Vec<Attempted>>, why: &str) {
+    let attempts = attempts.lock().unwrap().clone();
+    let nodes: Vec<&str> = attempts.iter().map(|a| a.node.as_str()).collect();
+    let live = cluster.member(1).grpc.to_string();
+    assert_eq!(nodes, [live.as_str()], "{why}: {attempts:?}");
+}
+
 /// A one-node cluster holding the row `key`, and a paused node: a listener that accepts
 /// connections and never answers. Returns the cluster, the write's index, the listener (keep
 /// it while the test runs) and its address.
@@ -540,14 +549,7 @@ async fn an_invocation_goes_past_a_node_that_never_answers_to_one_seen_alive() {
     let ran = session.invoke("INVOKED_ALIVE", None).await.unwrap();
     assert!(ran.ok, "{ran:?}");
     assert_eq!(ran.key, "INVOKED_ALIVE");
-    let attempts = attempts.lock().unwrap().clone();
-    let nodes: Vec<&str> = attempts.iter().map(|a| a.node.as_str()).collect();
-    let live = cluster.member(1).grpc.to_string();
-    assert_eq!(
-        nodes,
-        [live.as_str()],
-        "one attempt, on the live node: {attempts:?}"
-    );
+    only_attempt_on(&cluster, &attempts, "one attempt, on the live node");
     // Its receipt is there to confirm.
     let confirmed = session.confirm(&ran.proof.invocation_id).await.unwrap();
     assert_eq!(confirmed.key, "INVOKED_ALIVE");
@@ -623,13 +625,10 @@ async fn a_read_only_rows_invocation_is_hedged_past_a_node_that_froze() {
 
     let ran = session.invoke("HEDGED_RUN", None).await.unwrap();
     assert!(ran.ok && ran.repeatable, "{ran:?}");
-    let attempts = attempts.lock().unwrap().clone();
-    let nodes: Vec<&str> = attempts.iter().map(|a| a.node.as_str()).collect();
-    let live = cluster.member(1).grpc.to_string();
-    assert_eq!(
-        nodes,
-        [live.as_str()],
-        "answered by the hedge; the frozen attempt cancelled: {attempts:?}"
+    only_attempt_on(
+        &cluster,
+        &attempts,
+        "answered by the hedge; the frozen attempt cancelled",
     );
     let confirmed = session.confirm(&ran.proof.invocation_id).await.unwrap();
     assert_eq!(confirmed.key, "HEDGED_RUN");

@@ -36,6 +36,20 @@ impl Process {
     }
 }
 
+/// The arguments of cluster member `id` on loopback ports picked by the system, joining
+/// through `join` when given.
+pub fn member_args(id: u64, join: Option<&str>) -> Vec<String> {
+    let mut args: Vec<String> = ["--id", &id.to_string(), "--http", "127.0.0.1:0"]
+        .into_iter()
+        .chain(["--grpc", "127.0.0.1:0"])
+        .map(str::to_owned)
+        .collect();
+    if let Some(join) = join {
+        args.extend(["--join".to_owned(), join.to_owned()]);
+    }
+    args
+}
+
 /// Starts the binary with `args` and returns once it printed where it serves.
 pub fn spawn(args: &[&str], data: &Path, config: Option<&Path>) -> Process {
     spawn_under(&[], args, data, config)

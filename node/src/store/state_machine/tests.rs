@@ -21,10 +21,27 @@ fn entry(index: u64, request: Request) -> Entry {
 /// A state machine on its own folder (sled in `sled/`, snapshots in `snapshots/`), and the
 /// catalogue it publishes to.
 fn machine(dir: &std::path::Path) -> (StateMachine, SharedCatalogue, Durable) {
-    let storage = Durable::open(&dir.join("sled"), SyncMode::Fdatasync).unwrap();
+    let storage = open_storage(dir);
     let catalogue = SharedCatalogue::default();
     let sm = StateMachine::open(&storage, &dir.join("snapshots"), catalogue.clone()).unwrap();
     (sm, catalogue, storage)
+}
+
+/// The folder's sled database. A machine of the same folder dropped a moment ago may still
+/// hold its lock: sled lets go once its background thread has (seen on a loaded machine).
+fn open_storage(dir: &std::path::Path) -> Durable {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match Durable::open(&dir.join("sled"), SyncMode::Fdatasync) {
+            Err(e)
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            opened => return opened.unwrap(),
+        }
+    }
 }
 
 /// What a snapshot file holds, read whole (small test snapshots only).
@@ -940,15 +957,22 @@ async fn an_install_keeps_stored_receipts_the_snapshot_holds_and_drops_pruned_on
     );
 }
 
-#[tokio::test]
-async fn a_snapshot_sent_by_a_leader_of_the_older_version_installs() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut leader, _, _) = machine(&dir.path().join("leader"));
+/// A machine that sends snapshots in these tests: the row `SENT` at index 1, then
+/// `receipts` receipts.
+async fn sender(dir: &std::path::Path, receipts: u64) -> StateMachine {
+    let (mut leader, _, _) = machine(dir);
     leader
         .apply([entry(1, Request::new(put(1, vec![input("SENT", "")])))])
         .await
         .unwrap();
-    receipts_at(&mut leader, 2, 2).await;
+    receipts_at(&mut leader, 2, receipts).await;
+    leader
+}
+
+#[tokio::test]
+async fn a_snapshot_sent_by_a_leader_of_the_older_version_installs() {
+    let dir = tempfile::tempdir().unwrap();
+    let leader = sender(&dir.path().join("leader"), 2).await;
     // The older version's snapshot data: the whole state as one JSON value.
     let old = serde_json::json!({
         "rows": leader.catalogue.read().all_rows().iter().map(|r| (**r).clone()).collect::<Vec<_>>(),
@@ -981,12 +1005,7 @@ async fn a_snapshot_sent_by_a_leader_of_the_older_version_installs() {
 #[tokio::test]
 async fn a_damaged_snapshot_is_refused_before_anything_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut leader, _, _) = machine(&dir.path().join("leader"));
-    leader
-        .apply([entry(1, Request::new(put(1, vec![input("SENT", "")])))])
-        .await
-        .unwrap();
-    receipts_at(&mut leader, 2, 3).await;
+    let mut leader = sender(&dir.path().join("leader"), 3).await;
     let sent = build(&mut leader).await;
     // Damaged on its way: cut off two thirds in, in the middle of a line.
     let whole = std::fs::read(sent.snapshot.path()).unwrap();
@@ -1010,15 +1029,8 @@ async fn a_damaged_snapshot_is_refused_before_anything_is_replaced() {
         assert_eq!(sm.last_applied.map(|l| l.index), Some(1));
     }
     // Nothing is left to finish at the next start: the machine opens as it was, and takes
-    // the snapshot when it comes whole. (sled lets go of its lock once its threads have.)
-    let storage = loop {
-        match Durable::open(&follower.join("sled"), SyncMode::Fdatasync) {
-            Err(e) if e.to_string().contains("could not acquire lock") => {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-            opened => break opened.unwrap(),
-        }
-    };
+    // the snapshot when it comes whole.
+    let storage = open_storage(&follower);
     let catalogue = SharedCatalogue::default();
     let mut sm = StateMachine::open(&storage, &follower.join("snapshots"), catalogue.clone())
         .expect("opens: no install left half done");
