@@ -10,7 +10,7 @@
 //! ([`forward_context`], [`adopt_forwarded`]). With no endpoint nothing is exported and these
 //! helpers do nothing.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::http::HeaderMap;
@@ -181,23 +181,22 @@ pub fn adopt_caller(span: &tracing::Span, headers: &HeaderMap) {
 
 /// The W3C context of the current span (`traceparent`, `tracestate`), for a write this node
 /// forwards to the leader; empty unless spans are exported.
-pub fn forward_context() -> BTreeMap<String, String> {
-    let mut carrier = std::collections::HashMap::new();
+pub fn forward_context() -> HashMap<String, String> {
+    let mut carrier = HashMap::new();
     if exporting() {
         let context = tracing::Span::current().context();
         TraceContextPropagator::new().inject_context(&context, &mut carrier);
     }
-    carrier.into_iter().collect()
+    carrier
 }
 
 /// Makes the follower's span that forwarded a write (its [`forward_context`]) the parent of
 /// `span` on the leader.
-pub fn adopt_forwarded(span: &tracing::Span, context: &BTreeMap<String, String>) {
+pub fn adopt_forwarded(span: &tracing::Span, context: &HashMap<String, String>) {
     if !exporting() || context.is_empty() {
         return;
     }
-    let carrier: std::collections::HashMap<String, String> = context.clone().into_iter().collect();
-    let _ = span.set_parent(TraceContextPropagator::new().extract(&carrier));
+    let _ = span.set_parent(TraceContextPropagator::new().extract(context));
 }
 
 /// Request headers as a propagator reads them.

@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use crate::app::App;
 use crate::model::time::now_ms;
 use crate::raft::{LogId, NodeId, NodeInfo, StorageError};
-use crate::store::snapshot::format::{FormatError, Reader};
+use crate::store::snapshot::format::{read_through, FormatError};
 use crate::store::state_machine::SnapshotReader;
 use crate::store::{LogStore, StateMachine};
 
@@ -199,8 +199,8 @@ pub async fn restore(
     log: &mut LogStore,
 ) -> Result<Header, BackupError> {
     let (header, body) = read_header(path)?;
-    // Read through once before anything is written: an install that starts is finished at
-    // the next start, so a damaged file must be refused while the folder is still fresh.
+    // The install reads the file through too before it replaces anything; this says what
+    // is wrong in an operator's terms, before anything is received.
     check_snapshot(path, read_header(path)?.1)?;
     let mut received = state_machine
         .begin_receiving_snapshot()
@@ -251,8 +251,7 @@ fn check_snapshot(path: &Path, body: BufReader<std::fs::File>) -> Result<(), Bac
             path.display()
         ))
     };
-    let (_, mut lines) = Reader::new(body).map_err(damaged)?;
-    while lines.next().map_err(damaged)?.is_some() {}
+    read_through(body).map_err(damaged)?;
     Ok(())
 }
 

@@ -15,7 +15,7 @@ pub mod service;
 pub mod tls;
 pub mod validate;
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -142,8 +142,8 @@ pub struct Request {
     /// The W3C trace context (`traceparent`, `tracestate`) of the span that proposed it, so
     /// that the leader's span of a forwarded write continues its trace
     /// ([`crate::telemetry`]); empty unless traces are exported, never in the log.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub trace_context: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "HashMap::is_empty")]
+    pub trace_context: HashMap<String, String>,
 }
 
 impl Request {

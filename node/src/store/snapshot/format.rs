@@ -10,7 +10,8 @@
 //! ```
 //!
 //! The closing line carries the counts, so a file cut short, or one with lines lost, is
-//! refused rather than installed as a smaller state.
+//! refused rather than installed as a smaller state; receipts out of id order are refused
+//! too (an install merges them with the stored ones in that order).
 
 use std::io::{self, BufRead, Write};
 
@@ -147,6 +148,8 @@ pub struct Reader<R: BufRead> {
     buf: String,
     line: u64,
     counts: Counts,
+    /// The id of the last receipt read: the next must sort after it.
+    last_receipt: Option<String>,
     done: bool,
 }
 
@@ -158,6 +161,7 @@ impl<R: BufRead> Reader<R> {
             buf: String::new(),
             line: 0,
             counts: Counts::default(),
+            last_receipt: None,
             done: false,
         };
         match reader.read()? {
@@ -181,7 +185,17 @@ impl<R: BufRead> Reader<R> {
         })?;
         match &line {
             Line::Row(_) => self.counts.rows += 1,
-            Line::Receipt(_) => self.counts.receipts += 1,
+            Line::Receipt(receipt) => {
+                if self
+                    .last_receipt
+                    .as_ref()
+                    .is_some_and(|last| *last >= receipt.id)
+                {
+                    return Err(self.bad(format!("receipt {} is out of id order", receipt.id)));
+                }
+                self.last_receipt = Some(receipt.id.clone());
+                self.counts.receipts += 1;
+            }
             Line::Request(_) => self.counts.requests += 1,
             Line::Header(_) => return Err(self.bad("a second header".into())),
             Line::End(counts) => {
@@ -215,6 +229,14 @@ impl<R: BufRead> Reader<R> {
             reason,
         }
     }
+}
+
+/// Reads a whole snapshot file to its closing line, keeping nothing: whether it is one that
+/// can be installed. Its header.
+pub fn read_through<R: BufRead>(input: R) -> Result<Header, FormatError> {
+    let (header, mut reader) = Reader::new(input)?;
+    while reader.next()?.is_some() {}
+    Ok(header)
 }
 
 #[cfg(test)]
@@ -277,5 +299,9 @@ mod tests {
             read_all(&bytes[..bytes.len() - 10]),
             Err(FormatError::Line { .. })
         ));
+        // Receipts out of id order.
+        let swapped = [lines[0], lines[2], lines[1], lines[3]].join("\n") + "\n";
+        let refused = read_through(swapped.as_bytes()).unwrap_err().to_string();
+        assert!(refused.contains("out of id order"), "{refused}");
     }
 }
