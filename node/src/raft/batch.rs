@@ -15,8 +15,7 @@
 //! once and as it is (no batch entry, no wait). Each caller gets its own write's result.
 //!
 //! Durability is unchanged: a batch is one log entry, appended and synced before it counts
-//! for the quorum, and applied with one state machine sync before any of its writers is
-//! answered. Each write keeps its request id, so a retry is recognised inside a batch too.
+//! for the quorum, and applied before any of its writers is answered. Each write keeps its request id, so a retry is recognised inside a batch too.
 //! Two writes of one row never share a batch (the second waits for the next): a row's
 //! version is the index of the entry that wrote it, and must name one content.
 

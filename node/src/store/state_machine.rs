@@ -5,31 +5,43 @@
 //!
 //! Apply is deterministic (everything an entry needs, times and ids, is inside it) and
 //! cannot be made to panic or fail by what an entry holds: a command that cannot be applied
-//! as asked answers with a result that says so. One batch of entries is applied in four
+//! as asked answers with a result that says so. One batch of entries is applied in three
 //! steps:
 //! 1. every change is staged: sled writes into one `sled::Batch`, catalogue changes into a
 //!    list; later entries of the batch see earlier ones through the staged rows (for
 //!    `if_version`), receipts and request ids;
 //! 2. the batch, with the applied log id and membership, is written as one atomic sled batch;
-//! 3. it is made durable ([`super::durable`]: fdatasync, shared with concurrent writers);
-//! 4. it is published: the catalogue changes and the applied index under one write lock,
+//! 3. it is published: the catalogue changes and the applied index under one write lock,
 //!    then the applied-index watch that read-your-writes waits on.
+//!
+//! Apply does not sync. What it applies is already durable in the log: openraft applies
+//! only committed entries this node's log store has reported flushed, and the log store
+//! reports an append only after [`super::durable`] has made it durable. The applied batch
+//! rides along with the next sync of anything in the database (the next append, vote or
+//! snapshot), so a sync per apply would buy nothing a crash can take away — and it would sit
+//! on every write's path twice (the leader's apply before it answers, and the forwarding
+//! follower's apply before it reads its own write).
 //!
 //! # Recovery argument
 //!
 //! - The applied state on disk is always the state after some whole batch: the sled batch
 //!   is atomic and carries `m/applied`, and sled recovers a prefix of its writes in order.
-//!   At start the state machine reports that log id, and openraft re-applies the entries
-//!   above it from the log, which holds them durably (the log store syncs before it reports
-//!   an append, and purges only behind a snapshot built from synced applied state). An
-//!   entry is thus applied exactly once into the state that survives.
-//! - Nothing becomes visible before it is durable: the catalogue and the applied index are
-//!   published after step 3, and receipts, though read from sled, are shown only up to the
-//!   published index.
+//!   A crash (SIGKILL or power loss) may take back the last batches applied since the last
+//!   sync; at start the state machine reports the log id it kept, and openraft re-applies
+//!   the entries above it from the log (up to the saved commit index, and the rest once a
+//!   leader says they are committed) before the node serves anything. An entry is thus
+//!   applied exactly once into the state that survives, and nothing the node showed before
+//!   the crash is missing after it.
+//! - The log never loses an entry the applied state still needs: it is purged only behind a
+//!   snapshot, and building one syncs (covering every batch applied up to its cut) before
+//!   the snapshot is named current and openraft purges.
+//! - Nothing becomes visible before it is durable in the log (see above), and receipts,
+//!   though read from sled, are shown only up to the published index.
 //! - The index a reader is given is never behind what it was shown: the index is set under
 //!   the same lock as the catalogue changes, and a reader that takes it under its read
 //!   guard, or after reading, gets one at least as new as the rows it saw. So a session that
-//!   passes it as `x-rowcall-min-index` to another node never sees an older version there.
+//!   passes it as `x-rowcall-min-index` to another node never sees an older version there,
+//!   and a restarted node holds a session's read until it has re-applied up to its index.
 //! - A snapshot install ([`install`]) replaces the whole state. It is not one sled batch
 //!   (a snapshot's receipts need not fit in memory), so it is made restartable instead: the
 //!   snapshot file is durable and named current, with a marker, before the state is
@@ -752,7 +764,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.tree
             .apply_batch(batch)
             .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e))?;
-        self.sync(ErrorSubject::StateMachine).await?;
+        // No sync: the entries are durable in the log (see "Apply" above).
         self.last_applied = Some(last);
         if let Some(membership) = membership {
             self.membership = membership;
