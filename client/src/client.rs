@@ -14,7 +14,9 @@
 //!                      answered a probe within it. A row the nodes said changes nothing
 //!                      (risk: read, from its contract or an earlier run) is sent as
 //!                      `repeatable` and hedged like a read: the node refuses that for any
-//!                      other row before it runs, and the client then sends it once
+//!                      other row before it runs, and the client then sends it once;
+//!                      a node that stops answering while such a call is on it (not even a
+//!                      cheap read within `silence_limit`) ends the call as unknown at once
 //!            ◄─ a node-level failure (unreachable, paused, behind, no quorum): next node at
 //!               once; after every node failed, back off (exponential, full jitter) and go round
 //!               again until the call's deadline
@@ -37,6 +39,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use futures_util::future::{Fuse, FusedFuture as _, FutureExt as _};
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt as _;
 use rand::Rng as _;
@@ -123,6 +126,7 @@ struct Options {
     deadline: Duration,
     hedge_after: Option<Duration>,
     write_hedge_after: Option<Duration>,
+    silence_limit: Option<Duration>,
     backoff: Duration,
     backoff_max: Duration,
     observer: Option<Observer>,
@@ -152,6 +156,9 @@ impl Default for Options {
             // A write commits through a quorum and a disk flush: several times a read's
             // time. Still well inside an election, so a paused leader costs no more than one.
             write_hedge_after: Some(Duration::from_millis(500)),
+            // A running node answers a counts read in milliseconds, even while it runs a
+            // slow invocation: one that leaves it unanswered this long is stopped.
+            silence_limit: Some(Duration::from_millis(500)),
             backoff: Duration::from_millis(50),
             backoff_max: Duration::from_secs(1),
             observer: None,
@@ -349,6 +356,24 @@ impl ClientBuilder {
     /// ```
     pub fn write_hedge_after(mut self, delay: Option<Duration>) -> Self {
         self.options.write_hedge_after = delay;
+        self
+    }
+
+    /// How long an invocation that cannot be sent twice may wait on a node that has stopped
+    /// answering (default 500 ms; `None`: until the invocation timeout). Once the call has
+    /// been out this long, the node is asked a cheap read; when that is not answered within
+    /// the same time either, the node is stopped or cut off (a slow runner does not stop
+    /// it answering), and the call ends with [`Error::Unknown`]: the invocation may have
+    /// run, and its receipt is there when the node is back. A paused node thus costs the
+    /// caller about a second, not the whole invocation timeout.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let builder = rowcall_client::Client::builder().silence_limit(Some(Duration::from_secs(2)));
+    /// # let _ = builder;
+    /// ```
+    pub fn silence_limit(mut self, limit: Option<Duration>) -> Self {
+        self.options.silence_limit = limit;
         self
     }
 
@@ -823,6 +848,10 @@ impl Client {
             let mut pending = FuturesUnordered::new();
             // Nodes whose attempt of this round is still out.
             let mut out = Vec::new();
+            // A single-shot call's node, asked whether it still answers anything at all.
+            let silence = options.silence_limit.filter(|_| kind == Kind::Once);
+            let mut probe_at = silence.map(|limit| Instant::now() + limit);
+            let mut probe = pin!(Fuse::terminated());
             let launch = |at: usize, pending: &mut FuturesUnordered<_>| {
                 let Some((authority, channel)) = self.channel(at) else {
                     return;
@@ -889,6 +918,8 @@ impl Client {
                                         launch(at, &mut pending);
                                         out.push(at);
                                         attempts += 1;
+                                        probe_at = silence.map(|limit| Instant::now() + limit);
+                                        probe.set(Fuse::terminated());
                                     }
                                 }
                             }
@@ -900,6 +931,36 @@ impl Client {
                             out.push(at);
                             attempts += 1;
                         }
+                    }
+                    _ = tokio::time::sleep_until(probe_at.unwrap_or_else(Instant::now)),
+                        if probe_at.is_some() && probe.is_terminated() && out.len() == 1 =>
+                    {
+                        if let Some(limit) = silence {
+                            probe.set(self.answers_within(out[0], limit).fuse());
+                        }
+                    }
+                    alive = &mut probe, if !probe.is_terminated() => {
+                        let (Some(limit), &[at]) = (silence, out.as_slice()) else { continue };
+                        if alive {
+                            probe_at = Some(Instant::now() + limit);
+                            continue;
+                        }
+                        self.suspect(at);
+                        let node = self.channel(at).map(|(authority, _)| authority).unwrap_or_default();
+                        return Err(Error::Unknown {
+                            node,
+                            last: Box::new(Rejection {
+                                status: Code::Unavailable,
+                                code: "node_silent".into(),
+                                message: format!(
+                                    "the node stopped answering while the call was on it (nothing within {} ms); it may have run",
+                                    limit.as_millis()
+                                ),
+                                hint: "look for its receipt once the node is back".into(),
+                                request_id: None,
+                                violations: Vec::new(),
+                            }),
+                        });
                     }
                 }
             }

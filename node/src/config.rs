@@ -497,8 +497,8 @@ impl Default for RaftConfig {
     fn default() -> Self {
         Self {
             heartbeat_ms: 120,
-            election_timeout_min_ms: 400,
-            election_timeout_max_ms: 800,
+            election_timeout_min_ms: 300,
+            election_timeout_max_ms: 600,
             snapshot_every: 5_000,
             keep_after_snapshot: 1_000,
             snapshot_chunk_bytes: 1024 * 1024,
@@ -781,29 +781,37 @@ impl Config {
         if let Some(flag) = get("ROWCALL_RATE_LIMIT") {
             self.limits.rate.enabled = parse_switch("ROWCALL_RATE_LIMIT", &flag)?;
         }
-        if let Some(every) = get("ROWCALL_SNAPSHOT_EVERY") {
-            self.raft.snapshot_every = every.parse().map_err(|_| ConfigError::Env {
-                name: "ROWCALL_SNAPSHOT_EVERY",
-                reason: format!("{every:?} is not a whole number"),
-            })?;
-        }
-        if let Some(chunk) = get("ROWCALL_SNAPSHOT_CHUNK_BYTES") {
-            self.raft.snapshot_chunk_bytes = chunk.parse().map_err(|_| ConfigError::Env {
-                name: "ROWCALL_SNAPSHOT_CHUNK_BYTES",
-                reason: format!("{chunk:?} is not a whole number"),
-            })?;
-        }
-        if let Some(keep) = get("ROWCALL_KEEP_AFTER_SNAPSHOT") {
-            self.raft.keep_after_snapshot = keep.parse().map_err(|_| ConfigError::Env {
-                name: "ROWCALL_KEEP_AFTER_SNAPSHOT",
-                reason: format!("{keep:?} is not a whole number"),
-            })?;
-        }
-        if let Some(ms) = get("ROWCALL_HANDOVER_TIMEOUT_MS") {
-            self.raft.handover_timeout_ms = ms.parse().map_err(|_| ConfigError::Env {
-                name: "ROWCALL_HANDOVER_TIMEOUT_MS",
-                reason: format!("{ms:?} is not a whole number of milliseconds"),
-            })?;
+        let numbers: [(&'static str, &mut u64); 7] = [
+            ("ROWCALL_SNAPSHOT_EVERY", &mut self.raft.snapshot_every),
+            (
+                "ROWCALL_SNAPSHOT_CHUNK_BYTES",
+                &mut self.raft.snapshot_chunk_bytes,
+            ),
+            (
+                "ROWCALL_KEEP_AFTER_SNAPSHOT",
+                &mut self.raft.keep_after_snapshot,
+            ),
+            (
+                "ROWCALL_HANDOVER_TIMEOUT_MS",
+                &mut self.raft.handover_timeout_ms,
+            ),
+            ("ROWCALL_HEARTBEAT_MS", &mut self.raft.heartbeat_ms),
+            (
+                "ROWCALL_ELECTION_TIMEOUT_MIN_MS",
+                &mut self.raft.election_timeout_min_ms,
+            ),
+            (
+                "ROWCALL_ELECTION_TIMEOUT_MAX_MS",
+                &mut self.raft.election_timeout_max_ms,
+            ),
+        ];
+        for (name, field) in numbers {
+            if let Some(value) = get(name) {
+                *field = value.trim().parse().map_err(|_| ConfigError::Env {
+                    name,
+                    reason: format!("{value:?} is not a whole number"),
+                })?;
+            }
         }
         Ok(())
     }

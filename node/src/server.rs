@@ -398,6 +398,11 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         )));
     }
 
+    let split_votes = app.network.split_votes().clone();
+    let (raft, stop) = (app.raft.clone(), shutdown.subscribe());
+    tasks.push(tokio::spawn(
+        async move { split_votes.run(raft, stop).await },
+    ));
     tasks.push(tokio::spawn(crate::cluster::handover::watch_leadership(
         app.clone(),
         shutdown.subscribe(),

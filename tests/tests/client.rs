@@ -17,7 +17,7 @@ use common::cluster::{eventually, Cluster};
 use common::ADMIN;
 use futures_util::StreamExt as _;
 use rowcall_client::proto::watch_event::Event;
-use rowcall_client::{row_input, Attempted, Client};
+use rowcall_client::{row_input, Attempted, Client, Error};
 use serde_json::{json, Value};
 
 fn row(key: &str, what: &str) -> Value {
@@ -633,6 +633,43 @@ async fn a_read_only_rows_invocation_is_hedged_past_a_node_that_froze() {
     let confirmed = session.confirm(&ran.proof.invocation_id).await.unwrap();
     assert_eq!(confirmed.key, "HEDGED_RUN");
     // Thawed, so the node's shutdown need not wait out the held connection.
+    frozen.store(false, Ordering::SeqCst);
+    drop(session);
+    cluster.shutdown().await;
+}
+
+/// An invocation that cannot be sent twice waits on its node only while the node answers
+/// something: one that froze with the call on it (here a forwarder that stops passing
+/// bytes, as a paused process does) fails a cheap read too, and the call ends as unknown
+/// after about a second instead of the invocation timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_invocation_on_a_node_that_froze_ends_as_unknown_without_waiting_out_its_timeout() {
+    let cluster = Cluster::start(1, 0).await;
+    let mut risky = row("FROZEN_RUN", "Changes something wherever it runs");
+    risky["risk"] = json!("write");
+    let written = client(&cluster, &[1])
+        .put(row_input(risky).unwrap())
+        .await
+        .unwrap();
+    let (frozen_at, frozen) = freezable(cluster.member(1).grpc);
+    let session = Client::builder()
+        .nodes([format!("http://{frozen_at}")])
+        .credential(ADMIN)
+        .invoke_timeout(Duration::from_secs(120))
+        .deadline(Duration::from_secs(120))
+        .hedge_after(Some(Duration::from_secs(1)))
+        .session_index(written.index)
+        .build()
+        .unwrap();
+    let contract = session.contract("FROZEN_RUN").await.unwrap();
+    assert_eq!(contract["risk"], "write", "{contract}");
+    frozen.store(true, Ordering::SeqCst);
+
+    let error = session.invoke("FROZEN_RUN", None).await.unwrap_err();
+    let Error::Unknown { last, .. } = &error else {
+        panic!("expected an unknown outcome, got {error:?}");
+    };
+    assert_eq!(last.code, "node_silent", "{error}");
     frozen.store(false, Ordering::SeqCst);
     drop(session);
     cluster.shutdown().await;

@@ -19,9 +19,6 @@
 //! Writes fail fast only after twice that ([`Liveness::cut_off_after`]): a write that is
 //! tried needlessly is still safe (Raft decides), while one refused needlessly is lost
 //! availability, and a loaded machine can stall a heartbeat for a good part of a lease.
-//! Writes fail fast only after twice that ([`Liveness::cut_off_after`]): a write that is
-//! tried needlessly is still safe (Raft decides), while one refused needlessly is lost
-//! availability, and a loaded machine can stall a heartbeat for a good part of a lease.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -12,6 +12,7 @@ pub mod identity;
 pub mod liveness;
 pub mod network;
 pub mod service;
+pub mod split_vote;
 pub mod tls;
 pub mod validate;
 
