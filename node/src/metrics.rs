@@ -48,8 +48,8 @@ pub const STORE_SYNCS_TOTAL: &str = "rowcall_store_syncs_total";
 pub const STORE_SYNC_SECONDS: &str = "rowcall_store_sync_duration_seconds";
 /// Writes answered with the outcome of their first attempt (a repeated request id).
 pub const WRITES_REPLAYED_TOTAL: &str = "rowcall_raft_writes_replayed_total";
-/// Elections this node stood for at once after a split vote (see `raft::split_vote`).
-pub const SPLIT_VOTE_CAMPAIGNS_TOTAL: &str = "rowcall_raft_split_vote_campaigns_total";
+/// Elections this node stood for before its timer, by reason (see `raft::early_election`).
+pub const EARLY_CAMPAIGNS_TOTAL: &str = "rowcall_raft_early_campaigns_total";
 /// Requests refused by a rate limit, by quota (`ask`, `invoke`, `write`).
 pub const RATE_LIMITED_TOTAL: &str = "rowcall_http_rate_limited_total";
 /// Requests refused because the node was at a concurrency limit, by what.
@@ -156,8 +156,8 @@ fn describe() {
         "Writes answered with the outcome of their first attempt (repeated request id)."
     );
     describe_counter!(
-        SPLIT_VOTE_CAMPAIGNS_TOTAL,
-        "Elections stood for at once after a split vote with a shorter-logged candidate."
+        EARLY_CAMPAIGNS_TOTAL,
+        "Elections stood for before the election timer, by reason (split_vote, shorter_log_candidate)."
     );
     describe_counter!(
         PEER_REFUSALS_TOTAL,

@@ -398,11 +398,14 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         )));
     }
 
-    let split_votes = app.network.split_votes().clone();
-    let (raft, stop) = (app.raft.clone(), shutdown.subscribe());
-    tasks.push(tokio::spawn(
-        async move { split_votes.run(raft, stop).await },
-    ));
+    let early = app.network.early_elections().clone();
+    let (raft, watched, stop) = (app.raft.clone(), app.clone(), shutdown.subscribe());
+    let settle = Duration::from_millis(config.raft.heartbeat_ms);
+    tasks.push(tokio::spawn(async move {
+        early
+            .run(raft, settle, move || watched.is_stale(), stop)
+            .await
+    }));
     tasks.push(tokio::spawn(crate::cluster::handover::watch_leadership(
         app.clone(),
         shutdown.subscribe(),

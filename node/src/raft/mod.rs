@@ -7,12 +7,12 @@
 pub mod auth;
 pub mod batch;
 pub mod calls;
+pub mod early_election;
 pub mod faults;
 pub mod identity;
 pub mod liveness;
 pub mod network;
 pub mod service;
-pub mod split_vote;
 pub mod tls;
 pub mod validate;
 

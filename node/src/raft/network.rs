@@ -31,10 +31,10 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::auth::ClusterSecret;
 use super::calls::{Forwarded, Hello, JoinRequest, MembershipError, WriteError};
+use super::early_election::EarlyElections;
 use super::faults::{Faults, Verdict};
 use super::identity::LocalIdentity;
 use super::liveness::Liveness;
-use super::split_vote::SplitVotes;
 use super::tls::{host_of, PeerTls};
 use super::{NodeId, NodeInfo, Request, TypeConfig};
 
@@ -140,8 +140,8 @@ pub struct Network {
     tls_generation: Arc<Mutex<u64>>,
     /// The cluster secret sent with every message, if configured.
     secret: Option<Arc<ClusterSecret>>,
-    /// Split votes seen in answers to this node's vote requests.
-    split_votes: SplitVotes,
+    /// What calls for an early candidacy, seen in answers to this node's vote requests.
+    early_elections: EarlyElections,
 }
 
 impl Network {
@@ -163,13 +163,13 @@ impl Network {
             tls: None,
             tls_generation: Arc::default(),
             secret: None,
-            split_votes: SplitVotes::default(),
+            early_elections: EarlyElections::default(),
         }
     }
 
-    /// The split votes this node's candidacies ran into (see [`super::split_vote`]).
-    pub fn split_votes(&self) -> &SplitVotes {
-        &self.split_votes
+    /// What calls for an early candidacy (see [`super::early_election`]).
+    pub fn early_elections(&self) -> &EarlyElections {
+        &self.early_elections
     }
 
     /// Authenticates to peers with `tls` (a client certificate) and `secret`.
@@ -603,8 +603,8 @@ impl RaftNetwork<TypeConfig> for Peer {
         let sent = Instant::now();
         let response: VoteResponse<NodeId> = self.raft_call(Method::Vote, &rpc, &option).await?;
         self.network
-            .split_votes
-            .observe(self.target, &rpc, &response);
+            .early_elections
+            .answered(self.target, &rpc, &response);
         // A granted vote backs the new leader from its first moment, before any append.
         if response.vote_granted {
             self.network.liveness.acknowledged(self.target, sent);

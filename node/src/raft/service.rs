@@ -16,7 +16,9 @@ use serde::Serialize;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest,
+};
 
 use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
 use super::identity::protocols_talk;
@@ -262,8 +264,11 @@ impl RaftGrpc {
 #[tonic::async_trait]
 impl RaftService for RaftGrpc {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let vote = self.open(request, Admission::Raft)?;
-        let result = self.app.raft.vote(vote).await;
+        let vote: VoteRequest<NodeId> = self.open(request, Admission::Raft)?;
+        let result = self.app.raft.vote(vote.clone()).await;
+        if let Ok(answer) = &result {
+            self.app.network.early_elections().refused(&vote, answer);
+        }
         self.encode(&result)
     }
 
