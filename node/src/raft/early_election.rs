@@ -60,16 +60,19 @@ impl Reason {
 }
 
 /// Where the transport and the vote service report what calls for an early candidacy: the
-/// term it concerns and why. Cheap to clone.
+/// term it concerns, per reason (a voter's refusal in term N is often followed by a split in
+/// term N, which must still count). Cheap to clone.
 #[derive(Clone)]
 pub struct EarlyElections {
-    seen: Arc<watch::Sender<Option<(u64, Reason)>>>,
+    split_vote: Arc<watch::Sender<u64>>,
+    shorter_log_candidate: Arc<watch::Sender<u64>>,
 }
 
 impl Default for EarlyElections {
     fn default() -> Self {
         Self {
-            seen: Arc::new(watch::channel(None).0),
+            split_vote: Arc::new(watch::channel(0).0),
+            shorter_log_candidate: Arc::new(watch::channel(0).0),
         }
     }
 }
@@ -83,25 +86,15 @@ impl EarlyElections {
         response: &VoteResponse<NodeId>,
     ) {
         if is_split_we_cannot_lose(peer, request, response) {
-            self.note(request.vote.leader_id().term, Reason::SplitVote);
+            note(&self.split_vote, request.vote.leader_id().term);
         }
     }
 
     /// Looks at this node's answer to a candidate's vote `request` (this node votes).
     pub fn refused(&self, request: &VoteRequest<NodeId>, response: &VoteResponse<NodeId>) {
         if is_refused_for_a_shorter_log(request, response) {
-            self.note(request.vote.leader_id().term, Reason::ShorterLogCandidate);
+            note(&self.shorter_log_candidate, request.vote.leader_id().term);
         }
-    }
-
-    fn note(&self, term: u64, reason: Reason) {
-        self.seen.send_if_modified(|seen| {
-            let newer = seen.is_none_or(|(noted, _)| noted < term);
-            if newer {
-                *seen = Some((term, reason));
-            }
-            newer
-        });
     }
 
     /// Stands for election after each report, once `settle` (the heartbeat interval) and a
@@ -115,18 +108,19 @@ impl EarlyElections {
         leader_lost: impl Fn() -> bool,
         mut stop: watch::Receiver<bool>,
     ) {
-        let mut seen = self.seen.subscribe();
+        let mut split_vote = self.split_vote.subscribe();
+        let mut shorter_log_candidate = self.shorter_log_candidate.subscribe();
         loop {
-            tokio::select! {
-                changed = seen.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                }
+            let (term, reason) = tokio::select! {
+                changed = split_vote.changed() => match changed {
+                    Ok(()) => (*split_vote.borrow_and_update(), Reason::SplitVote),
+                    Err(_) => return,
+                },
+                changed = shorter_log_candidate.changed() => match changed {
+                    Ok(()) => (*shorter_log_candidate.borrow_and_update(), Reason::ShorterLogCandidate),
+                    Err(_) => return,
+                },
                 _ = stop.wait_for(|s| *s) => return,
-            }
-            let Some((term, reason)) = *seen.borrow_and_update() else {
-                continue;
             };
             let jitter = settle.mul_f64(rand::rng().random_range(0.0..0.5));
             tokio::time::sleep(settle + jitter).await;
@@ -151,6 +145,15 @@ impl EarlyElections {
             }
         }
     }
+}
+
+/// Records `term` in `seen` when it is newer than the last one recorded there.
+fn note(seen: &watch::Sender<u64>, term: u64) {
+    seen.send_if_modified(|last| {
+        let newer = *last < term;
+        *last = term.max(*last);
+        newer
+    });
 }
 
 /// Whether `peer` refused `request` because it voted for itself in the same term, holding
@@ -256,19 +259,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn each_term_is_reported_once_and_never_an_older_one() {
+    async fn each_term_is_reported_once_per_reason_and_never_an_older_one() {
         let early = EarlyElections::default();
-        let mut seen = early.seen.subscribe();
-        early.answered(3, &request(4, 2, 10), &answer(4, 3, false, 9));
-        assert!(seen.has_changed().unwrap());
-        assert_eq!(*seen.borrow_and_update(), Some((4, Reason::SplitVote)));
-        early.answered(3, &request(4, 2, 10), &answer(4, 3, false, 9));
+        let mut split = early.split_vote.subscribe();
+        let mut refused = early.shorter_log_candidate.subscribe();
+        // This node refused a shorter-logged candidate of term 4, stood in term 4 itself,
+        // and lost that term to the candidate's vote for itself: both count.
+        early.refused(&request(4, 2, 9), &answer(3, 1, false, 10));
+        early.answered(2, &request(4, 1, 10), &answer(4, 2, false, 9));
+        assert_eq!(*refused.borrow_and_update(), 4);
+        assert_eq!(*split.borrow_and_update(), 4);
+        // The same term again, or an older one, is not news.
+        early.answered(2, &request(4, 1, 10), &answer(4, 2, false, 9));
         early.refused(&request(3, 2, 9), &answer(2, 1, false, 10));
-        assert!(!seen.has_changed().unwrap());
+        assert!(!split.has_changed().unwrap());
+        assert!(!refused.has_changed().unwrap());
         early.refused(&request(5, 2, 9), &answer(4, 1, false, 10));
-        assert_eq!(
-            *seen.borrow_and_update(),
-            Some((5, Reason::ShorterLogCandidate))
-        );
+        assert!(refused.has_changed().unwrap());
+        assert_eq!(*refused.borrow_and_update(), 5);
     }
 }
