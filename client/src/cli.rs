@@ -380,12 +380,11 @@ async fn run(cli: Cli, out: &mut Out<'_>) -> anyhow::Result<u8> {
     if let Some(key) = &cli.admin_key {
         builder = builder.credential(key);
     }
-    let ca = match &cli.ca {
-        Some(path) => {
-            Some(std::fs::read(path).with_context(|| format!("reading --ca {}", path.display()))?)
-        }
-        None => None,
-    };
+    let ca = cli
+        .ca
+        .as_ref()
+        .map(|path| std::fs::read(path).with_context(|| format!("reading --ca {}", path.display())))
+        .transpose()?;
     if let Some(pem) = &ca {
         builder = builder.tls_ca(pem.clone());
     }
@@ -709,7 +708,6 @@ async fn cluster(
     Ok(())
 }
 
-/// The HTTP address of the node that answers, as the cluster lists it.
 /// The answering node's HTTP address as the cluster lists it: `https://` when the nodes are
 /// reached with a CA (a secured cluster serves HTTPS too), else `http://`.
 async fn http_address(client: &Client, tls: bool) -> anyhow::Result<String> {
