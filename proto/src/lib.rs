@@ -9,6 +9,7 @@
 //! - [`json`] converts the JSON-carrying fields (`google.protobuf.Struct` / `Value`).
 
 pub mod json;
+pub mod tlog;
 
 /// The well-known types the public API uses (`Struct`, `Value`), re-exported so users need
 /// no version of their own.
