@@ -86,6 +86,9 @@ pub struct ReceiptsConfig {
     pub prune_every_secs: u64,
     /// Receipts dropped by one log entry at most (a run writes as many entries as needed).
     pub prune_batch: u32,
+    /// Milliseconds between two checkpoints of the receipt log the leader starts while it
+    /// grows (0: only when asked, by POST /api/receipts/checkpoint).
+    pub checkpoint_every_ms: u64,
 }
 
 impl Default for ReceiptsConfig {
@@ -95,6 +98,7 @@ impl Default for ReceiptsConfig {
             keep_per_key: 0,
             prune_every_secs: 600,
             prune_batch: 5_000,
+            checkpoint_every_ms: 1_000,
         }
     }
 }

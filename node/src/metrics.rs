@@ -60,6 +60,12 @@ pub const CONNECTIONS_REFUSED_TOTAL: &str = "rowcall_http_connections_refused_to
 pub const CONNECTIONS_OPEN: &str = "rowcall_http_connections_open";
 /// Receipts dropped by the retention policy.
 pub const RECEIPTS_PRUNED_TOTAL: &str = "rowcall_receipts_pruned_total";
+/// Checkpoint signatures of the receipt log this node proposed.
+pub const CHECKPOINT_SIGNATURES_TOTAL: &str = "rowcall_checkpoint_signatures_total";
+/// Leaves in the receipt log's tree on this node.
+pub const RECEIPT_LOG_LEAVES: &str = "rowcall_receipt_log_leaves";
+/// Leaves covered by the latest co-signed checkpoint on this node.
+pub const CHECKPOINT_LEAVES: &str = "rowcall_checkpoint_leaves";
 /// Peer messages this node refused, by reason (another cluster, a replaced incarnation, ...).
 pub const PEER_REFUSALS_TOTAL: &str = "rowcall_raft_peer_refusals_total";
 /// New leaders this node has seen (the first one included), as etcd's
@@ -147,6 +153,18 @@ fn describe() {
         "HTTP connections closed at accept: max_connections were open."
     );
     describe_gauge!(CONNECTIONS_OPEN, "Open HTTP connections.");
+    describe_counter!(
+        CHECKPOINT_SIGNATURES_TOTAL,
+        "Checkpoint signatures of the receipt log this node proposed."
+    );
+    describe_gauge!(
+        RECEIPT_LOG_LEAVES,
+        "Leaves in the receipt log's Merkle tree (receipts ever committed)."
+    );
+    describe_gauge!(
+        CHECKPOINT_LEAVES,
+        "Leaves covered by the latest checkpoint a majority of voters co-signed."
+    );
     describe_counter!(
         RECEIPTS_PRUNED_TOTAL,
         "Receipts dropped by the retention policy."

@@ -272,6 +272,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
             .advertise_http
             .clone()
             .unwrap_or_else(|| http_addr.to_string()),
+        signing_key: identity.signing_public(),
         // Filled in when the node founds or joins.
         ..NodeInfo::default()
     };
@@ -410,6 +411,11 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         app.clone(),
         shutdown.subscribe(),
     )));
+    let stop = shutdown.subscribe();
+    let cosigner = app.clone();
+    tasks.push(tokio::spawn(async move {
+        crate::cluster::cosign::run(&cosigner, stop).await;
+    }));
     let stop = shutdown.subscribe();
     let pruner = app.clone();
     tasks.push(tokio::spawn(async move {

@@ -8,6 +8,7 @@
 //! removed, so a node that lost its disk never comes back with a vote it no longer backs.
 
 pub mod backup;
+pub mod cosign;
 pub mod enter;
 pub mod handover;
 
@@ -118,6 +119,7 @@ impl App {
             member,
             leader,
             founding: self.identity.founding(),
+            signing_key: self.identity.signing_public(),
         }
     }
 
@@ -263,6 +265,7 @@ impl App {
                 http_addr: http_addr.to_owned(),
                 cluster_id: ours,
                 incarnation: hello.incarnation,
+                signing_key: hello.signing_key,
             },
             learner,
         })

@@ -5,3 +5,4 @@
 pub mod receipt;
 pub mod share;
 pub mod time;
+pub mod transparency;

@@ -124,6 +124,10 @@ pub struct Confirmation {
     /// now, everywhere once the cluster heals); absent once committed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Its leaf and inclusion proof against the latest checkpoint a majority of voters
+    /// co-signed; absent until one covers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<super::transparency::InclusionProof>,
 }
 
 impl From<&Receipt> for Confirmation {
@@ -138,6 +142,7 @@ impl From<&Receipt> for Confirmation {
             output_sha256: r.output_sha256.clone(),
             index: Some(r.index),
             status: None,
+            proof: None,
         }
     }
 }

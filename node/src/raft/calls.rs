@@ -73,6 +73,9 @@ pub struct Hello {
     pub leader: Option<NodeId>,
     /// Whether it is waiting to found a cluster (started with `--bootstrap` and peers).
     pub founding: bool,
+    /// Its checkpoint-signing public key, base64.
+    #[serde(default)]
+    pub signing_key: String,
 }
 
 /// A node asking to become a member.

@@ -20,6 +20,9 @@ use super::NodeId;
 
 /// The file that holds a data folder's identity.
 pub const IDENTITY_FILE: &str = "identity.json";
+/// The file that holds the seed of the folder's Ed25519 key, which signs checkpoints of the
+/// receipt log (hex, readable by the node's user only).
+pub const SIGNING_KEY_FILE: &str = "signing.key";
 
 /// The data format this build reads and writes: the layout of the sled trees, the snapshot
 /// files and this identity. Bumped with any change an older build would misread. A node
@@ -136,6 +139,8 @@ pub struct LocalIdentity {
     founding: AtomicBool,
     /// The peer protocol this node speaks ([`PEER_PROTOCOL`] but in test builds).
     protocol: u32,
+    /// The seed of the folder's checkpoint-signing key.
+    signing_seed: [u8; 32],
 }
 
 impl LocalIdentity {
@@ -196,12 +201,33 @@ impl LocalIdentity {
             }
             Err(source) => return Err(IdentityError::Io { path, source }),
         };
+        let signing_seed = signing_seed(&data.join(SIGNING_KEY_FILE))?;
         Ok(Self {
             path,
             current: RwLock::new(identity),
             founding: AtomicBool::new(false),
             protocol: PEER_PROTOCOL,
+            signing_seed,
         })
+    }
+
+    /// The key this node signs receipt-log checkpoints with, named for its cluster; `None`
+    /// before it founded or joined one.
+    pub fn signing_key(&self) -> Option<rowcall_proto::tlog::SigningKey> {
+        let identity = self.get();
+        let name = crate::store::state_machine::transparency::key_name(
+            identity.cluster_id.as_deref()?,
+            identity.node_id,
+        );
+        rowcall_proto::tlog::SigningKey::from_seed(&name, &self.signing_seed).ok()
+    }
+
+    /// The public half of the signing key, base64, as the membership records it.
+    pub fn signing_public(&self) -> String {
+        use base64::Engine as _;
+        let key = rowcall_proto::tlog::SigningKey::from_seed("key", &self.signing_seed);
+        key.map(|k| base64::engine::general_purpose::STANDARD.encode(k.public()))
+            .unwrap_or_default()
     }
 
     /// This identity, speaking peer protocol `protocol` (a test build's bumped version).
@@ -295,18 +321,45 @@ impl LocalIdentity {
     }
 }
 
+/// The signing key's seed stored at `path`, made (at random, durably) when there is none.
+fn signing_seed(path: &Path) -> Result<[u8; 32], IdentityError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => hex::decode(text.trim())
+            .ok()
+            .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+            .ok_or_else(|| IdentityError::Corrupt {
+                path: path.to_owned(),
+                reason: "not 64 hex characters".into(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let seed: [u8; 32] = rand::rng().random();
+            write_bytes_synced(path, hex::encode(seed).as_bytes())?;
+            Ok(seed)
+        }
+        Err(source) => Err(IdentityError::Io {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
 /// Writes `identity` to `path` so that a crash leaves either the old file or the new one:
 /// a synced temporary file renamed over it, then the folder synced.
 fn write_synced(path: &Path, identity: &Identity) -> Result<(), IdentityError> {
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| IdentityError::Io { path, source }
-    };
-    let tmp = path.with_extension("json.tmp");
     let bytes = serde_json::to_vec_pretty(identity).map_err(|e| IdentityError::Corrupt {
         path: path.to_owned(),
         reason: e.to_string(),
     })?;
+    write_bytes_synced(path, &bytes)
+}
+
+/// Writes `bytes` to `path` (mode 0600) through a synced temporary file and a synced folder.
+fn write_bytes_synced(path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| IdentityError::Io { path, source }
+    };
+    let tmp = path.with_extension("tmp");
     let mut options = OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -315,7 +368,7 @@ fn write_synced(path: &Path, identity: &Identity) -> Result<(), IdentityError> {
         options.mode(0o600);
     }
     let mut file = options.open(&tmp).map_err(io(&tmp))?;
-    file.write_all(&bytes).map_err(io(&tmp))?;
+    file.write_all(bytes).map_err(io(&tmp))?;
     file.sync_all().map_err(io(&tmp))?;
     std::fs::rename(&tmp, path).map_err(io(path))?;
     if let Some(folder) = path.parent() {

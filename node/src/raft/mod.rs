@@ -44,6 +44,10 @@ pub struct NodeInfo {
     /// another folder refuses them.
     #[serde(default)]
     pub incarnation: String,
+    /// The Ed25519 public key (base64) it signs receipt-log checkpoints with, made with its
+    /// data folder.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub signing_key: String,
 }
 
 impl fmt::Display for NodeInfo {
@@ -229,6 +233,19 @@ pub enum Command {
         /// Receipts dropped by this entry at most.
         limit: u32,
     },
+    /// Node `node`'s signature of the receipt log's checkpoint at `size` leaves with `root`
+    /// (base64): counted toward a co-signed checkpoint once apply has checked it against the
+    /// node's key in the membership and against the tree ([`crate::store::state_machine::transparency`]).
+    Cosign {
+        /// The signer (a node forwards only its own signatures).
+        node: NodeId,
+        /// The tree size signed.
+        size: u64,
+        /// The root signed, base64.
+        root: String,
+        /// The Ed25519 signature of the checkpoint's text, base64.
+        signature: String,
+    },
     /// Directory writes of several clients in one entry, applied in order as if each had
     /// its own entry at this index (each under its own request id), so concurrent writes
     /// share one log append, one replication round and one sync ([`batch`]). Only a
@@ -255,6 +272,7 @@ impl Command {
             Self::RevokeShare { .. } => "revoke_share",
             Self::RotateShareSecret { .. } => "rotate_share_secret",
             Self::PruneReceipts { .. } => "prune_receipts",
+            Self::Cosign { .. } => "cosign",
             Self::Batch { .. } => "batch",
         }
     }
@@ -272,6 +290,7 @@ impl Command {
             | Self::SetShareSecret { .. }
             | Self::RotateShareSecret { .. }
             | Self::PruneReceipts { .. }
+            | Self::Cosign { .. }
             | Self::Batch { .. } => {}
         }
         // Serialising plain data into memory cannot fail; an empty digest would only make
@@ -293,6 +312,7 @@ impl fmt::Display for Command {
                 write!(f, "rotate_share_secret(keep_previous={keep_previous})")
             }
             Self::PruneReceipts { .. } => write!(f, "prune_receipts"),
+            Self::Cosign { node, size, .. } => write!(f, "cosign(node {node}, size {size})"),
             Self::Batch { requests } => write!(f, "batch({})", requests.len()),
         }
     }
@@ -371,6 +391,19 @@ pub enum CommandResult {
         request_id: RequestId,
         /// The index of the request that used it first.
         index: u64,
+    },
+    /// A checkpoint signature was counted.
+    Cosigned {
+        /// The tree size signed.
+        size: u64,
+        /// Whether that size has (now) a majority of the voters' signatures.
+        checkpoint: bool,
+    },
+    /// A checkpoint signature was refused: not a member's, not verifying, or over a root
+    /// this log does not have.
+    CosignRefused {
+        /// Why.
+        reason: String,
     },
     /// The results of a [`Command::Batch`], one per write, in its order.
     Batch {

@@ -69,6 +69,14 @@ pub enum Refusal {
     /// A batch: only the leader groups writes, never a peer that forwards them.
     #[error("a batch of writes cannot be forwarded")]
     Batch,
+    /// A checkpoint signature forwarded by another node than its signer.
+    #[error("a checkpoint signature of node {node} forwarded by node {sender}")]
+    Signer {
+        /// The signer it names.
+        node: NodeId,
+        /// The node that forwarded it.
+        sender: NodeId,
+    },
     /// A request id a client could not have sent.
     #[error("request id: {reason}")]
     RequestId {
@@ -184,6 +192,12 @@ pub fn check_forwarded(request: &Request, sender: NodeId, now_ms: u64) -> Result
         }
         Command::PruneReceipts { .. } => Ok(()),
         Command::Batch { .. } => Err(Refusal::Batch),
+        // A node forwards only its own signatures (apply checks them against its key).
+        Command::Cosign { node, .. } if *node != sender => Err(Refusal::Signer {
+            node: *node,
+            sender,
+        }),
+        Command::Cosign { .. } => Ok(()),
         Command::RevokeShare { id, at_ms } => {
             if !valid_token_id(id) {
                 return Err(Refusal::TokenId { id: id.clone() });

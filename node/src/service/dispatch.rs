@@ -630,7 +630,10 @@ pub async fn confirm(
     }
     Ok(
         match run::find_receipt(app, id).map_err(ServiceError::internal)? {
-            Some((receipt, ProofStatus::Committed)) => Some(Confirmation::from(&receipt)),
+            Some((receipt, ProofStatus::Committed)) => Some(Confirmation {
+                proof: inclusion(app, &receipt.id).await,
+                ..Confirmation::from(&receipt)
+            }),
             // Ran here while the cluster had no quorum: durable in this node's outbox.
             Some((receipt, ProofStatus::Pending)) => Some(Confirmation {
                 index: None,
@@ -640,6 +643,19 @@ pub async fn confirm(
             None => None,
         },
     )
+}
+
+/// The receipt's inclusion proof against the latest co-signed checkpoint, when one covers
+/// it (a confirmation answers without it otherwise: the receipt is committed all the same).
+async fn inclusion(app: &App, id: &str) -> Option<super::transparency::InclusionProof> {
+    match super::transparency::prove(app, &Freshness::default(), id, None).await {
+        Ok(proof) => Some(proof),
+        Err(ServiceError::NotCheckpointed(_) | ServiceError::NotFound(_)) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, id, "no inclusion proof for a confirmation");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

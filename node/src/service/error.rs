@@ -214,6 +214,15 @@ pub enum ServiceError {
         /// The limit.
         ms: u64,
     },
+    /// A receipt, or a tree size, that no co-signed checkpoint covers yet.
+    #[error("{0}")]
+    NotCheckpointed(String),
+    /// A checkpoint was asked for, and a majority of voters did not sign one in time.
+    #[error("no checkpoint was co-signed within {secs} s")]
+    CheckpointTimeout {
+        /// How long it waited.
+        secs: u64,
+    },
     /// Something failed inside the node; details go to the log only.
     #[error("internal error")]
     Internal(String),
@@ -332,6 +341,8 @@ impl ServiceError {
             Self::Busy { .. } => (S::Unavailable, "busy", "retry after the Retry-After delay, or use another node"),
             Self::TooManySessions { .. } => (S::TooManyRequests, "too_many_sessions", "close sessions you no longer use (DELETE /api/mcp with the session id), or wait until idle ones expire"),
             Self::BodyTimeout { .. } => (S::RequestTimeout, "body_timeout", "send the whole body promptly"),
+            Self::NotCheckpointed(_) => (S::Conflict, "not_yet_checkpointed", "the cluster co-signs a checkpoint about every second while receipts arrive: retry shortly (or POST /api/receipts/checkpoint with the admin key)"),
+            Self::CheckpointTimeout { .. } => (S::Unavailable, "no_checkpoint", "a majority of voters must be reachable to co-sign; retry after the Retry-After delay"),
             Self::Internal(_) => (S::Internal, "internal", "retry; if it persists, the node's log has the details"),
         }
     }

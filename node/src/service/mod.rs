@@ -25,6 +25,7 @@ pub mod feed;
 pub mod import;
 pub mod receipts;
 pub mod share;
+pub mod transparency;
 
 use std::time::Duration;
 

@@ -202,6 +202,8 @@ fn write_old(folder: &Folder, index: u64, data: &[u8]) -> Result<String, Storage
         share_secret: body.share_secret,
         share_previous: body.share_previous,
         revoked: body.revoked,
+        // Rebuilt from the receipts when installed.
+        log: None,
     };
     write_file(folder, index, |out| {
         let write = || -> Result<_, format::FormatError> {
@@ -341,6 +343,17 @@ pub(crate) fn write_body<W: Write>(
     requests::each_in_window(tree, upto, |record| {
         writer.request(&record).map_err(|e| fail(&e))
     })?;
+    if let Some(log) = &header.log {
+        // Leaves are append-only: those below the cut's size are the cut's.
+        super::state_machine::transparency::each_leaf(tree, log.size, |index, id, hash| {
+            let line = format::LeafLine {
+                index,
+                id: id.to_owned(),
+                hash: hex::encode(hash),
+            };
+            writer.leaf(&line).map_err(|e| fail(&e))
+        })?;
+    }
     writer.finish().map_err(|e| fail(&e))
 }
 
@@ -353,6 +366,8 @@ pub struct SnapshotBuilder {
     pub(crate) last_applied: Option<LogId>,
     pub(crate) membership: Membership,
     pub(crate) rows: Vec<Arc<Row>>,
+    /// The receipt log's size, root and signatures at the cut.
+    pub(crate) log: Result<super::state_machine::transparency::LogHeader, String>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -364,6 +379,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             share_secret: share.secret,
             share_previous: share.previous,
             revoked: share.revoked,
+            log: Some(self.log.clone().map_err(|e| fail(ErrorVerb::Write)(&e))?),
         };
         // Scans and file writes block: off the async workers.
         let (tree, folder, rows) = (self.tree.clone(), self.folder.clone(), self.rows.clone());

@@ -205,6 +205,11 @@ impl ReceiptReader {
         Ok(out)
     }
 
+    /// The receipt log: its tree, checkpoints and proofs.
+    pub fn log(&self) -> transparency::LogReader {
+        transparency::LogReader::new(self.tree.clone())
+    }
+
     /// How many receipts are stored.
     pub fn count(&self) -> usize {
         self.tree.scan_prefix(RECEIPT).count()
@@ -288,6 +293,10 @@ struct Stage {
     requests: HashMap<RequestId, Record>,
     /// Receipts dropped earlier in the batch (still in the tree until it is written).
     dropped: std::collections::HashSet<String>,
+    /// The receipt log's leaves and signatures staged in the batch.
+    log: transparency::LogStage,
+    /// A membership applied earlier in the batch.
+    membership: Option<Membership>,
 }
 
 impl Stage {
@@ -354,6 +363,13 @@ impl StateMachine {
             tracing::info!(removed, "removed snapshot files a crash left behind");
         }
         index_receipt_times(&tree)?;
+        if !transparency::has_log(&tree)? {
+            let leaves = transparency::rebuild(&tree)?;
+            tracing::info!(
+                leaves,
+                "built the receipt log's Merkle tree from the stored receipts"
+            );
+        }
         let read = |key: &[u8]| tree.get(key).map_err(|e| read_err(&e));
         let last_applied: Option<LogId> = match read(APPLIED)? {
             Some(b) => serde_json::from_slice(&b).map_err(|e| read_err(&e))?,
@@ -389,6 +405,11 @@ impl StateMachine {
     /// catalogue shows the index, so a waiter woken by it reads what it waited for.
     pub fn applied_index(&self) -> watch::Receiver<u64> {
         self.applied_tx.subscribe()
+    }
+
+    /// A reader for the receipt log's tree, checkpoints and proofs.
+    pub fn log(&self) -> transparency::LogReader {
+        transparency::LogReader::new(self.tree.clone())
     }
 
     /// A reader for receipts.
@@ -542,6 +563,7 @@ impl StateMachine {
                 }
                 receipt.index = index;
                 stage_receipt(&mut stage.batch, &receipt)?;
+                self.stage_leaf(&receipt, stage);
                 let id = receipt.id.clone();
                 stage.receipts.insert(id.clone(), receipt);
                 Ok(CommandResult::ReceiptAppended { id, index })
@@ -583,6 +605,12 @@ impl StateMachine {
                 keep_per_key,
                 limit,
             } => self.prune(before_ms, keep_per_key, limit, stage),
+            Command::Cosign {
+                node,
+                size,
+                root,
+                signature,
+            } => self.cosign(node, size, &root, &signature, stage),
             Command::RevokeShare { id, at_ms } => {
                 let revocation = Revocation { id, at_ms };
                 stage
@@ -747,6 +775,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 EntryPayload::Membership(m) => {
                     let stored = StoredMembership::new(Some(entry.log_id), m);
                     stage.batch.insert(MEMBERSHIP, encode(&stored)?);
+                    stage.membership = Some(stored.clone());
                     membership = Some(stored);
                     CommandResult::Applied
                 }
@@ -754,11 +783,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     self.apply_request(request, entry.log_id.index, &mut stage)?
                 }
             };
+            self.finish_entry(&mut stage)?;
             results.push(result);
         }
         let Some(last) = last else {
             return Ok(results);
         };
+        self.finish_log(&mut stage)?;
         stage.batch.insert(APPLIED, encode(&last)?);
         let Stage { batch, changes, .. } = stage;
         self.tree
@@ -781,6 +812,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             tree: self.tree.clone(),
             folder: self.snapshots.clone(),
             share: read_share_state(&self.tree),
+            log: transparency::snapshot_header(&self.tree),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
             rows: self.catalogue.read().all_rows(),
@@ -850,3 +882,4 @@ fn index_receipt_times(tree: &sled::Tree) -> Result<(), StorageError> {
 mod install;
 #[cfg(test)]
 mod tests;
+pub mod transparency;

@@ -141,6 +141,7 @@ impl From<Confirmation> for v1::ConfirmResponse {
             output_sha256: c.output_sha256,
             index: c.index,
             status: c.status.unwrap_or_default(),
+            proof: c.proof.map(Into::into),
         }
     }
 }

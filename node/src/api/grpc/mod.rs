@@ -20,6 +20,7 @@ mod dispatch;
 pub mod error;
 mod receipts;
 pub mod trace;
+mod transparency;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use rowcall_proto::v1::cluster_server::ClusterServer;
 use rowcall_proto::v1::directory_server::DirectoryServer;
 use rowcall_proto::v1::dispatch_server::DispatchServer;
 use rowcall_proto::v1::receipts_server::ReceiptsServer;
+use rowcall_proto::v1::transparency_server::TransparencyServer;
 use tokio::sync::watch;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::service::Routes;
@@ -183,6 +185,7 @@ pub fn routes(app: Arc<App>, base: String, stop: watch::Receiver<bool>) -> anyho
         Routes::new(DispatchServer::new(api.clone()).max_decoding_message_size(limit))
             .add_service(DirectoryServer::new(api.clone()).max_decoding_message_size(limit))
             .add_service(ReceiptsServer::new(api.clone()))
+            .add_service(TransparencyServer::new(api.clone()))
             .add_service(ClusterServer::new(api))
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
@@ -201,6 +204,7 @@ async fn report_health(
     reporter.set_serving::<DispatchServer<Api>>().await;
     reporter.set_serving::<DirectoryServer<Api>>().await;
     reporter.set_serving::<ReceiptsServer<Api>>().await;
+    reporter.set_serving::<TransparencyServer<Api>>().await;
     reporter.set_serving::<ClusterServer<Api>>().await;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

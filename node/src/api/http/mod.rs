@@ -18,6 +18,7 @@ mod receipts;
 pub mod serve;
 mod share;
 pub mod tls;
+mod transparency;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -144,6 +145,13 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle, stop: watch::Receiver<bo
             get(directory::get_row).delete(directory::delete_row),
         )
         .route("/api/receipts", get(receipts::by_key))
+        .route(
+            "/api/receipts/checkpoint",
+            get(transparency::checkpoint).post(transparency::request_checkpoint),
+        )
+        .route("/api/receipts/proof", get(transparency::prove))
+        .route("/api/receipts/consistency", get(transparency::consistency))
+        .route("/api/receipts/leaves", get(transparency::leaves))
         .route("/api/receipts/{id}", get(receipts::by_id))
         .route("/receipt/{id}", get(receipts::public_page))
         .route("/api/cluster", get(cluster::status))

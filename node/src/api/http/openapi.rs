@@ -3,7 +3,7 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use super::{changes, cluster, directory, dispatch, import, receipts, share};
+use super::{changes, cluster, directory, dispatch, import, receipts, share, transparency};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -27,6 +27,11 @@ use super::{changes, cluster, directory, dispatch, import, receipts, share};
         receipts::by_id,
         receipts::by_key,
         receipts::public_page,
+        transparency::checkpoint,
+        transparency::request_checkpoint,
+        transparency::prove,
+        transparency::consistency,
+        transparency::leaves,
         cluster::status,
         cluster::digest,
         cluster::backup,
@@ -44,6 +49,11 @@ use super::{changes, cluster, directory, dispatch, import, receipts, share};
         crate::catalogue::Counts,
         crate::model::receipt::Receipt,
         crate::model::receipt::Confirmation,
+        crate::model::transparency::SignedCheckpoint,
+        crate::model::transparency::InclusionProof,
+        crate::model::transparency::ConsistencyProof,
+        crate::model::transparency::Leaves,
+        crate::model::transparency::Leaf,
         crate::service::dispatch::AskAnswer,
         dispatch::InvokeBody,
         share::MintBody,

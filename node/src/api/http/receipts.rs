@@ -113,12 +113,41 @@ pub async fn public_page(
             escape(&value)
         ));
     }
+    let proof = crate::service::transparency::prove(&http.app, &Default::default(), &r.id, None)
+        .await
+        .ok();
+    let proven = match proof
+        .as_ref()
+        .and_then(|p| Some((p, p.checkpoint.as_ref()?)))
+    {
+        Some((p, c)) => format!(
+            "<p>It is leaf {} of the {} in the cluster's receipt log, whose checkpoint ({}) \
+             {} of {} voters signed (nodes {}). Anyone can check that without trusting this \
+             node: <code>rowcall verify {}</code>, or the proof at \
+             <a href=\"/api/receipts/proof?id={id}\">/api/receipts/proof?id={id}</a>.</p>",
+            p.leaf_index,
+            p.tree_size,
+            escape(&c.origin),
+            c.signers.iter().filter(|s| c.voters.contains(s)).count(),
+            c.voters.len(),
+            c.signers
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            escape(&r.id),
+            id = escape(&r.id),
+        ),
+        None => "<p>No co-signed checkpoint of the receipt log covers it yet: the cluster \
+                 signs one about every second; look again shortly.</p>"
+            .to_owned(),
+    };
     let page = format!(
         "<!doctype html><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
          <title>Receipt {id}</title>\
          <style>body{{font:15px system-ui,sans-serif;max-width:46em;margin:2em auto;padding:0 1em}}\
          th{{text-align:left;padding-right:1em;vertical-align:top}}td code{{word-break:break-all}}</style>\
-         <h1>Receipt {id}</h1><table>{table}</table>\
+         <h1>Receipt {id}</h1><table>{table}</table>{proven}\
          <p>Check it: <a href=\"/api/dispatch?confirm={id}\">/api/dispatch?confirm={id}</a></p>",
         id = escape(&r.id),
     );

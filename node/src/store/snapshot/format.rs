@@ -6,8 +6,12 @@
 //! {"row":{…}}            one per row
 //! {"receipt":{…}}        one per receipt, in id order (sled's key order)
 //! {"request":{…}}        one per remembered request id, in index order
-//! {"end":{"rows":…,"receipts":…,"requests":…}}
+//! {"leaf":{…}}           one per leaf of the receipt log, in leaf order (format 3)
+//! {"end":{"rows":…,"receipts":…,"requests":…,"leaves":…}}
 //! ```
+//!
+//! Format 3 added the receipt log (its header and leaves); a format 2 file is still read,
+//! and the log is then rebuilt from its receipts.
 //!
 //! The closing line carries the counts, so a file cut short, or one with lines lost, is
 //! refused rather than installed as a smaller state; receipts out of id order are refused
@@ -22,9 +26,12 @@ use crate::catalogue::row::Row;
 use crate::model::receipt::Receipt;
 use crate::model::share::ShareSecret;
 use crate::store::requests::Record;
+use crate::store::state_machine::transparency::LogHeader;
 
 /// The format version this node writes and reads.
-pub const FORMAT: u32 = 2;
+pub const FORMAT: u32 = 3;
+/// The oldest format this node still reads.
+const OLDEST: u32 = 2;
 
 /// What a snapshot holds besides rows, receipts and request records: the share state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +44,18 @@ pub struct Header {
     pub share_previous: Option<ShareSecret>,
     /// Revoked share tokens.
     pub revoked: Vec<Revocation>,
+    /// The receipt log at the cut (absent in format 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogHeader>,
+}
+
+/// One leaf of the receipt log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeafLine {
+    pub index: u64,
+    pub id: String,
+    /// The leaf hash, hex.
+    pub hash: String,
 }
 
 /// How many of each a complete file holds.
@@ -45,6 +64,8 @@ pub struct Counts {
     pub rows: u64,
     pub receipts: u64,
     pub requests: u64,
+    #[serde(default)]
+    pub leaves: u64,
 }
 
 /// One line of a snapshot file.
@@ -55,6 +76,7 @@ pub enum Line {
     Row(Row),
     Receipt(Receipt),
     Request(Record),
+    Leaf(LeafLine),
     End(Counts),
 }
 
@@ -117,6 +139,11 @@ impl<W: Write> Writer<W> {
         write_line(&mut self.out, &LineRef::Request(record))
     }
 
+    pub fn leaf(&mut self, leaf: &LeafLine) -> Result<(), FormatError> {
+        self.counts.leaves += 1;
+        write_line(&mut self.out, &LineRef::Leaf(leaf))
+    }
+
     /// Writes the closing line and returns the writer.
     pub fn finish(mut self) -> Result<W, FormatError> {
         write_line(&mut self.out, &LineRef::End(self.counts))?;
@@ -132,6 +159,7 @@ enum LineRef<'a> {
     Row(&'a Row),
     Receipt(&'a Receipt),
     Request(&'a Record),
+    Leaf(&'a LeafLine),
     End(Counts),
 }
 
@@ -165,7 +193,9 @@ impl<R: BufRead> Reader<R> {
             done: false,
         };
         match reader.read()? {
-            Some(Line::Header(header)) if header.format == FORMAT => Ok((header, reader)),
+            Some(Line::Header(header)) if (OLDEST..=FORMAT).contains(&header.format) => {
+                Ok((header, reader))
+            }
             Some(Line::Header(header)) => Err(reader.bad(format!(
                 "format {} is not the format {FORMAT} this node reads",
                 header.format
@@ -197,6 +227,7 @@ impl<R: BufRead> Reader<R> {
                 self.counts.receipts += 1;
             }
             Line::Request(_) => self.counts.requests += 1,
+            Line::Leaf(_) => self.counts.leaves += 1,
             Line::Header(_) => return Err(self.bad("a second header".into())),
             Line::End(counts) => {
                 if *counts != self.counts {

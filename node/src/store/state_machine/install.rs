@@ -155,6 +155,7 @@ fn load(tree: &sled::Tree, folder: &Folder, current: &Current) -> Result<Vec<Row
 
     let mut cleared = sled::Batch::default();
     requests::clear(tree, &mut cleared)?;
+    let mut log = transparency::LogLoader::clear(tree, &mut cleared)?;
     write(cleared)?;
 
     let mut stored = Stored::new(tree);
@@ -169,6 +170,14 @@ fn load(tree: &sled::Tree, folder: &Folder, current: &Current) -> Result<Vec<Row
                 stage_receipt(&mut batch, &receipt)?;
             }
             Line::Request(record) => requests::remember(&mut batch, &record)?,
+            Line::Leaf(leaf) => {
+                let hash = hex::decode(&leaf.hash)
+                    .ok()
+                    .and_then(|h| <[u8; 32]>::try_from(h).ok())
+                    .ok_or_else(|| read_fail(&format!("leaf {} has no hash", leaf.index)))?;
+                log.leaf(&mut batch, leaf.index, &leaf.id, hash)
+                    .map_err(|e| read_fail(&e))?;
+            }
             // The reader hands out neither.
             Line::Header(_) | Line::End(_) => {}
         }
@@ -185,8 +194,15 @@ fn load(tree: &sled::Tree, folder: &Folder, current: &Current) -> Result<Vec<Row
         }
     }
     stored.drop_rest(&mut batch)?;
+    if let Some(header) = &header.log {
+        log.finish(&mut batch, header).map_err(|e| read_fail(&e))?;
+    }
     write(batch)?;
     write(last_batch(tree, &header, &rows, current)?)?;
+    if header.log.is_none() {
+        // A format 2 snapshot (an older leader's): the log is rebuilt from its receipts.
+        transparency::rebuild(tree)?;
+    }
     Ok(rows)
 }
 

@@ -1,0 +1,824 @@
+//! The receipt log as a transparency log (DESIGN §10): one RFC 9162 Merkle tree over every
+//! receipt in the order Raft applies them, and checkpoints of it co-signed by the voters.
+//!
+//! # Stored
+//!
+//! In the state machine's tree, written in the same atomic batch as the receipts they
+//! commit to:
+//! - `x/h/<level:u8><index:be8>`: the hash of every complete subtree (level 0: the leaves),
+//!   so a root or a proof at any size is O(log² n) reads and an append O(1) amortised writes;
+//! - `x/l/<leaf:be8>` → receipt id and `x/n/<id>` → leaf index, both ways;
+//! - `x/size`: the number of leaves;
+//! - `x/checkpoint`: the latest checkpoint a majority of voters signed ([`Cosigned`]);
+//! - `x/pending`: signatures of newer sizes still short of a majority.
+//!
+//! Retention drops a receipt's body, never its leaf: hashes, ids and proofs stay.
+//!
+//! # Order
+//!
+//! The receipts one log entry appends (a batch holds several) become leaves in id order
+//! once the entry is applied. That order is a function of the log alone, so every node
+//! builds the same tree, and it is the order an older data folder's receipts are rebuilt in
+//! ((index, id): see [`rebuild`]).
+//!
+//! # Co-signing
+//!
+//! A node signs the checkpoint (origin, size, root) of a tree size it has applied and
+//! proposes the signature ([`Command::Cosign`]). Apply checks it on every node: the signer is
+//! a member with that public key, the signature verifies, and the root is this tree's root at
+//! that size — so a node that signs another tree is refused by all the others, loudly. Once
+//! a majority of the voters signed one size, it is the cluster's checkpoint.
+
+use std::collections::HashMap;
+
+use rowcall_proto::tlog::{self, Checkpoint, Hash, VerifierKey};
+use serde::{Deserialize, Serialize};
+
+use super::*;
+use crate::raft::NodeId;
+
+const SIZE: &[u8] = b"x/size";
+const HASH: &[u8] = b"x/h/";
+const LEAF_ID: &[u8] = b"x/l/";
+const LEAF_OF: &[u8] = b"x/n/";
+const CHECKPOINT: &[u8] = b"x/checkpoint";
+const PENDING: &[u8] = b"x/pending";
+/// Every key of the transparency log.
+pub(super) const PREFIX: &[u8] = b"x/";
+
+fn hash_key(level: u8, index: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(HASH.len() + 9);
+    key.extend_from_slice(HASH);
+    key.push(level);
+    key.extend_from_slice(&index.to_be_bytes());
+    key
+}
+
+fn leaf_id_key(index: u64) -> Vec<u8> {
+    crate::store::index_key(LEAF_ID, index)
+}
+
+fn leaf_of_key(id: &str) -> Vec<u8> {
+    [LEAF_OF, id.as_bytes()].concat()
+}
+
+/// One node's signature of one checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSignature {
+    /// The signer.
+    pub node: NodeId,
+    /// Its signed-note verifier key when it signed.
+    pub key: String,
+    /// The Ed25519 signature, base64.
+    pub signature: String,
+}
+
+impl NodeSignature {
+    /// Its signature line in a note.
+    pub fn note_line(&self) -> Option<tlog::NoteSignature> {
+        let key = VerifierKey::parse(&self.key).ok()?;
+        let signature = base64_decode(&self.signature)?;
+        Some(tlog::NoteSignature {
+            name: key.name.clone(),
+            key_id: key.id(),
+            signature,
+        })
+    }
+}
+
+/// A checkpoint with the signatures of a majority of the voters it had.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cosigned {
+    /// `rowcall/<cluster id>`.
+    pub origin: String,
+    /// Leaves.
+    pub size: u64,
+    /// The root, base64.
+    pub root: String,
+    /// The voters when it reached a majority.
+    pub voters: Vec<NodeId>,
+    /// Its signatures, in node order (learners' too, though they do not count).
+    pub signatures: Vec<NodeSignature>,
+}
+
+impl Cosigned {
+    /// The checkpoint as a C2SP signed note.
+    pub fn note(&self) -> String {
+        let body = format!("{}\n{}\n{}\n", self.origin, self.size, self.root);
+        let lines: Vec<_> = self
+            .signatures
+            .iter()
+            .filter_map(NodeSignature::note_line)
+            .collect();
+        tlog::sign_note(&body, &lines)
+    }
+}
+
+/// A signature of a size that has no majority yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub size: u64,
+    pub root: String,
+    pub signature: NodeSignature,
+}
+
+/// What a snapshot carries of the log besides its leaves.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogHeader {
+    /// Leaves at the cut.
+    pub size: u64,
+    /// The root at the cut, base64 (checked by the node that installs it).
+    pub root: String,
+    pub checkpoint: Option<Cosigned>,
+    pub pending: Vec<Pending>,
+}
+
+/// The log's origin line for a cluster.
+pub fn origin(cluster_id: &str) -> String {
+    format!("rowcall/{cluster_id}")
+}
+
+/// A member's signed-note key name.
+pub fn key_name(cluster_id: &str, node: NodeId) -> String {
+    format!("rowcall/{cluster_id}/node{node}")
+}
+
+/// A member's verifier key, from what the membership records of it.
+pub fn member_key(node: NodeId, info: &crate::raft::NodeInfo) -> Option<VerifierKey> {
+    let public: [u8; 32] = base64_decode(&info.signing_key)?.try_into().ok()?;
+    VerifierKey::new(&key_name(&info.cluster_id, node), public).ok()
+}
+
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The staged part of the log in one apply batch.
+#[derive(Default)]
+pub(super) struct LogStage {
+    size: Option<u64>,
+    hashes: HashMap<(u8, u64), Hash>,
+    /// Leaves of the entry being applied, appended (in id order) when it is done.
+    entry: Vec<(String, Hash)>,
+    checkpoint: Option<Option<Cosigned>>,
+    pending: Option<Vec<Pending>>,
+    dirty_signatures: bool,
+}
+
+/// Reads hashes of complete subtrees, from a stage and sled, or sled alone.
+trait Hashes {
+    fn stored(&self, level: u8, index: u64) -> Result<Hash, ProofError>;
+
+    /// MTH of leaves `[lo, hi)`, for ranges RFC 9162's recursion reaches (`lo` a multiple of
+    /// the largest power of two not above `hi - lo`).
+    fn subtree(&self, lo: u64, hi: u64) -> Result<Hash, ProofError> {
+        let n = hi - lo;
+        if n.is_power_of_two() && lo % n == 0 {
+            return self.stored(n.trailing_zeros() as u8, lo >> n.trailing_zeros());
+        }
+        let k = tlog::split(n);
+        Ok(tlog::node_hash(
+            &self.subtree(lo, lo + k)?,
+            &self.subtree(lo + k, hi)?,
+        ))
+    }
+
+    fn root(&self, size: u64) -> Result<Hash, ProofError> {
+        if size == 0 {
+            return Ok(tlog::empty_root());
+        }
+        self.subtree(0, size)
+    }
+
+    /// PATH(m, D[lo:hi]).
+    fn path(&self, m: u64, lo: u64, hi: u64, out: &mut Vec<Hash>) -> Result<(), ProofError> {
+        let n = hi - lo;
+        if n <= 1 {
+            return Ok(());
+        }
+        let k = tlog::split(n);
+        if m < k {
+            self.path(m, lo, lo + k, out)?;
+            out.push(self.subtree(lo + k, hi)?);
+        } else {
+            self.path(m - k, lo + k, hi, out)?;
+            out.push(self.subtree(lo, lo + k)?);
+        }
+        Ok(())
+    }
+
+    /// SUBPROOF(m, D[lo:hi], whole).
+    fn subproof(
+        &self,
+        m: u64,
+        lo: u64,
+        hi: u64,
+        whole: bool,
+        out: &mut Vec<Hash>,
+    ) -> Result<(), ProofError> {
+        let n = hi - lo;
+        if m == n {
+            if !whole {
+                out.push(self.subtree(lo, hi)?);
+            }
+            return Ok(());
+        }
+        let k = tlog::split(n);
+        if m <= k {
+            self.subproof(m, lo, lo + k, whole, out)?;
+            out.push(self.subtree(lo + k, hi)?);
+        } else {
+            self.subproof(m - k, lo + k, hi, false, out)?;
+            out.push(self.subtree(lo, lo + k)?);
+        }
+        Ok(())
+    }
+}
+
+/// Why a proof could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ProofError {
+    /// sled failed.
+    #[error("storage: {0}")]
+    Sled(#[from] sled::Error),
+    /// A hash the tree needs is not stored (a damaged store).
+    #[error("the hash of subtree {level}/{index} is missing from the store")]
+    Missing { level: u8, index: u64 },
+    /// A stored value does not decode.
+    #[error("a stored value of the receipt log does not decode: {0}")]
+    Decode(String),
+}
+
+struct SledHashes<'a>(&'a sled::Tree);
+
+impl Hashes for SledHashes<'_> {
+    fn stored(&self, level: u8, index: u64) -> Result<Hash, ProofError> {
+        let bytes = self
+            .0
+            .get(hash_key(level, index))?
+            .ok_or(ProofError::Missing { level, index })?;
+        bytes
+            .as_ref()
+            .try_into()
+            .map_err(|_| ProofError::Decode(format!("hash {level}/{index}")))
+    }
+}
+
+struct StagedHashes<'a> {
+    tree: &'a sled::Tree,
+    stage: &'a LogStage,
+}
+
+impl Hashes for StagedHashes<'_> {
+    fn stored(&self, level: u8, index: u64) -> Result<Hash, ProofError> {
+        match self.stage.hashes.get(&(level, index)) {
+            Some(hash) => Ok(*hash),
+            None => SledHashes(self.tree).stored(level, index),
+        }
+    }
+}
+
+fn proof_err(e: &ProofError) -> StorageError {
+    io_error(
+        ErrorSubject::StateMachine,
+        ErrorVerb::Read,
+        &crate::store::snapshot::SnapshotError(e.to_string()),
+    )
+}
+
+fn read_size(tree: &sled::Tree) -> Result<u64, ProofError> {
+    Ok(match tree.get(SIZE)? {
+        Some(bytes) => u64::from_be_bytes(
+            bytes
+                .as_ref()
+                .try_into()
+                .map_err(|_| ProofError::Decode("x/size".into()))?,
+        ),
+        None => 0,
+    })
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(
+    tree: &sled::Tree,
+    key: &[u8],
+) -> Result<Option<T>, ProofError> {
+    match tree.get(key)? {
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| ProofError::Decode(e.to_string())),
+        None => Ok(None),
+    }
+}
+
+/// The leaf of a receipt.
+pub fn receipt_leaf(receipt: &Receipt) -> Vec<u8> {
+    tlog::receipt_leaf(&tlog::ReceiptLeaf {
+        id: &receipt.id,
+        key: &receipt.key,
+        row_version: receipt.row_version,
+        caller: &receipt.caller,
+        started_at: &receipt.started_at,
+        input_sha256: &receipt.input_sha256,
+        output_sha256: &receipt.output_sha256,
+        ok: receipt.ok,
+        error: receipt.error.as_deref(),
+    })
+}
+
+/// Appends leaf `hash` as leaf `index` through `put`, given `stored` for its left siblings:
+/// the leaf and every complete subtree it completes.
+fn append_hashes(
+    index: u64,
+    hash: Hash,
+    mut stored: impl FnMut(u8, u64) -> Result<Hash, ProofError>,
+    mut put: impl FnMut(u8, u64, Hash),
+) -> Result<(), ProofError> {
+    put(0, index, hash);
+    let (mut level, mut at, mut current) = (0u8, index, hash);
+    while at & 1 == 1 {
+        let left = stored(level, at - 1)?;
+        current = tlog::node_hash(&left, &current);
+        level += 1;
+        at >>= 1;
+        put(level, at, current);
+    }
+    Ok(())
+}
+
+impl StateMachine {
+    fn log_size(&self, stage: &mut Stage) -> Result<u64, StorageError> {
+        if let Some(size) = stage.log.size {
+            return Ok(size);
+        }
+        let size = read_size(&self.tree).map_err(|e| proof_err(&e))?;
+        stage.log.size = Some(size);
+        Ok(size)
+    }
+
+    /// Notes a receipt applied in the entry under way; it becomes a leaf when the entry is
+    /// done ([`Self::finish_entry`]).
+    pub(super) fn stage_leaf(&self, receipt: &Receipt, stage: &mut Stage) {
+        let hash = tlog::leaf_hash(&receipt_leaf(receipt));
+        stage.log.entry.push((receipt.id.clone(), hash));
+    }
+
+    /// Appends the leaves of the entry just applied, in id order.
+    pub(super) fn finish_entry(&self, stage: &mut Stage) -> Result<(), StorageError> {
+        if stage.log.entry.is_empty() {
+            return Ok(());
+        }
+        let mut leaves = std::mem::take(&mut stage.log.entry);
+        leaves.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut size = self.log_size(stage)?;
+        for (id, hash) in leaves {
+            let Stage { batch, log, .. } = &mut *stage;
+            let tree = &self.tree;
+            let mut staged = Vec::new();
+            append_hashes(
+                size,
+                hash,
+                |level, index| StagedHashes { tree, stage: &*log }.stored(level, index),
+                |level, index, hash| staged.push((level, index, hash)),
+            )
+            .map_err(|e| proof_err(&e))?;
+            for (level, index, hash) in staged {
+                batch.insert(hash_key(level, index), &hash[..]);
+                log.hashes.insert((level, index), hash);
+            }
+            batch.insert(leaf_id_key(size), id.as_bytes());
+            batch.insert(leaf_of_key(&id), &size.to_be_bytes()[..]);
+            size += 1;
+        }
+        stage.log.size = Some(size);
+        stage.batch.insert(SIZE, &size.to_be_bytes()[..]);
+        Ok(())
+    }
+
+    fn checkpoint_staged(&self, stage: &mut Stage) -> Result<Option<Cosigned>, StorageError> {
+        if stage.log.checkpoint.is_none() {
+            let stored = read_json(&self.tree, CHECKPOINT).map_err(|e| proof_err(&e))?;
+            stage.log.checkpoint = Some(stored);
+        }
+        Ok(stage.log.checkpoint.clone().flatten())
+    }
+
+    fn pending_staged(&self, stage: &mut Stage) -> Result<Vec<Pending>, StorageError> {
+        if stage.log.pending.is_none() {
+            let stored = read_json(&self.tree, PENDING).map_err(|e| proof_err(&e))?;
+            stage.log.pending = Some(stored.unwrap_or_default());
+        }
+        Ok(stage.log.pending.clone().unwrap_or_default())
+    }
+
+    /// Applies node `node`'s signature of the checkpoint at `size` with `root` (see the
+    /// module documentation).
+    pub(super) fn cosign(
+        &self,
+        node: NodeId,
+        size: u64,
+        root: &str,
+        signature: &str,
+        stage: &mut Stage,
+    ) -> Result<CommandResult, StorageError> {
+        let refuse = |reason: String| {
+            tracing::warn!(node, size, %reason, "a checkpoint signature was refused");
+            Ok(CommandResult::CosignRefused { reason })
+        };
+        let leaves = self.log_size(stage)?;
+        if size == 0 || size > leaves {
+            return refuse(format!(
+                "tree size {size} is not one this log had (it has {leaves} leaves)"
+            ));
+        }
+        let ours = StagedHashes {
+            tree: &self.tree,
+            stage: &stage.log,
+        }
+        .root(size)
+        .map_err(|e| proof_err(&e))?;
+        if tlog::encode_hash(&ours) != root {
+            return refuse(format!(
+                "node {node} signed root {root} for tree size {size}, but this log's root there is {}",
+                tlog::encode_hash(&ours)
+            ));
+        }
+        let membership = stage
+            .membership
+            .as_ref()
+            .unwrap_or(&self.membership)
+            .clone();
+        let Some(info) = membership.membership().get_node(&node) else {
+            return refuse(format!("node {node} is not a member"));
+        };
+        let Some(key) = member_key(node, info) else {
+            return refuse(format!("node {node} has no signing key in the membership"));
+        };
+        let origin = origin(&info.cluster_id);
+        let body = Checkpoint {
+            origin: origin.clone(),
+            size,
+            root: ours,
+        }
+        .body();
+        let Some(raw) = base64_decode(signature).filter(|s| key.verifies(body.as_bytes(), s))
+        else {
+            return refuse(format!("node {node}'s signature does not verify"));
+        };
+        let signed = NodeSignature {
+            node,
+            key: key.to_string(),
+            signature: base64_encode(&raw),
+        };
+        let latest = self.checkpoint_staged(stage)?;
+        let latest_size = latest.as_ref().map_or(0, |c| c.size);
+        if size < latest_size {
+            return Ok(CommandResult::Cosigned {
+                size,
+                checkpoint: false,
+            });
+        }
+        if let Some(mut latest) = latest.filter(|c| c.size == size) {
+            // A late signer of the current checkpoint: one more signature on it.
+            if !latest.signatures.iter().any(|s| s.node == node) {
+                latest.signatures.push(signed);
+                latest.signatures.sort_by_key(|s| s.node);
+                stage.log.checkpoint = Some(Some(latest));
+                stage.log.dirty_signatures = true;
+            }
+            return Ok(CommandResult::Cosigned {
+                size,
+                checkpoint: true,
+            });
+        }
+        let mut pending = self.pending_staged(stage)?;
+        pending.retain(|p| p.size > latest_size);
+        if !pending
+            .iter()
+            .any(|p| p.size == size && p.signature.node == node)
+        {
+            pending.push(Pending {
+                size,
+                root: root.to_owned(),
+                signature: signed,
+            });
+        }
+        let voters: Vec<NodeId> = membership.membership().voter_ids().collect();
+        let votes = pending
+            .iter()
+            .filter(|p| p.size == size && voters.contains(&p.signature.node))
+            .count();
+        let reached = votes * 2 > voters.len();
+        if reached {
+            let mut signatures: Vec<NodeSignature> = pending
+                .iter()
+                .filter(|p| p.size == size)
+                .map(|p| p.signature.clone())
+                .collect();
+            signatures.sort_by_key(|s| s.node);
+            pending.retain(|p| p.size > size);
+            stage.log.checkpoint = Some(Some(Cosigned {
+                origin,
+                size,
+                root: root.to_owned(),
+                voters,
+                signatures,
+            }));
+        }
+        stage.log.pending = Some(pending);
+        stage.log.dirty_signatures = true;
+        Ok(CommandResult::Cosigned {
+            size,
+            checkpoint: reached,
+        })
+    }
+
+    /// Stages the checkpoint and pending signatures if the batch changed them.
+    pub(super) fn finish_log(&self, stage: &mut Stage) -> Result<(), StorageError> {
+        if !stage.log.dirty_signatures {
+            return Ok(());
+        }
+        if let Some(Some(checkpoint)) = &stage.log.checkpoint {
+            stage.batch.insert(CHECKPOINT, encode(checkpoint)?);
+        }
+        if let Some(pending) = &stage.log.pending {
+            stage.batch.insert(PENDING, encode(pending)?);
+        }
+        Ok(())
+    }
+}
+
+/// What a snapshot needs of the log at the cut, read when the builder is made.
+pub(super) fn snapshot_header(tree: &sled::Tree) -> Result<LogHeader, String> {
+    let size = read_size(tree).map_err(|e| e.to_string())?;
+    let root = SledHashes(tree).root(size).map_err(|e| e.to_string())?;
+    Ok(LogHeader {
+        size,
+        root: tlog::encode_hash(&root),
+        checkpoint: read_json(tree, CHECKPOINT).map_err(|e| e.to_string())?,
+        pending: read_json(tree, PENDING)
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default(),
+    })
+}
+
+/// The leaves below `size` in order, with their ids, for a snapshot.
+pub(crate) fn each_leaf(
+    tree: &sled::Tree,
+    size: u64,
+    mut f: impl FnMut(u64, &str, &Hash) -> Result<(), StorageError>,
+) -> Result<(), StorageError> {
+    let hashes = SledHashes(tree);
+    for item in tree.scan_prefix(LEAF_ID) {
+        let (key, id) = item.map_err(|e| read_err(&e))?;
+        let index = u64::from_be_bytes(
+            key[LEAF_ID.len()..]
+                .try_into()
+                .map_err(|_| proof_err(&ProofError::Decode("x/l key".into())))?,
+        );
+        if index >= size {
+            break;
+        }
+        let hash = hashes.stored(0, index).map_err(|e| proof_err(&e))?;
+        f(index, &String::from_utf8_lossy(&id), &hash)?;
+    }
+    Ok(())
+}
+
+/// Writes the log from a snapshot's leaves, in order, in batches; the frontier of complete
+/// subtrees is kept in memory, so nothing is read back.
+pub(super) struct LogLoader {
+    size: u64,
+    /// Hashes of the complete subtrees on the right edge, largest first, with their level.
+    frontier: Vec<(u8, Hash)>,
+}
+
+impl LogLoader {
+    /// Stages the removal of the whole log, to be rewritten.
+    pub fn clear(tree: &sled::Tree, batch: &mut sled::Batch) -> Result<Self, StorageError> {
+        for item in tree.scan_prefix(PREFIX) {
+            let (key, _) = item.map_err(|e| read_err(&e))?;
+            batch.remove(key);
+        }
+        Ok(Self {
+            size: 0,
+            frontier: Vec::new(),
+        })
+    }
+
+    /// Stages leaf `index` with `id` and `hash`; leaves come in order from 0.
+    pub fn leaf(
+        &mut self,
+        batch: &mut sled::Batch,
+        index: u64,
+        id: &str,
+        hash: Hash,
+    ) -> Result<(), String> {
+        if index != self.size {
+            return Err(format!("leaf {index} where leaf {} was due", self.size));
+        }
+        batch.insert(leaf_id_key(index), id.as_bytes());
+        batch.insert(leaf_of_key(id), &index.to_be_bytes()[..]);
+        batch.insert(hash_key(0, index), &hash[..]);
+        let (mut level, mut at, mut current) = (0u8, index, hash);
+        while at & 1 == 1 {
+            let Some((_, left)) = self.frontier.pop() else {
+                return Err("the frontier ran out".into());
+            };
+            current = tlog::node_hash(&left, &current);
+            level += 1;
+            at >>= 1;
+            batch.insert(hash_key(level, at), &current[..]);
+        }
+        self.frontier.push((level, current));
+        self.size += 1;
+        Ok(())
+    }
+
+    /// Stages the size and the signatures; checks the root the snapshot claims.
+    pub fn finish(self, batch: &mut sled::Batch, header: &LogHeader) -> Result<(), String> {
+        if self.size != header.size {
+            return Err(format!(
+                "the snapshot holds {} leaves but says {}",
+                self.size, header.size
+            ));
+        }
+        let root = self
+            .frontier
+            .iter()
+            .rev()
+            .map(|(_, h)| *h)
+            .reduce(|right, left| tlog::node_hash(&left, &right))
+            .unwrap_or_else(tlog::empty_root);
+        if tlog::encode_hash(&root) != header.root {
+            return Err(format!(
+                "the snapshot's leaves lead to root {}, not the {} it names",
+                tlog::encode_hash(&root),
+                header.root
+            ));
+        }
+        batch.insert(SIZE, &self.size.to_be_bytes()[..]);
+        if let Some(checkpoint) = &header.checkpoint {
+            batch.insert(
+                CHECKPOINT,
+                serde_json::to_vec(checkpoint).map_err(|e| e.to_string())?,
+            );
+        }
+        batch.insert(
+            PENDING,
+            serde_json::to_vec(&header.pending).map_err(|e| e.to_string())?,
+        );
+        Ok(())
+    }
+}
+
+/// Builds the log from the stored receipts in (index, id) order, in a folder (or from a
+/// snapshot) written before the log existed. Receipts retention dropped before then are not
+/// in it.
+pub(super) fn rebuild(tree: &sled::Tree) -> Result<u64, StorageError> {
+    let mut receipts: Vec<(u64, String, Hash)> = Vec::new();
+    for item in tree.scan_prefix(RECEIPT) {
+        let (_, bytes) = item.map_err(|e| read_err(&e))?;
+        let receipt: Receipt = serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?;
+        let hash = tlog::leaf_hash(&receipt_leaf(&receipt));
+        receipts.push((receipt.index, receipt.id, hash));
+    }
+    receipts.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    let mut batch = sled::Batch::default();
+    let mut loader = LogLoader::clear(tree, &mut batch)?;
+    for (index, (_, id, hash)) in receipts.iter().enumerate() {
+        loader
+            .leaf(&mut batch, index as u64, id, *hash)
+            .map_err(|e| read_err(&snapshot::SnapshotError(e)))?;
+    }
+    let size = loader.size;
+    let root = loader
+        .frontier
+        .iter()
+        .rev()
+        .map(|(_, h)| *h)
+        .reduce(|right, left| tlog::node_hash(&left, &right))
+        .unwrap_or_else(tlog::empty_root);
+    loader
+        .finish(
+            &mut batch,
+            &LogHeader {
+                size,
+                root: tlog::encode_hash(&root),
+                ..LogHeader::default()
+            },
+        )
+        .map_err(|e| read_err(&snapshot::SnapshotError(e)))?;
+    tree.apply_batch(batch).map_err(|e| read_err(&e))?;
+    Ok(size)
+}
+
+/// Whether the folder has a log (or has no receipts to build one from).
+pub(super) fn has_log(tree: &sled::Tree) -> Result<bool, StorageError> {
+    Ok(tree.contains_key(SIZE).map_err(|e| read_err(&e))?
+        || tree
+            .scan_prefix(RECEIPT)
+            .next()
+            .transpose()
+            .map_err(|e| read_err(&e))?
+            .is_none())
+}
+
+/// Read access to the log for proofs. Proofs are made against sizes a checkpoint (or the
+/// published tree) names; every hash below such a size is final.
+#[derive(Clone)]
+pub struct LogReader {
+    tree: sled::Tree,
+}
+
+/// A leaf: its index, receipt id and hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeafEntry {
+    pub index: u64,
+    pub id: String,
+    pub hash: Hash,
+}
+
+impl LogReader {
+    pub(super) fn new(tree: sled::Tree) -> Self {
+        Self { tree }
+    }
+
+    /// The latest checkpoint a majority of voters signed.
+    pub fn checkpoint(&self) -> Result<Option<Cosigned>, ProofError> {
+        read_json(&self.tree, CHECKPOINT)
+    }
+
+    /// Signatures still short of a majority.
+    pub fn pending(&self) -> Result<Vec<Pending>, ProofError> {
+        Ok(read_json(&self.tree, PENDING)?.unwrap_or_default())
+    }
+
+    /// Leaves stored (including those of a batch being published).
+    pub fn size(&self) -> Result<u64, ProofError> {
+        read_size(&self.tree)
+    }
+
+    /// The root at `size` (at most [`Self::size`]).
+    pub fn root(&self, size: u64) -> Result<Hash, ProofError> {
+        SledHashes(&self.tree).root(size)
+    }
+
+    /// The leaf index of receipt `id`, if it has one.
+    pub fn leaf_of(&self, id: &str) -> Result<Option<u64>, ProofError> {
+        Ok(match self.tree.get(leaf_of_key(id))? {
+            Some(bytes) => Some(u64::from_be_bytes(
+                bytes
+                    .as_ref()
+                    .try_into()
+                    .map_err(|_| ProofError::Decode("x/n".into()))?,
+            )),
+            None => None,
+        })
+    }
+
+    /// Leaf `index`'s hash.
+    pub fn leaf_hash(&self, index: u64) -> Result<Hash, ProofError> {
+        SledHashes(&self.tree).stored(0, index)
+    }
+
+    /// The inclusion path of leaf `index` in the tree of `size` (`index < size`).
+    pub fn inclusion(&self, index: u64, size: u64) -> Result<Vec<Hash>, ProofError> {
+        let mut out = Vec::new();
+        SledHashes(&self.tree).path(index, 0, size, &mut out)?;
+        Ok(out)
+    }
+
+    /// The consistency path from `from` to `to` leaves (`from ≤ to`).
+    pub fn consistency(&self, from: u64, to: u64) -> Result<Vec<Hash>, ProofError> {
+        let mut out = Vec::new();
+        if from > 0 && from < to {
+            SledHashes(&self.tree).subproof(from, 0, to, true, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// Leaves `[start, end)`.
+    pub fn leaves(&self, start: u64, end: u64) -> Result<Vec<LeafEntry>, ProofError> {
+        let mut out = Vec::new();
+        for item in self.tree.range(leaf_id_key(start)..leaf_id_key(end)) {
+            let (key, id) = item?;
+            let index = u64::from_be_bytes(
+                key[LEAF_ID.len()..]
+                    .try_into()
+                    .map_err(|_| ProofError::Decode("x/l key".into()))?,
+            );
+            out.push(LeafEntry {
+                index,
+                id: String::from_utf8_lossy(&id).into_owned(),
+                hash: self.leaf_hash(index)?,
+            });
+        }
+        Ok(out)
+    }
+}
