@@ -62,6 +62,7 @@ fn contents(path: &std::path::Path) -> Contents {
             Line::Row(row) => out.rows.push(row),
             Line::Receipt(receipt) => out.receipts.push(receipt),
             Line::Request(record) => out.requests.push(record),
+            Line::Leaf(_) => {}
             Line::Header(_) | Line::End(_) => unreachable!(),
         }
     }
@@ -1038,4 +1039,260 @@ async fn a_damaged_snapshot_is_refused_before_anything_is_replaced() {
         .unwrap();
     assert!(catalogue.read().get("SENT").is_some());
     assert!(catalogue.read().get("KEPT").is_none());
+}
+
+/// The receipt log (see `transparency`): its tree, its checkpoints, its snapshots.
+mod receipt_log {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use base64::Engine as _;
+    use rowcall_proto::tlog::{self, Checkpoint, SigningKey};
+
+    use super::*;
+    use crate::raft::NodeInfo;
+
+    const CLUSTER: &str = "ctest";
+
+    fn key(node: u64) -> SigningKey {
+        SigningKey::from_seed(&transparency::key_name(CLUSTER, node), &[node as u8; 32]).unwrap()
+    }
+
+    fn b64(bytes: &[u8]) -> String {
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    /// A membership entry of voters 1..=3, each with its signing key.
+    fn members(index: u64) -> Entry {
+        let nodes: BTreeMap<u64, NodeInfo> = (1..=3)
+            .map(|id| {
+                let info = NodeInfo {
+                    cluster_id: CLUSTER.into(),
+                    signing_key: b64(&key(id).public()),
+                    ..NodeInfo::default()
+                };
+                (id, info)
+            })
+            .collect();
+        let voters: BTreeSet<u64> = nodes.keys().copied().collect();
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Membership(openraft::Membership::new(vec![voters], nodes)),
+        }
+    }
+
+    /// Node `node`'s signature of the tree of `size` leaves with `root`, signed by `signer`.
+    fn cosign(node: u64, signer: u64, size: u64, root: &tlog::Hash) -> Command {
+        let body = Checkpoint {
+            origin: transparency::origin(CLUSTER),
+            size,
+            root: *root,
+        }
+        .body();
+        Command::Cosign {
+            node,
+            size,
+            root: tlog::encode_hash(root),
+            signature: b64(&key(signer).sign(body.as_bytes())),
+        }
+    }
+
+    async fn apply_one(sm: &mut StateMachine, index: u64, command: Command) -> CommandResult {
+        sm.apply([entry(index, Request::new(command))])
+            .await
+            .unwrap()
+            .remove(0)
+    }
+
+    /// The leaf hashes of receipts `inv_<i>` for `range`, in order.
+    fn expected_leaves(sm: &StateMachine, ids: &[String]) -> Vec<tlog::Hash> {
+        ids.iter()
+            .map(|id| {
+                let r = sm.receipts().get(id).unwrap().unwrap();
+                tlog::leaf_hash(&transparency::receipt_leaf(&r))
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn receipts_become_leaves_of_the_rfc_tree_and_every_proof_verifies() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut sm, _, _) = machine(dir.path());
+        receipts_at(&mut sm, 1, 9).await;
+        // Two receipts in one entry become leaves in id order, whatever order they came in.
+        let both = Command::Batch {
+            requests: vec![
+                Request::new(append(receipt("inv_zzzzzzzzzz", "{}"))),
+                Request::new(append(receipt("inv_aaaaaaaaaa", "{}"))),
+            ],
+        };
+        apply_one(&mut sm, 10, both).await;
+        receipts_at(&mut sm, 11, 4).await;
+        let mut ids: Vec<String> = (1..10).map(|i| format!("inv_{i:010}")).collect();
+        ids.extend(["inv_aaaaaaaaaa".into(), "inv_zzzzzzzzzz".into()]);
+        ids.extend((11..15).map(|i| format!("inv_{i:010}")));
+        let leaves = expected_leaves(&sm, &ids);
+        let log = sm.log();
+        assert_eq!(log.size().unwrap(), 15);
+        for (index, id) in ids.iter().enumerate() {
+            assert_eq!(log.leaf_of(id).unwrap(), Some(index as u64), "{id}");
+        }
+        for size in 1..=15u64 {
+            let root = log.root(size).unwrap();
+            assert_eq!(root, tlog::reference::root(&leaves[..size as usize]));
+            for index in 0..size {
+                let path = log.inclusion(index, size).unwrap();
+                tlog::verify_inclusion(index, size, &leaves[index as usize], &path, &root).unwrap();
+            }
+            for from in 1..=size {
+                let path = log.consistency(from, size).unwrap();
+                tlog::verify_consistency(from, size, &log.root(from).unwrap(), &root, &path)
+                    .unwrap();
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_needs_a_majority_of_voters_each_signing_this_trees_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut sm, _, _) = machine(dir.path());
+        sm.apply([members(1)]).await.unwrap();
+        receipts_at(&mut sm, 2, 5).await;
+        let root = sm.log().root(5).unwrap();
+        let other_root = sm.log().root(4).unwrap();
+
+        // One voter of three: pending, not the cluster's.
+        let first = apply_one(&mut sm, 7, cosign(1, 1, 5, &root)).await;
+        assert_eq!(
+            first,
+            CommandResult::Cosigned {
+                size: 5,
+                checkpoint: false
+            }
+        );
+        assert_eq!(sm.log().checkpoint().unwrap(), None);
+
+        // Refused: another tree's root, another node's key, a size the log never had.
+        for (index, command) in [
+            (8, cosign(2, 2, 5, &other_root)),
+            (9, cosign(2, 3, 5, &root)),
+            (10, cosign(2, 2, 6, &root)),
+        ] {
+            let result = apply_one(&mut sm, index, command).await;
+            assert!(
+                matches!(result, CommandResult::CosignRefused { .. }),
+                "{result:?}"
+            );
+        }
+        assert_eq!(sm.log().checkpoint().unwrap(), None);
+
+        // A second voter: the checkpoint, with both signatures, which a verifier accepts.
+        let second = apply_one(&mut sm, 11, cosign(2, 2, 5, &root)).await;
+        assert_eq!(
+            second,
+            CommandResult::Cosigned {
+                size: 5,
+                checkpoint: true
+            }
+        );
+        let checkpoint = sm.log().checkpoint().unwrap().unwrap();
+        assert_eq!(
+            (checkpoint.size, checkpoint.voters.clone()),
+            (5, vec![1, 2, 3])
+        );
+        let keys: Vec<_> = (1..=3).map(|n| key(n).verifier()).collect();
+        let (body, signers) = tlog::verified_signers(&checkpoint.note(), &keys).unwrap();
+        assert_eq!(signers.len(), 2);
+        assert_eq!(Checkpoint::parse(&body).unwrap().root, root);
+        // The third joins the checkpoint; a signature of an older size changes nothing.
+        apply_one(&mut sm, 12, cosign(3, 3, 5, &root)).await;
+        apply_one(&mut sm, 13, cosign(3, 3, 4, &other_root)).await;
+        let checkpoint = sm.log().checkpoint().unwrap().unwrap();
+        assert_eq!(checkpoint.size, 5);
+        assert_eq!(checkpoint.signatures.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn the_log_travels_in_snapshots_and_an_install_checks_its_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut leader, _, _) = machine(&dir.path().join("leader"));
+        leader.apply([members(1)]).await.unwrap();
+        receipts_at(&mut leader, 2, 6).await;
+        let root = leader.log().root(6).unwrap();
+        apply_one(&mut leader, 8, cosign(1, 1, 6, &root)).await;
+        apply_one(&mut leader, 9, cosign(2, 2, 6, &root)).await;
+        receipts_at(&mut leader, 10, 3).await;
+        let snapshot = build(&mut leader).await;
+
+        let (mut follower, _, _) = machine(&dir.path().join("follower"));
+        follower
+            .install_snapshot(&snapshot.meta, snapshot.snapshot)
+            .await
+            .unwrap();
+        let (ours, theirs) = (leader.log(), follower.log());
+        assert_eq!(theirs.size().unwrap(), 9);
+        for size in 1..=9 {
+            assert_eq!(theirs.root(size).unwrap(), ours.root(size).unwrap());
+        }
+        assert_eq!(theirs.checkpoint().unwrap(), ours.checkpoint().unwrap());
+        assert_eq!(
+            theirs.inclusion(3, 9).unwrap(),
+            ours.inclusion(3, 9).unwrap()
+        );
+        // It goes on growing the same tree.
+        receipts_at(&mut leader, 13, 2).await;
+        receipts_at(&mut follower, 13, 2).await;
+        assert_eq!(theirs.root(11).unwrap(), ours.root(11).unwrap());
+
+        // A snapshot whose leaves were edited does not install.
+        let built = build(&mut leader).await;
+        let text = std::fs::read_to_string(built.snapshot.path()).unwrap();
+        let first_leaf = text.find("{\"leaf\"").unwrap();
+        let hash_at = first_leaf + text[first_leaf..].find("\"hash\":\"").unwrap() + 8;
+        let mut edited = text.clone().into_bytes();
+        edited[hash_at] = if edited[hash_at] == b'0' { b'1' } else { b'0' };
+        let path = dir.path().join("edited.snapshot");
+        std::fs::write(&path, edited).unwrap();
+        let (mut third, _, _) = machine(&dir.path().join("third"));
+        let file = SnapshotFile::open(&path).await.unwrap();
+        let refused = third
+            .install_snapshot(&built.meta, Box::new(file))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("root"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn a_folder_from_before_the_log_builds_it_from_its_receipts_and_pruning_keeps_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = {
+            let (mut sm, _, _) = machine(dir.path());
+            receipts_at(&mut sm, 1, 7).await;
+            let root = sm.log().root(7).unwrap();
+            // What an older build left: receipts without a log.
+            for item in sm.tree.scan_prefix(transparency::PREFIX) {
+                sm.tree.remove(item.unwrap().0).unwrap();
+            }
+            assert_eq!(sm.log().size().unwrap(), 0);
+            root
+        };
+        let (mut sm, _, _) = machine(dir.path());
+        assert_eq!(sm.log().size().unwrap(), 7);
+        assert_eq!(sm.log().root(7).unwrap(), root);
+
+        // Retention drops bodies, never leaves.
+        apply_one(
+            &mut sm,
+            8,
+            Command::PruneReceipts {
+                before_ms: 0,
+                keep_per_key: 1,
+                limit: 100,
+            },
+        )
+        .await;
+        assert!(sm.receipts().get("inv_0000000001").unwrap().is_none());
+        assert_eq!(sm.log().leaf_of("inv_0000000001").unwrap(), Some(0));
+        assert_eq!(sm.log().root(7).unwrap(), root);
+    }
 }
