@@ -670,7 +670,14 @@ fn divergence(end: &FinalState, verdict: &mut Verdict) {
             .nodes
             .iter()
             .filter_map(|n| n.digest.as_ref())
-            .map(|d| (d.index, d.rows_sha256.clone(), d.receipts_sha256.clone()))
+            .map(|d| {
+                (
+                    d.index,
+                    d.rows_sha256.clone(),
+                    d.receipts_sha256.clone(),
+                    d.log_root.clone(),
+                )
+            })
             .collect();
         let indexes: BTreeSet<u64> = digests.iter().map(|d| d.0).collect();
         if digests.len() <= 1 {
@@ -692,7 +699,8 @@ fn divergence(end: &FinalState, verdict: &mut Verdict) {
                     .filter_map(|n| n.digest.as_ref().map(|d| (
                         n.id,
                         &d.rows_sha256[..12.min(d.rows_sha256.len())],
-                        &d.receipts_sha256[..12.min(d.receipts_sha256.len())]
+                        &d.receipts_sha256[..12.min(d.receipts_sha256.len())],
+                        &d.log_root[..12.min(d.log_root.len())]
                     )))
                     .collect::<Vec<_>>()
             ))

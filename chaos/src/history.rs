@@ -273,6 +273,12 @@ pub struct Digest {
     pub receipts: u64,
     /// Hash of the receipt log.
     pub receipts_sha256: String,
+    /// Leaves in the receipt log's Merkle tree (absent from older nodes).
+    #[serde(default)]
+    pub log_leaves: u64,
+    /// The tree's root.
+    #[serde(default)]
+    pub log_root: String,
 }
 
 /// One node at the end of the run, after healing and settling.

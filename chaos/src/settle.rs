@@ -36,6 +36,8 @@ fn digest_of(v: &Value) -> Option<Digest> {
         rows_sha256: v["rows_sha256"].as_str()?.to_owned(),
         receipts: v["receipts"].as_u64()?,
         receipts_sha256: v["receipts_sha256"].as_str()?.to_owned(),
+        log_leaves: v["log_leaves"].as_u64().unwrap_or_default(),
+        log_root: v["log_root"].as_str().unwrap_or_default().to_owned(),
     })
 }
 

@@ -22,3 +22,4 @@ mod resolver_quality;
 mod runners;
 mod snapshots;
 mod staleness;
+mod transparency;

@@ -247,6 +247,10 @@ pub struct Digest {
     pub receipts: usize,
     /// SHA-256 over the receipts.
     pub receipts_sha256: String,
+    /// Leaves in the receipt log's Merkle tree.
+    pub log_leaves: u64,
+    /// Its root (base64): equal on every node at an equal number of leaves.
+    pub log_root: String,
 }
 
 /// The digests of this node's state, once it has applied what `freshness` asks for (so a
@@ -262,12 +266,17 @@ pub async fn digest(
         (app.applied_index(), catalogue.len(), catalogue.digest())
     };
     let (receipts, receipts_sha256) = app.receipts.digest().map_err(ServiceError::internal)?;
+    let log = app.receipts.log();
+    let log_leaves = log.published_size();
+    let log_root = log.root(log_leaves).map_err(ServiceError::internal)?;
     Ok(Digest {
         index,
         rows,
         rows_sha256,
         receipts,
         receipts_sha256,
+        log_leaves,
+        log_root: rowcall_proto::tlog::encode_hash(&log_root),
     })
 }
 

@@ -162,6 +162,8 @@ pub struct StateMachine {
     applied_tx: Arc<watch::Sender<u64>>,
     last_applied: Option<LogId>,
     membership: Membership,
+    /// Leaves of the receipt log as of the published index.
+    log_published: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Read access to what the state machine stores but does not keep in memory. Receipts are
@@ -170,6 +172,7 @@ pub struct StateMachine {
 pub struct ReceiptReader {
     tree: sled::Tree,
     applied: watch::Receiver<u64>,
+    log_published: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl ReceiptReader {
@@ -207,7 +210,7 @@ impl ReceiptReader {
 
     /// The receipt log: its tree, checkpoints and proofs.
     pub fn log(&self) -> transparency::LogReader {
-        transparency::LogReader::new(self.tree.clone())
+        transparency::LogReader::new(self.tree.clone(), self.log_published.clone())
     }
 
     /// How many receipts are stored.
@@ -385,6 +388,11 @@ impl StateMachine {
             rows.push(serde_json::from_slice::<Row>(&bytes).map_err(|e| read_err(&e))?);
         }
         let applied_index = last_applied.map_or(0, |l| l.index);
+        let log_published = Arc::new(std::sync::atomic::AtomicU64::new(
+            transparency::LogReader::new(tree.clone(), Default::default())
+                .size()
+                .map_err(|e| read_err(&e))?,
+        ));
         {
             let mut published = catalogue.write();
             published.replace_all(rows);
@@ -398,6 +406,7 @@ impl StateMachine {
             applied_tx: Arc::new(watch::Sender::new(applied_index)),
             last_applied,
             membership,
+            log_published,
         })
     }
 
@@ -409,7 +418,7 @@ impl StateMachine {
 
     /// A reader for the receipt log's tree, checkpoints and proofs.
     pub fn log(&self) -> transparency::LogReader {
-        transparency::LogReader::new(self.tree.clone())
+        transparency::LogReader::new(self.tree.clone(), self.log_published.clone())
     }
 
     /// A reader for receipts.
@@ -417,6 +426,7 @@ impl StateMachine {
         ReceiptReader {
             tree: self.tree.clone(),
             applied: self.applied_tx.subscribe(),
+            log_published: self.log_published.clone(),
         }
     }
 
@@ -703,7 +713,7 @@ impl StateMachine {
 
     /// Shows a durable batch: its catalogue changes and its index under one write lock (so
     /// no reader sees one without the other), then the watch.
-    fn publish(&self, changes: Vec<Change>, index: u64) {
+    fn publish(&self, changes: Vec<Change>, index: u64, log_size: u64) {
         {
             let mut catalogue = self.catalogue.write();
             for change in changes {
@@ -716,6 +726,8 @@ impl StateMachine {
             }
             self.catalogue.publish_index(index);
         }
+        self.log_published
+            .store(log_size, std::sync::atomic::Ordering::Release);
         self.applied_tx.send_replace(index);
     }
 
@@ -791,6 +803,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         };
         self.finish_log(&mut stage)?;
         stage.batch.insert(APPLIED, encode(&last)?);
+        let log_size = match stage.log.size() {
+            Some(size) => size,
+            None => self
+                .log_published
+                .load(std::sync::atomic::Ordering::Acquire),
+        };
         let Stage { batch, changes, .. } = stage;
         self.tree
             .apply_batch(batch)
@@ -800,7 +818,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if let Some(membership) = membership {
             self.membership = membership;
         }
-        self.publish(changes, last.index);
+        self.publish(changes, last.index, log_size);
         Ok(results)
     }
 

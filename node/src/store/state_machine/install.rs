@@ -107,6 +107,7 @@ impl StateMachine {
         let rows = tokio::task::spawn_blocking(move || load(&tree, &folder, &named))
             .await
             .map_err(|e| write_err(&e))??;
+        let size = self.log().size().map_err(|e| write_err(&e))?;
         self.sync(subject).await?;
 
         self.last_applied = meta.last_log_id;
@@ -116,6 +117,8 @@ impl StateMachine {
             catalogue.replace_all(rows);
             self.catalogue.publish_index(index);
         }
+        self.log_published
+            .store(size, std::sync::atomic::Ordering::Release);
         self.applied_tx.send_replace(index);
         if let Some(replaced) = replaced.filter(|r| r.file != current.file) {
             self.snapshots.remove(&replaced.file);

@@ -171,6 +171,13 @@ pub(super) struct LogStage {
     dirty_signatures: bool,
 }
 
+impl LogStage {
+    /// The log's size after the batch, if the batch appended to it.
+    pub fn size(&self) -> Option<u64> {
+        self.size
+    }
+}
+
 /// Reads hashes of complete subtrees, from a stage and sled, or sled alone.
 trait Hashes {
     fn stored(&self, level: u8, index: u64) -> Result<Hash, ProofError>;
@@ -734,6 +741,7 @@ pub(super) fn has_log(tree: &sled::Tree) -> Result<bool, StorageError> {
 #[derive(Clone)]
 pub struct LogReader {
     tree: sled::Tree,
+    published: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A leaf: its index, receipt id and hash.
@@ -745,8 +753,13 @@ pub struct LeafEntry {
 }
 
 impl LogReader {
-    pub(super) fn new(tree: sled::Tree) -> Self {
-        Self { tree }
+    pub(super) fn new(tree: sled::Tree, published: Arc<std::sync::atomic::AtomicU64>) -> Self {
+        Self { tree, published }
+    }
+
+    /// Leaves as of the index this node has published (what its readers are shown).
+    pub fn published_size(&self) -> u64 {
+        self.published.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The latest checkpoint a majority of voters signed.

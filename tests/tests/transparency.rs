@@ -1,0 +1,246 @@
+//! The receipt log as a transparency log (DESIGN §10), on real clusters: every node builds
+//! the same Merkle tree through a leader kill in the middle of a burst of invocations and
+//! through a catch-up by snapshot; the cluster's checkpoint carries a majority of the voters'
+//! signatures, every node proves every receipt against it, and a receipt edited in a node's
+//! store no longer verifies.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::cluster::{eventually, Cluster};
+use common::ADMIN;
+use rowcall_proto::tlog::{self, Checkpoint, VerifierKey};
+use serde_json::{json, Value};
+
+fn quick_checkpoints(config: &mut rowcall_node::Config) {
+    config.receipts.checkpoint_every_ms = 200;
+    config.raft.keep_after_snapshot = 0;
+}
+
+fn hash(value: &Value) -> tlog::Hash {
+    tlog::decode_hash(value.as_str().expect("a base64 hash")).unwrap()
+}
+
+/// Writes a public static row through whichever node leads.
+async fn put_row(cluster: &Cluster, key: &str) {
+    let body = json!({"key": key, "type": "static", "auth": "public", "category": "Log",
+                      "content": format!("# WHAT: the row {key}\n")});
+    eventually(Duration::from_secs(20), "the row is written", || {
+        let body = body.clone();
+        async move {
+            let leader = cluster.leader().await;
+            cluster
+                .http
+                .post(format!("{}/api/directory", cluster.url(leader)))
+                .header("x-terminal-key", ADMIN)
+                .json(&body)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        }
+    })
+    .await;
+}
+
+/// One invocation on node `id`; its receipt id when it was recorded.
+async fn invoke(cluster: &Cluster, id: u64, key: &str) -> Option<String> {
+    let answer = cluster
+        .http
+        .post(format!("{}/api/dispatch", cluster.url(id)))
+        .json(&json!({"key": key}))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?;
+    let body: Value = answer.json().await.ok()?;
+    body["proof"]["invocation_id"].as_str().map(str::to_owned)
+}
+
+/// The checkpoint node `id` serves, once it covers at least `size` leaves.
+async fn checkpoint_covering(cluster: &Cluster, id: u64, size: u64) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, _, body) = cluster.get(id, "/api/receipts/checkpoint").await;
+        if status == 200 && body["size"].as_u64().unwrap_or(0) >= size {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {id} serves no checkpoint of {size} leaves: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Checks a checkpoint as a verifier would with `keys` pinned: its note is signed by a
+/// strict majority of them and says what the JSON says. Returns (size, root).
+fn verify_checkpoint(checkpoint: &Value, keys: &[VerifierKey]) -> (u64, tlog::Hash) {
+    let note = checkpoint["note"].as_str().unwrap();
+    let (body, signers) = tlog::verified_signers(note, keys).unwrap();
+    assert!(
+        signers.len() * 2 > keys.len(),
+        "signed by {} of {} keys: {note}",
+        signers.len(),
+        keys.len()
+    );
+    let parsed = Checkpoint::parse(&body).unwrap();
+    assert_eq!(parsed.size, checkpoint["size"].as_u64().unwrap());
+    assert_eq!(parsed.root, hash(&checkpoint["root"]));
+    (parsed.size, parsed.root)
+}
+
+/// The members' verifier keys, as node `id` lists them.
+async fn keys(cluster: &Cluster, id: u64) -> Vec<VerifierKey> {
+    let checkpoint = checkpoint_covering(cluster, id, 1).await;
+    checkpoint["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| VerifierKey::parse(k.as_str().unwrap()).unwrap())
+        .collect()
+}
+
+/// Checks receipt `receipt`'s proof from node `id` against the tree of `size` with `root`.
+async fn verify_receipt(cluster: &Cluster, id: u64, receipt: &str, size: u64, root: &tlog::Hash) {
+    let (status, _, proof) = cluster
+        .get(id, &format!("/api/receipts/proof?id={receipt}&size={size}"))
+        .await;
+    assert_eq!(status, 200, "node {id} proves {receipt}: {proof}");
+    let leaf = proof["leaf"].as_str().unwrap();
+    let leaf_hash = tlog::leaf_hash(leaf.as_bytes());
+    assert_eq!(leaf_hash, hash(&proof["leaf_hash"]), "{proof}");
+    let leaf_json: Value = serde_json::from_str(leaf).unwrap();
+    assert_eq!(leaf_json["id"], receipt);
+    let path: Vec<tlog::Hash> = proof["path"].as_array().unwrap().iter().map(hash).collect();
+    tlog::verify_inclusion(
+        proof["leaf_index"].as_u64().unwrap(),
+        size,
+        &leaf_hash,
+        &path,
+        root,
+    )
+    .unwrap_or_else(|e| panic!("node {id}, receipt {receipt}: {e}"));
+}
+
+/// Every running node's (leaves, root) from its digest, once all agree.
+async fn agreed_roots(cluster: &Cluster) -> (u64, String) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let roots: Vec<(u64, String)> = cluster
+            .digests()
+            .await
+            .iter()
+            .map(|d| {
+                let root = d["log_root"].as_str().unwrap_or_default().to_owned();
+                (d["log_leaves"].as_u64().unwrap_or(0), root)
+            })
+            .collect();
+        if roots.windows(2).all(|w| w[0] == w[1]) {
+            return roots[0].clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the nodes' trees differ: {roots:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_tree_on_every_node_through_a_leader_kill_and_a_snapshot_catch_up() {
+    let mut cluster = Cluster::start_with(3, 0, quick_checkpoints).await;
+    put_row(&cluster, "LOGGED").await;
+    // No checkpoint before the first receipt; one comes with it.
+    let (status, _, none) = cluster.get(1, "/api/receipts/checkpoint").await;
+    assert_eq!(status, 409, "{none}");
+    let leader = cluster.leader().await;
+    let caller = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let mut receipts = Vec::new();
+    receipts.extend(invoke(&cluster, caller, "LOGGED").await);
+    let pinned = keys(&cluster, caller).await;
+    assert_eq!(pinned.len(), 3, "three members, three keys");
+
+    // A burst through a follower, the leader killed in its middle and brought back.
+    for i in 0..40 {
+        if i == 15 {
+            cluster.stop(leader).await;
+        }
+        if i == 30 {
+            cluster.restart(leader).await;
+        }
+        receipts.extend(invoke(&cluster, caller, "LOGGED").await);
+    }
+    assert!(receipts.len() >= 30, "{} receipts recorded", receipts.len());
+    let (leaves, root) = agreed_roots(&cluster).await;
+    assert!(leaves >= receipts.len() as u64, "{leaves} leaves");
+
+    // The cluster's checkpoint, the same on every node, and every receipt proven by each.
+    let mut first = None;
+    for id in cluster.ids() {
+        let checkpoint = checkpoint_covering(&cluster, id, leaves).await;
+        let (size, checkpoint_root) = verify_checkpoint(&checkpoint, &pinned);
+        assert_eq!(
+            (size, tlog::encode_hash(&checkpoint_root)),
+            (leaves, root.clone())
+        );
+        first.get_or_insert((size, checkpoint_root));
+    }
+    let (old_size, old_root) = first.unwrap();
+    for id in cluster.ids() {
+        for receipt in &receipts {
+            verify_receipt(&cluster, id, receipt, old_size, &old_root).await;
+        }
+    }
+
+    // A follower misses receipts and a snapshot purges the log behind them: it catches up
+    // by installing the snapshot, and proves the same tree.
+    let leader = cluster.leader().await;
+    let behind = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    cluster.stop(behind).await;
+    let mut later = Vec::new();
+    for _ in 0..10 {
+        later.extend(invoke(&cluster, leader, "LOGGED").await);
+    }
+    let answer = cluster
+        .http
+        .post(format!("{}/api/cluster/snapshot", cluster.url(leader)))
+        .header("x-terminal-key", ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_success());
+    eventually(Duration::from_secs(30), "the leader purged its log", || {
+        let cluster = &cluster;
+        async move {
+            let (_, _, status) = cluster.get(leader, "/api/cluster").await;
+            status["purged_index"].as_u64().unwrap_or(0) > 0
+        }
+    })
+    .await;
+    cluster.restart(behind).await;
+    let (leaves, root) = agreed_roots(&cluster).await;
+    assert!(leaves >= old_size + later.len() as u64);
+    let checkpoint = checkpoint_covering(&cluster, behind, leaves).await;
+    let (size, new_root) = verify_checkpoint(&checkpoint, &pinned);
+    assert_eq!(tlog::encode_hash(&new_root), root);
+    // The new tree extends the old one, as the node that installed the snapshot proves.
+    let (status, _, consistency) = cluster
+        .get(
+            behind,
+            &format!("/api/receipts/consistency?from={old_size}&to={size}"),
+        )
+        .await;
+    assert_eq!(status, 200, "{consistency}");
+    let path: Vec<tlog::Hash> = consistency["path"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(hash)
+        .collect();
+    tlog::verify_consistency(old_size, size, &old_root, &new_root, &path).unwrap();
+    for receipt in receipts.iter().chain(&later) {
+        verify_receipt(&cluster, behind, receipt, size, &new_root).await;
+    }
+    cluster.shutdown().await;
+}
