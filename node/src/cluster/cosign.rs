@@ -111,6 +111,11 @@ pub async fn run(app: &App, mut stop: watch::Receiver<bool>) {
         }
         tokio::time::sleep(LOOK_EVERY).await;
         let start = periodic && started.elapsed() >= every;
+        if start {
+            if let Err(e) = app.record_signing_keys().await {
+                tracing::info!(error = %e, "members' signing keys not recorded yet");
+            }
+        }
         let size = match due(app, start) {
             Ok(Some(size)) => size,
             Ok(None) => continue,

@@ -12,7 +12,7 @@ pub mod cosign;
 pub mod enter;
 pub mod handover;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
@@ -155,6 +155,60 @@ impl App {
         })?
         .map_err(membership_error)?;
         Ok(())
+    }
+
+    /// On the leader: records in the membership the checkpoint-signing key of every member
+    /// admitted without one (by a version before the receipt log was signed), as the member
+    /// itself says it (same incarnation only). Returns how many were recorded.
+    pub async fn record_signing_keys(&self) -> Result<usize, MembershipError> {
+        if !self.is_leader() {
+            return Ok(0);
+        }
+        let keyless: Vec<(NodeId, NodeInfo)> = self
+            .membership()
+            .nodes()
+            .filter(|(_, info)| info.signing_key.is_empty())
+            .map(|(id, info)| (*id, info.clone()))
+            .collect();
+        let mut updated = BTreeMap::new();
+        for (id, info) in keyless {
+            let hello = if id == self.node_id {
+                self.hello()
+            } else {
+                match self
+                    .network
+                    .hello(&info.grpc_addr, Duration::from_secs(2))
+                    .await
+                {
+                    Ok(hello) => hello,
+                    Err(_) => continue,
+                }
+            };
+            if hello.node_id == id
+                && hello.incarnation == info.incarnation
+                && !hello.signing_key.is_empty()
+            {
+                let signing_key = hello.signing_key;
+                updated.insert(
+                    id,
+                    NodeInfo {
+                        signing_key,
+                        ..info
+                    },
+                );
+            }
+        }
+        if updated.is_empty() {
+            return Ok(0);
+        }
+        let count = updated.len();
+        self.change_membership(ChangeMembers::SetNodes(updated))
+            .await?;
+        tracing::info!(
+            count,
+            "recorded the checkpoint-signing keys of members admitted without one"
+        );
+        Ok(count)
     }
 
     /// Adds a node as a learner, then (unless it asked to stay a learner) as a voter. Any
