@@ -799,6 +799,8 @@ mod tests {
             rows_sha256: rows.into(),
             receipts: 1,
             receipts_sha256: "r".into(),
+            log_leaves: 1,
+            log_root: "t".into(),
         })
     }
 
@@ -1092,6 +1094,12 @@ mod tests {
 
         // Never reaching the same index counts as diverged too.
         end.nodes[1].digest = digest(19, "same");
+        assert!(check(&h.events, &end).diverged);
+
+        // So do two receipt-log trees, whatever else agrees.
+        let mut other_tree = digest(20, "same").unwrap();
+        other_tree.log_root = "another root".into();
+        end.nodes[1].digest = Some(other_tree);
         assert!(check(&h.events, &end).diverged);
     }
 

@@ -2,18 +2,20 @@
 //! the gRPC [`Client`] (plus `import-mcp` over HTTP, which has no gRPC call). Output is text
 //! for people, or JSON with `--json`; see [`crate::render`].
 //!
-//! Exit codes: 0 done, 1 failed (including a capability that ran and failed), 2 usage, 3
-//! not found, 4 no node could answer.
+//! Exit codes: 0 done, 1 failed (including a capability that ran and failed, and a receipt
+//! that did not verify), 2 usage, 3 not found, 4 no node could answer, 5 not yet in a
+//! co-signed checkpoint (`verify`: try again in a second).
 
 use std::fmt::Write as _;
 use std::io::{Read as _, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{CommandFactory as _, Parser, Subcommand};
 use futures_util::StreamExt as _;
+use rowcall_proto::tlog::VerifierKey;
 use serde_json::{Map, Value};
 
 use crate::client::Client;
@@ -22,6 +24,7 @@ use crate::node::{ImportReport, NodeClient};
 use crate::quality::{parse_queries, Quality, Scorecard, RECALL_DEPTH};
 use crate::render::{self, Style};
 use crate::rows::{row_input, row_json};
+use crate::verify::{self, Claim, Evidence, Receipt, VerifyError, Witness};
 
 /// Misses printed by `eval` without `--misses`.
 const MISSES_SHOWN: usize = 20;
@@ -30,17 +33,21 @@ const MISSES_SHOWN: usize = 20;
 pub const EXIT_NOT_FOUND: u8 = 3;
 /// Exit code: no node could answer.
 pub const EXIT_UNAVAILABLE: u8 = 4;
+/// Exit code: the receipt is not in a co-signed checkpoint yet (`verify`); it will be soon.
+pub const EXIT_NOT_YET: u8 = 5;
 
 /// rowcall: find, run and manage the capabilities of a rowcall cluster.
 ///
-/// Exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 no node could answer.
+/// Exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 no node could answer, 5 not yet
+/// in a co-signed checkpoint.
 #[derive(Debug, Parser)]
 #[command(
     name = "rowcall",
     version,
     about,
     long_about = None,
-    after_help = "Exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 no node could answer."
+    after_help = "Exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 no node could answer, \
+                  5 not yet in a co-signed checkpoint (verify: try again in a second)."
 )]
 pub struct Cli {
     /// gRPC addresses of cluster members, comma-separated (any members: the client finds
@@ -133,6 +140,12 @@ pub enum Command {
         /// The receipt id, `inv_…`.
         id: String,
     },
+    /// Prove a receipt is in the cluster's transparency log without trusting the node that
+    /// answers: its leaf, its inclusion path, a checkpoint co-signed by a majority of the
+    /// voter keys you pinned, and that the log only grew since the last checkpoint seen
+    /// (remembered in the state file). No credential needed. Exit code 5: not in a
+    /// co-signed checkpoint yet, try again in a second; 1: a check failed.
+    Verify(VerifyArgs),
     /// One row.
     Get {
         /// The row's key.
@@ -240,6 +253,33 @@ pub enum Command {
     Man,
 }
 
+/// What `verify` proves, and against which keys and state.
+#[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("what").required(true).multiple(true).args(["id", "receipt"]))]
+pub struct VerifyArgs {
+    /// The receipt id, `inv_…` (proves the log holds a receipt of this id).
+    pub id: Option<String>,
+    /// The receipt's JSON (as `rowcall receipts ID --json` prints it; `-` for stdin):
+    /// proves the log holds exactly this receipt.
+    #[arg(long, value_name = "FILE")]
+    pub receipt: Option<PathBuf>,
+    /// A voter's signed-note verifier key (`rowcall/<cluster>/node<ID>+…`), from the
+    /// operator; repeat for each voter. Replaces the keys pinned in the state.
+    #[arg(long = "key", value_name = "VKEY")]
+    pub key: Vec<String>,
+    /// A file of voter keys, one per line (`#` comments allowed), as `--key`.
+    #[arg(long, value_name = "FILE")]
+    pub keys: Option<PathBuf>,
+    /// With no key pinned or given, take the voters' keys the node lists and pin them
+    /// (trust on first use: later runs check against them, whatever a node says).
+    #[arg(long)]
+    pub trust_node_keys: bool,
+    /// The state file: pinned keys and the last checkpoint seen (default
+    /// `$XDG_STATE_HOME/rowcall/verify.json`, else `~/.local/state/rowcall/verify.json`).
+    #[arg(long, env = "ROWCALL_VERIFY_STATE", value_name = "FILE")]
+    pub state: Option<PathBuf>,
+}
+
 /// Cluster subcommands.
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
@@ -317,8 +357,11 @@ where
     }
 }
 
-/// The exit code of a failure: 3 not found, 4 unavailable, else 1.
+/// The exit code of a failure: 3 not found, 4 unavailable, 5 not yet in a checkpoint, else 1.
 pub fn exit_code(error: &anyhow::Error) -> u8 {
+    if let Some(VerifyError::NotYetCovered { .. }) = error.downcast_ref::<VerifyError>() {
+        return EXIT_NOT_YET;
+    }
     match error.downcast_ref::<Error>() {
         Some(e) if e.is_not_found() => EXIT_NOT_FOUND,
         Some(e) if e.is_unavailable() => EXIT_UNAVAILABLE,
@@ -441,6 +484,7 @@ async fn run(cli: Cli, out: &mut Out<'_>) -> anyhow::Result<u8> {
                 || render::confirm_text(style, &confirmed),
             );
         }
+        Command::Verify(args) => verify_receipt(&client, out, args).await?,
         Command::Get { key } => {
             let row = client.get(&key).await?;
             out.emit(|| row_json(&row), || render::row_text(style, &row));
@@ -608,18 +652,7 @@ enum Rows {
 
 /// Rows from a JSON file or stdin: an object is one row, an array an atomic bulk write.
 fn read_rows(file: Option<&PathBuf>) -> anyhow::Result<Rows> {
-    let text = match file {
-        Some(path) if path.as_os_str() != "-" => {
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
-        }
-        _ => {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("reading stdin")?;
-            text
-        }
-    };
+    let text = read_input(file.map_or(Path::new("-"), PathBuf::as_path))?;
     match serde_json::from_str::<Value>(&text).context("the rows are not JSON")? {
         Value::Array(items) => Ok(Rows::Many(
             items.into_iter().map(row_input).collect::<Result<_, _>>()?,
@@ -706,6 +739,91 @@ async fn cluster(
         },
     );
     Ok(())
+}
+
+/// `verify`: fetches the proof, its checkpoint and (when the state remembers another size)
+/// a consistency proof, has [`verify::verify`] judge them, then remembers the checkpoint.
+/// Prints one line saying what was proved.
+async fn verify_receipt(
+    client: &Client,
+    out: &mut Out<'_>,
+    args: VerifyArgs,
+) -> anyhow::Result<()> {
+    let receipt = match &args.receipt {
+        Some(path) => Some(Receipt::from_json(&read_input(path)?)?),
+        None => None,
+    };
+    let claim = match (args.id, receipt) {
+        (Some(id), Some(r)) if id != r.id => {
+            anyhow::bail!("the receipt given is {}, not {id}", r.id)
+        }
+        (_, Some(r)) => Claim::Receipt(r),
+        (Some(id), None) => Claim::Id(id),
+        (None, None) => anyhow::bail!("give a receipt id or --receipt FILE"),
+    };
+    let id = claim.id().to_owned();
+    let path = args
+        .state
+        .or_else(verify::default_state_path)
+        .context("no home directory for the state file: pass --state FILE")?;
+    let witness = Witness::load(&path)?;
+    let mut given = Vec::new();
+    for text in &args.key {
+        given.push(VerifierKey::parse(text).map_err(|reason| VerifyError::BadKey { reason })?);
+    }
+    if let Some(file) = &args.keys {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading --keys {}", file.display()))?;
+        given.extend(verify::parse_keys(&text).with_context(|| format!("in {}", file.display()))?);
+    }
+    // Refused while no co-signed checkpoint covers the receipt (or before the first
+    // checkpoint): the leader co-signs the tree about every second.
+    let not_yet = |e: Error| match e {
+        Error::Rejected(r) if r.status == tonic::Code::FailedPrecondition => {
+            anyhow::Error::new(VerifyError::NotYetCovered { id: id.clone() })
+        }
+        e => anyhow::Error::new(e),
+    };
+    let mut proof = client.prove(&id, 0).await.map_err(not_yet)?;
+    let checkpoint = match proof.checkpoint.take() {
+        Some(checkpoint) => checkpoint,
+        // Not sent with the proof: the latest co-signed one, and the proof against it.
+        None => {
+            let checkpoint = client.checkpoint().await.map_err(not_yet)?;
+            if checkpoint.size != proof.tree_size {
+                proof = client.prove(&id, checkpoint.size).await.map_err(not_yet)?;
+            }
+            checkpoint
+        }
+    };
+    let keys = verify::choose_keys(given, &witness, args.trust_node_keys.then_some(&checkpoint))?;
+    let consistency = match witness.consistency_needed(checkpoint.size) {
+        Some((from, to)) => Some(client.consistency(from, to).await.with_context(|| {
+            format!("fetching the consistency proof from tree size {from} to {to}")
+        })?),
+        None => None,
+    };
+    let evidence = Evidence {
+        checkpoint,
+        proof,
+        consistency,
+    };
+    let verdict = verify::verify(&claim, &evidence, &witness, &keys)?;
+    witness.advance(&verdict, &keys).save(&path, &witness)?;
+    out.emit(|| verdict.to_json(), || format!("{verdict}\n"));
+    Ok(())
+}
+
+/// A file's text, or stdin's for `-`.
+fn read_input(path: &Path) -> anyhow::Result<String> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading stdin")?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
 /// The answering node's HTTP address as the cluster lists it: `https://` when the nodes are

@@ -48,6 +48,7 @@ use rowcall_proto::v1::cluster_client::ClusterClient;
 use rowcall_proto::v1::directory_client::DirectoryClient;
 use rowcall_proto::v1::dispatch_client::DispatchClient;
 use rowcall_proto::v1::receipts_client::ReceiptsClient;
+use rowcall_proto::v1::transparency_client::TransparencyClient;
 use rowcall_proto::v1::{self as proto, contract_response};
 use serde_json::{Map, Value};
 use tokio::time::Instant;
@@ -1512,6 +1513,97 @@ impl Client {
         let response = self
             .call(Kind::Read, false, message, |ch, r| async move {
                 ReceiptsClient::new(ch).list_by_key(r).await
+            })
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    // ---- Transparency ----
+
+    /// The latest checkpoint of the receipt log that a majority of voters signed (no
+    /// credential); refused with `FAILED_PRECONDITION` before the first. Check its note
+    /// against voter keys you pinned, not the `keys` it lists: [`crate::verify`] does.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let checkpoint = client.checkpoint().await?;
+    /// println!("{} has {} receipts", checkpoint.origin, checkpoint.size);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn checkpoint(&self) -> Result<proto::SignedCheckpoint, Error> {
+        let response = self
+            .call(
+                Kind::Read,
+                false,
+                proto::CheckpointRequest {},
+                |ch, r| async move { TransparencyClient::new(ch).checkpoint(r).await },
+            )
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// Receipt `id`'s leaf and its inclusion path into the tree of `size` leaves (0: the
+    /// latest co-signed checkpoint's, which the answer then carries). A receipt that checkpoint
+    /// does not cover yet is refused with `FAILED_PRECONDITION`: ask again a second later.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let proof = client.prove("inv_0123456789", 0).await?;
+    /// println!("leaf {} of {}", proof.leaf_index, proof.tree_size);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn prove(&self, id: &str, size: u64) -> Result<proto::InclusionProof, Error> {
+        let message = proto::ProveRequest {
+            id: id.to_owned(),
+            size,
+        };
+        let response = self
+            .call(Kind::Read, false, message, |ch, r| async move {
+                TransparencyClient::new(ch).prove(r).await
+            })
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// The proof that the tree of `from` leaves is a prefix of the tree of `to` leaves (0:
+    /// the latest co-signed checkpoint's size).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let proof = client.consistency(97, 120).await?;
+    /// println!("{} hashes", proof.path.len());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn consistency(&self, from: u64, to: u64) -> Result<proto::ConsistencyProof, Error> {
+        let message = proto::ConsistencyRequest { from, to };
+        let response = self
+            .call(Kind::Read, false, message, |ch, r| async move {
+                TransparencyClient::new(ch).consistency(r).await
+            })
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// The leaf hashes from `start` up to `end` (exclusive; 0: as many as the node gives, at
+    /// most 1000), for mirrors and witnesses.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let page = client.leaves(0, 100).await?;
+    /// for leaf in &page.leaves {
+    ///     println!("{} {}", leaf.index, leaf.id);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn leaves(&self, start: u64, end: u64) -> Result<proto::LeavesResponse, Error> {
+        let message = proto::LeavesRequest { start, end };
+        let response = self
+            .call(Kind::Read, false, message, |ch, r| async move {
+                TransparencyClient::new(ch).leaves(r).await
             })
             .await?;
         Ok(response.into_inner())

@@ -6,6 +6,8 @@
 //!   rowcall CLI ──┴► Client (session index, retries, hedged reads, leader hints) ──gRPC──► nodes
 //!                      └─ Watch (change feed that resumes on another node)
 //!   rowcall eval / import-mcp ─► node::NodeClient ──HTTP──► a node
+//!   rowcall verify ─► Client (checkpoint, proofs) ─► verify: judged against pinned keys and
+//!                     the last checkpoint seen (state file), never the answering node's word
 //! ```
 //!
 //! [`Client`] speaks `rowcall.v1` (the protos are re-exported as [`proto`]) to any members
@@ -35,6 +37,9 @@
 //! # }
 //! ```
 //!
+//! [`verify`] checks a receipt against the receipt log's transparency log (RFC 9162 proofs,
+//! checkpoints co-signed by a majority of voters) for `rowcall verify`.
+//!
 //! `node` speaks the node's HTTP protocol for what has no gRPC call (the MCP importer) and
 //! for tests; `quality` and `dataset` score resolver answers for `rowcall eval`, the node's
 //! resolver benchmark and the integration tests alike.
@@ -47,6 +52,7 @@ pub mod node;
 pub mod quality;
 pub mod render;
 mod rows;
+pub mod verify;
 mod watch;
 
 pub use self::client::{Attempted, Client, ClientBuilder, Invocation};

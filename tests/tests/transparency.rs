@@ -22,25 +22,32 @@ fn hash(value: &Value) -> tlog::Hash {
     tlog::decode_hash(value.as_str().expect("a base64 hash")).unwrap()
 }
 
-/// Writes a public static row through whichever node leads.
+/// Writes a public static row through whichever node leads, and waits until every running
+/// node has it.
 async fn put_row(cluster: &Cluster, key: &str) {
     let body = json!({"key": key, "type": "static", "auth": "public", "category": "Log",
                       "content": format!("# WHAT: the row {key}\n")});
-    eventually(Duration::from_secs(20), "the row is written", || {
-        let body = body.clone();
-        async move {
-            let leader = cluster.leader().await;
-            cluster
-                .http
-                .post(format!("{}/api/directory", cluster.url(leader)))
-                .header("x-terminal-key", ADMIN)
-                .json(&body)
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let index = loop {
+        let leader = cluster.leader().await;
+        let answer = cluster
+            .http
+            .post(format!("{}/api/directory", cluster.url(leader)))
+            .header("x-terminal-key", ADMIN)
+            .json(&body)
+            .send()
+            .await;
+        if let Some(answer) = answer.as_ref().ok().filter(|a| a.status().is_success()) {
+            break answer.headers()["x-rowcall-index"]
+                .to_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
         }
-    })
-    .await;
+        assert!(tokio::time::Instant::now() < deadline, "{answer:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    cluster.converge(index).await;
 }
 
 /// One invocation on node `id`; its receipt id when it was recorded.
@@ -242,5 +249,156 @@ async fn one_tree_on_every_node_through_a_leader_kill_and_a_snapshot_catch_up() 
     for receipt in receipts.iter().chain(&later) {
         verify_receipt(&cluster, behind, receipt, size, &new_root).await;
     }
+    cluster.shutdown().await;
+}
+
+/// What one `rowcall` run printed and how it ended.
+struct Run {
+    code: u8,
+    out: String,
+    err: String,
+}
+
+/// Runs `rowcall --nodes <node id's gRPC address> ARGS…` in process (no credential).
+async fn rowcall(cluster: &Cluster, id: u64, args: &[&str]) -> Run {
+    let grpc = format!("http://{}", cluster.member(id).grpc);
+    let mut argv = vec!["rowcall", "--nodes", &grpc];
+    argv.extend_from_slice(args);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = rowcall_client::cli::execute(
+        argv,
+        &mut out,
+        &mut err,
+        rowcall_client::render::Style::plain(),
+    )
+    .await;
+    Run {
+        code,
+        out: String::from_utf8(out).unwrap(),
+        err: String::from_utf8(err).unwrap(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rowcall_verify_proves_a_receipt_and_an_edit_in_a_nodes_store_fails_it_loudly() {
+    let mut cluster = Cluster::start_with(3, 0, quick_checkpoints).await;
+    put_row(&cluster, "LOGGED").await;
+    let mut receipts = Vec::new();
+    for id in cluster.ids() {
+        receipts.extend(invoke(&cluster, id, "LOGGED").await);
+    }
+    let receipt = receipts[1].clone();
+    let state = cluster.dir.path().join("verify-state.json");
+    let state = state.to_str().unwrap();
+
+    // First use: the voters' keys are pinned from the node; the receipt is proven once a
+    // co-signed checkpoint covers it (exit 5 until then).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let proven = loop {
+        let run = rowcall(
+            &cluster,
+            1,
+            &["verify", &receipt, "--trust-node-keys", "--state", state],
+        )
+        .await;
+        if run.code != 5 || tokio::time::Instant::now() > deadline {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(proven.code, 0, "{}{}", proven.out, proven.err);
+    assert!(
+        proven.out.starts_with(&format!("verified {receipt}")),
+        "{}",
+        proven.out
+    );
+
+    // The receipt as stored, which `--receipt` proves field by field.
+    let stored: Value = cluster
+        .http
+        .get(format!("{}/api/receipts/{receipt}", cluster.url(3)))
+        .header("x-terminal-key", ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let file = cluster.dir.path().join("receipt.json");
+    std::fs::write(&file, stored.to_string()).unwrap();
+    let file = file.to_str().unwrap();
+    let run = rowcall(
+        &cluster,
+        3,
+        &["verify", "--receipt", file, "--state", state],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}{}", run.out, run.err);
+
+    // Node 3's store is edited while it is down: the receipt's output hash changed.
+    cluster.stop(3).await;
+    {
+        let data = cluster.member_config(3).node.data.join("sled");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let db = loop {
+            match sled::open(&data) {
+                Ok(db) => break db,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("opening node 3's store: {e}"),
+            }
+        };
+        let tree = db.open_tree("sm").unwrap();
+        let key = format!("i/{receipt}");
+        let mut edited: Value = serde_json::from_slice(&tree.get(&key).unwrap().unwrap()).unwrap();
+        edited["output_sha256"] = json!("0".repeat(64));
+        tree.insert(key, serde_json::to_vec(&edited).unwrap())
+            .unwrap();
+        db.flush().unwrap();
+    }
+    cluster.restart(3).await;
+
+    // Asked of the edited node, both checks fail, saying why: the receipt given no longer
+    // matches the leaf it serves, and the leaf it serves no longer hashes to the tree's.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let (by_receipt, by_id) = loop {
+        let by_receipt = rowcall(
+            &cluster,
+            3,
+            &["verify", "--receipt", file, "--state", state],
+        )
+        .await;
+        let by_id = rowcall(&cluster, 3, &["verify", &receipt, "--state", state]).await;
+        let settled = by_receipt.code != 5 && by_id.code != 5;
+        if settled || tokio::time::Instant::now() > deadline {
+            break (by_receipt, by_id);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(by_receipt.code, 1, "{}{}", by_receipt.out, by_receipt.err);
+    assert!(
+        by_receipt.err.contains("differs from the leaf")
+            || by_receipt
+                .err
+                .contains("does not hash to the proof's leaf hash"),
+        "{}",
+        by_receipt.err
+    );
+    assert_eq!(by_id.code, 1, "{}{}", by_id.out, by_id.err);
+    assert!(
+        by_id.err.contains("does not hash to the proof's leaf hash"),
+        "{}",
+        by_id.err
+    );
+    // The untouched nodes still prove it.
+    let run = rowcall(
+        &cluster,
+        2,
+        &["verify", "--receipt", file, "--state", state],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}{}", run.out, run.err);
     cluster.shutdown().await;
 }

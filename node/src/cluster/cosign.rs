@@ -29,6 +29,13 @@ pub async fn sign(app: &App, size: u64) -> Result<(), ServiceError> {
     let key = app.identity.signing_key().ok_or_else(|| {
         ServiceError::internal("this node belongs to no cluster yet: it has no key name")
     })?;
+    if !all_members_sign(app) {
+        return Err(ServiceError::NotCheckpointed(
+            "a member has no signing key yet (it runs an older version, or the leader has not \
+             recorded its key): checkpoints are signed once every member can"
+                .into(),
+        ));
+    }
     let cluster = app.identity.cluster_id().unwrap_or_default();
     let root = app
         .receipts
@@ -65,9 +72,21 @@ pub async fn sign(app: &App, size: u64) -> Result<(), ServiceError> {
     }
 }
 
+/// Whether every member has a signing key in the membership. A member without one runs a
+/// version from before signed checkpoints (or was admitted by one, and the leader has not
+/// recorded its key yet): it could not apply a signature entry, so none is proposed.
+pub fn all_members_sign(app: &App) -> bool {
+    app.membership()
+        .nodes()
+        .all(|(_, info)| !info.signing_key.is_empty())
+}
+
 /// What this node should sign now, if anything: a size others signed that it has not, or
 /// (as leader, when `start` allows) the tree as it has it.
 fn due(app: &App, start: bool) -> Result<Option<u64>, log::ProofError> {
+    if !all_members_sign(app) {
+        return Ok(None);
+    }
     let reader = app.receipts.log();
     let latest = reader.checkpoint()?.map_or(0, |c| c.size);
     let pending = reader.pending()?;
@@ -88,10 +107,8 @@ fn due(app: &App, start: bool) -> Result<Option<u64>, log::ProofError> {
     if follow.is_some() {
         return Ok(follow);
     }
-    if start && app.leader() == Some(me) {
-        if size > latest && !signed_by_me(size) {
-            return Ok(Some(size));
-        }
+    if start && app.leader() == Some(me) && size > latest && !signed_by_me(size) {
+        return Ok(Some(size));
     }
     Ok(None)
 }

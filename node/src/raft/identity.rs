@@ -28,7 +28,11 @@ pub const SIGNING_KEY_FILE: &str = "signing.key";
 /// files and this identity. Bumped with any change an older build would misread. A node
 /// refuses a folder of a newer format (a downgrade would misread it) and records its own on
 /// an older one once its stores have opened, having upgraded what they hold.
-pub const DATA_FORMAT: u32 = 1;
+///
+/// 2: the receipt log's Merkle tree (`x/` keys) and snapshot format 3. An older build would
+/// apply receipts without their leaves, and the tree would no longer match the cluster's
+/// when the folder came back to this build.
+pub const DATA_FORMAT: u32 = 2;
 
 /// The peer protocol this build speaks: the envelope and payloads of the Raft messages
 /// between nodes. Builds one version apart interoperate, so a rolling upgrade moves one

@@ -186,7 +186,7 @@ trait Hashes {
     /// the largest power of two not above `hi - lo`).
     fn subtree(&self, lo: u64, hi: u64) -> Result<Hash, ProofError> {
         let n = hi - lo;
-        if n.is_power_of_two() && lo % n == 0 {
+        if n.is_power_of_two() && lo.is_multiple_of(n) {
             return self.stored(n.trailing_zeros() as u8, lo >> n.trailing_zeros());
         }
         let k = tlog::split(n);
@@ -599,7 +599,7 @@ pub(crate) fn each_leaf(
 
 /// Writes the log from a snapshot's leaves, in order, in batches; the frontier of complete
 /// subtrees is kept in memory, so nothing is read back.
-pub(super) struct LogLoader {
+pub struct LogLoader {
     size: u64,
     /// Hashes of the complete subtrees on the right edge, largest first, with their level.
     frontier: Vec<(u8, Hash)>,
@@ -647,6 +647,21 @@ impl LogLoader {
         Ok(())
     }
 
+    /// Leaves staged so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The root of the leaves staged so far.
+    pub fn root(&self) -> Hash {
+        self.frontier
+            .iter()
+            .rev()
+            .map(|(_, h)| *h)
+            .reduce(|right, left| tlog::node_hash(&left, &right))
+            .unwrap_or_else(tlog::empty_root)
+    }
+
     /// Stages the size and the signatures; checks the root the snapshot claims.
     pub fn finish(self, batch: &mut sled::Batch, header: &LogHeader) -> Result<(), String> {
         if self.size != header.size {
@@ -655,13 +670,7 @@ impl LogLoader {
                 self.size, header.size
             ));
         }
-        let root = self
-            .frontier
-            .iter()
-            .rev()
-            .map(|(_, h)| *h)
-            .reduce(|right, left| tlog::node_hash(&left, &right))
-            .unwrap_or_else(tlog::empty_root);
+        let root = self.root();
         if tlog::encode_hash(&root) != header.root {
             return Err(format!(
                 "the snapshot's leaves lead to root {}, not the {} it names",
@@ -703,14 +712,7 @@ pub(super) fn rebuild(tree: &sled::Tree) -> Result<u64, StorageError> {
             .leaf(&mut batch, index as u64, id, *hash)
             .map_err(|e| read_err(&snapshot::SnapshotError(e)))?;
     }
-    let size = loader.size;
-    let root = loader
-        .frontier
-        .iter()
-        .rev()
-        .map(|(_, h)| *h)
-        .reduce(|right, left| tlog::node_hash(&left, &right))
-        .unwrap_or_else(tlog::empty_root);
+    let (size, root) = (loader.size(), loader.root());
     loader
         .finish(
             &mut batch,
@@ -755,6 +757,16 @@ pub struct LeafEntry {
 impl LogReader {
     pub(super) fn new(tree: sled::Tree, published: Arc<std::sync::atomic::AtomicU64>) -> Self {
         Self { tree, published }
+    }
+
+    /// A reader of the log stored in `tree` outside a running state machine (tools and
+    /// benchmarks): all of it counts as published.
+    pub fn open(tree: sled::Tree) -> Result<Self, ProofError> {
+        let size = read_size(&tree)?;
+        Ok(Self::new(
+            tree,
+            Arc::new(std::sync::atomic::AtomicU64::new(size)),
+        ))
     }
 
     /// Leaves as of the index this node has published (what its readers are shown).
