@@ -44,15 +44,15 @@ fn main() {
         let tree = db.open_tree("sm").unwrap();
 
         let started = Instant::now();
+        let mut loader = LogLoader::clear(&tree).unwrap();
         let mut batch = sled::Batch::default();
-        let mut loader = LogLoader::clear(&tree, &mut batch).unwrap();
         let mut leaves = Vec::with_capacity(n as usize);
         for i in 0..n {
             let id = format!("inv_{i:010}");
             let hash = tlog::leaf_hash(id.as_bytes());
             leaves.push(hash);
             loader.leaf(&mut batch, i, &id, hash).unwrap();
-            if i % 10_000 == 9_999 {
+            if i % 100 == 99 {
                 tree.apply_batch(std::mem::take(&mut batch)).unwrap();
             }
         }

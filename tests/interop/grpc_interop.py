@@ -12,8 +12,10 @@ statuses carrying google.rpc.ErrorInfo with rowcall's code and hint. Exits non-z
 first failure.
 """
 
+import hashlib
 import json
 import sys
+import time
 import uuid
 
 import grpc
@@ -81,7 +83,9 @@ def health_and_reflection(channel, addr):
 
     database = ProtoReflectionDescriptorDatabase(channel)
     services = set(database.get_services())
-    wanted = {f"rowcall.v1.{s}" for s in ("Dispatch", "Directory", "Receipts", "Cluster")}
+    wanted = {
+        f"rowcall.v1.{s}" for s in ("Dispatch", "Directory", "Receipts", "Transparency", "Cluster")
+    }
     check(wanted <= services, f"{addr}: reflection lists {sorted(wanted)}")
     check(
         not any(s.startswith("rowcall.raft") for s in services),
@@ -176,6 +180,29 @@ def main():
     check(
         confirmed.confirmed and confirmed.key == "ECHO" and confirmed.ok,
         "Confirm on node 1 checks the receipt",
+    )
+    # Its inclusion proof, without a credential, once a co-signed checkpoint covers it (the
+    # leader starts one about every second while receipts arrive).
+    transparency = api_pb2_grpc.TransparencyStub(channels[2])
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            proof = transparency.Prove(
+                api_pb2.ProveRequest(id=ran.proof.invocation_id), timeout=DEADLINE
+            )
+            break
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    leaf_hash = hashlib.sha256(b"\x00" + proof.leaf.encode()).digest()
+    check(
+        proof.id == ran.proof.invocation_id
+        and proof.leaf_hash == leaf_hash
+        and proof.checkpoint.size == proof.tree_size
+        and len(proof.checkpoint.signers) * 2 > len(proof.checkpoint.voters),
+        f"Transparency.Prove on node 3: leaf {proof.leaf_index} of {proof.tree_size}, "
+        f"signed by {len(proof.checkpoint.signers)} of {len(proof.checkpoint.voters)} voters",
     )
     static = dispatch[2].Invoke(api_pb2.InvokeRequest(key=row.key), timeout=DEADLINE)
     check(

@@ -45,6 +45,8 @@ const CHECKPOINT: &[u8] = b"x/checkpoint";
 const PENDING: &[u8] = b"x/pending";
 /// Every key of the transparency log.
 pub(super) const PREFIX: &[u8] = b"x/";
+/// Keys written (or leaves staged) per sled batch when the log is rebuilt or cleared.
+const WRITE_BATCH: usize = 500;
 
 fn hash_key(level: u8, index: u64) -> Vec<u8> {
     let mut key = Vec::with_capacity(HASH.len() + 9);
@@ -606,12 +608,19 @@ pub struct LogLoader {
 }
 
 impl LogLoader {
-    /// Stages the removal of the whole log, to be rewritten.
-    pub fn clear(tree: &sled::Tree, batch: &mut sled::Batch) -> Result<Self, StorageError> {
-        for item in tree.scan_prefix(PREFIX) {
+    /// Removes the whole log from `tree`, in small batches (sled holds memory in proportion
+    /// to a batch's keys), to be rewritten from leaf 0.
+    pub fn clear(tree: &sled::Tree) -> Result<Self, StorageError> {
+        let mut batch = sled::Batch::default();
+        for (n, item) in tree.scan_prefix(PREFIX).enumerate() {
             let (key, _) = item.map_err(|e| read_err(&e))?;
             batch.remove(key);
+            if n % WRITE_BATCH == WRITE_BATCH - 1 {
+                tree.apply_batch(std::mem::take(&mut batch))
+                    .map_err(|e| read_err(&e))?;
+            }
         }
+        tree.apply_batch(batch).map_err(|e| read_err(&e))?;
         Ok(Self {
             size: 0,
             frontier: Vec::new(),
@@ -705,12 +714,17 @@ pub(super) fn rebuild(tree: &sled::Tree) -> Result<u64, StorageError> {
         receipts.push((receipt.index, receipt.id, hash));
     }
     receipts.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    let mut loader = LogLoader::clear(tree)?;
     let mut batch = sled::Batch::default();
-    let mut loader = LogLoader::clear(tree, &mut batch)?;
     for (index, (_, id, hash)) in receipts.iter().enumerate() {
         loader
             .leaf(&mut batch, index as u64, id, *hash)
             .map_err(|e| read_err(&snapshot::SnapshotError(e)))?;
+        // About five keys a leaf.
+        if index % (WRITE_BATCH / 5) == WRITE_BATCH / 5 - 1 {
+            tree.apply_batch(std::mem::take(&mut batch))
+                .map_err(|e| read_err(&e))?;
+        }
     }
     let (size, root) = (loader.size(), loader.root());
     loader
