@@ -212,6 +212,10 @@ pub fn confirm_json(c: &proto::ConfirmResponse) -> Value {
     if !c.status.is_empty() {
         out["status"] = json!(c.status);
     }
+    if let Some(p) = &c.proof {
+        out["proof"] = json!({"leaf_index": p.leaf_index, "tree_size": p.tree_size,
+            "signers": p.checkpoint.as_ref().map(|c| c.signers.clone()).unwrap_or_default()});
+    }
     out
 }
 
@@ -226,8 +230,15 @@ pub fn confirm_text(style: Style, c: &proto::ConfirmResponse) -> String {
         (Some(index), _) => format!("at index {index}"),
         (None, status) => status.to_owned(),
     };
+    let logged = match &c.proof {
+        Some(p) => format!(
+            "in the receipt log: leaf {} of {} (check it without trusting this node: rowcall verify {})\n",
+            p.leaf_index, p.tree_size, c.id
+        ),
+        None => String::new(),
+    };
     format!(
-        "confirmed: {} {} at {} ({place})\ninput  sha256 {}\noutput sha256 {}\n",
+        "confirmed: {} {} at {} ({place})\ninput  sha256 {}\noutput sha256 {}\n{logged}",
         c.key, outcome, c.at, c.input_sha256, c.output_sha256
     )
 }

@@ -312,6 +312,14 @@ async fn rowcall_verify_proves_a_receipt_and_an_edit_in_a_nodes_store_fails_it_l
         "{}",
         proven.out
     );
+    // `confirm` now says where in the log it is.
+    let confirmed = rowcall(&cluster, 2, &["confirm", &receipt]).await;
+    assert_eq!(confirmed.code, 0, "{}{}", confirmed.out, confirmed.err);
+    assert!(
+        confirmed.out.contains("in the receipt log: leaf"),
+        "{}",
+        confirmed.out
+    );
 
     // The receipt as stored, which `--receipt` proves field by field.
     let stored: Value = cluster
