@@ -685,18 +685,9 @@ async fn a_silent_connection_does_not_outlive_shutdown() {
     node.shutdown().await;
     // Raft's last task may hold the database a moment after shutdown returns: that alone is
     // waited out, for far less than the 60 s the silent connection would hold it.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    let again = loop {
-        match rowcall_node::start(config.clone()).await {
-            Err(e)
-                if format!("{e:#}").contains("could not acquire lock")
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-            started => break started.expect("the data folder opens again after shutdown"),
-        }
-    };
+    let again = crate::common::start_once_unlocked(config, Default::default())
+        .await
+        .expect("the data folder opens again after shutdown");
     again.shutdown().await;
     drop(silent);
 }

@@ -226,18 +226,7 @@ impl Cluster {
     /// caller keeps the handle). A stopped node's last tasks may hold its database for a
     /// moment: that alone is waited out.
     pub async fn start_member(&self, id: u64, options: StartOptions) -> anyhow::Result<NodeHandle> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            match rowcall_node::start_with(self.member_config(id), options.clone()).await {
-                Err(e)
-                    if format!("{e:#}").contains("could not acquire lock")
-                        && tokio::time::Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_millis(50)).await
-                }
-                started => return started,
-            }
-        }
+        super::start_once_unlocked(self.member_config(id), options).await
     }
 
     /// The configuration node `id` restarts with (its addresses, folder and peers).

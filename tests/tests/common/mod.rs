@@ -36,6 +36,27 @@ pub struct TestNode {
     pub http: reqwest::Client,
 }
 
+/// Starts a node on `config`'s data folder once the node that ran on it last has let go of
+/// its database: a stopped node's last tasks may hold it for a moment, and that alone is
+/// waited out (up to 10 s).
+pub async fn start_once_unlocked(
+    config: Config,
+    options: rowcall_node::StartOptions,
+) -> anyhow::Result<NodeHandle> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match rowcall_node::start_with(config.clone(), options.clone()).await {
+            Err(e)
+                if format!("{e:#}").contains("could not acquire lock")
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await
+            }
+            started => return started,
+        }
+    }
+}
+
 /// Starts a one-node cluster on loopback port 0.
 pub async fn start(demo: bool) -> TestNode {
     start_with(demo, |_| {}).await
