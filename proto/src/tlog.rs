@@ -267,12 +267,7 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// The checkpoint's text, the body that signatures cover (C2SP tlog-checkpoint).
     pub fn body(&self) -> String {
-        format!(
-            "{}\n{}\n{}\n",
-            self.origin,
-            self.size,
-            encode_hash(&self.root)
-        )
+        checkpoint_body(&self.origin, self.size, &encode_hash(&self.root))
     }
 
     /// Reads a checkpoint's text (extension lines after the third are ignored).
@@ -294,6 +289,11 @@ impl Checkpoint {
             root,
         })
     }
+}
+
+/// A checkpoint's text from its origin, size and base64 root: one line each.
+pub fn checkpoint_body(origin: &str, size: u64, root_base64: &str) -> String {
+    format!("{origin}\n{size}\n{root_base64}\n")
 }
 
 /// The algorithm byte of an Ed25519 key in a signed note.

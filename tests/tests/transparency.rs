@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::cluster::{eventually, Cluster};
-use common::ADMIN;
+use common::{Fetch, ADMIN};
 use rowcall_proto::tlog::{self, Checkpoint, VerifierKey};
 use serde_json::{json, Value};
 
@@ -322,16 +322,12 @@ async fn rowcall_verify_proves_a_receipt_and_an_edit_in_a_nodes_store_fails_it_l
     );
 
     // The receipt as stored, which `--receipt` proves field by field.
-    let stored: Value = cluster
+    let stored = cluster
         .http
         .get(format!("{}/api/receipts/{receipt}", cluster.url(3)))
         .header("x-terminal-key", ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch()
+        .await;
     let file = cluster.dir.path().join("receipt.json");
     std::fs::write(&file, stored.to_string()).unwrap();
     let file = file.to_str().unwrap();

@@ -119,6 +119,7 @@ pub async fn run(app: &App, mut stop: watch::Receiver<bool>) {
     let periodic = !every.is_zero();
     let mut applied = app.applied.clone();
     let mut started = Instant::now();
+    let mut keys_checked = Instant::now();
     loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -128,7 +129,10 @@ pub async fn run(app: &App, mut stop: watch::Receiver<bool>) {
         }
         tokio::time::sleep(LOOK_EVERY).await;
         let start = periodic && started.elapsed() >= every;
-        if start {
+        // Once an interval: `started` only moves when a checkpoint is started, so while the
+        // log is idle `start` holds at every look.
+        if periodic && keys_checked.elapsed() >= every {
+            keys_checked = Instant::now();
             if let Err(e) = app.record_signing_keys().await {
                 tracing::info!(error = %e, "members' signing keys not recorded yet");
             }

@@ -389,9 +389,7 @@ impl StateMachine {
         }
         let applied_index = last_applied.map_or(0, |l| l.index);
         let log_published = Arc::new(std::sync::atomic::AtomicU64::new(
-            transparency::LogReader::new(tree.clone(), Default::default())
-                .size()
-                .map_err(|e| read_err(&e))?,
+            transparency::read_size(&tree).map_err(|e| read_err(&e))?,
         ));
         {
             let mut published = catalogue.write();

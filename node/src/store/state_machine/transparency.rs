@@ -106,7 +106,7 @@ pub struct Cosigned {
 impl Cosigned {
     /// The checkpoint as a C2SP signed note.
     pub fn note(&self) -> String {
-        let body = format!("{}\n{}\n{}\n", self.origin, self.size, self.root);
+        let body = tlog::checkpoint_body(&self.origin, self.size, &self.root);
         let lines: Vec<_> = self
             .signatures
             .iter()
@@ -301,16 +301,25 @@ fn proof_err(e: &ProofError) -> StorageError {
     )
 }
 
-fn read_size(tree: &sled::Tree) -> Result<u64, ProofError> {
-    Ok(match tree.get(SIZE)? {
-        Some(bytes) => u64::from_be_bytes(
-            bytes
-                .as_ref()
-                .try_into()
-                .map_err(|_| ProofError::Decode("x/size".into()))?,
-        ),
-        None => 0,
-    })
+/// A big-endian `u64` stored under (or in) the key named `what`.
+fn be_u64(bytes: &[u8], what: &str) -> Result<u64, ProofError> {
+    bytes
+        .try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| ProofError::Decode(what.into()))
+}
+
+/// The leaf index in an `x/l/<leaf>` key.
+fn leaf_index(key: &[u8]) -> Result<u64, ProofError> {
+    be_u64(&key[LEAF_ID.len()..], "x/l key")
+}
+
+/// Leaves stored (0 before the first).
+pub(super) fn read_size(tree: &sled::Tree) -> Result<u64, ProofError> {
+    match tree.get(SIZE)? {
+        Some(bytes) => be_u64(&bytes, "x/size"),
+        None => Ok(0),
+    }
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(
@@ -585,11 +594,7 @@ pub(crate) fn each_leaf(
     let hashes = SledHashes(tree);
     for item in tree.scan_prefix(LEAF_ID) {
         let (key, id) = item.map_err(|e| read_err(&e))?;
-        let index = u64::from_be_bytes(
-            key[LEAF_ID.len()..]
-                .try_into()
-                .map_err(|_| proof_err(&ProofError::Decode("x/l key".into())))?,
-        );
+        let index = leaf_index(&key).map_err(|e| proof_err(&e))?;
         if index >= size {
             break;
         }
@@ -810,15 +815,10 @@ impl LogReader {
 
     /// The leaf index of receipt `id`, if it has one.
     pub fn leaf_of(&self, id: &str) -> Result<Option<u64>, ProofError> {
-        Ok(match self.tree.get(leaf_of_key(id))? {
-            Some(bytes) => Some(u64::from_be_bytes(
-                bytes
-                    .as_ref()
-                    .try_into()
-                    .map_err(|_| ProofError::Decode("x/n".into()))?,
-            )),
-            None => None,
-        })
+        match self.tree.get(leaf_of_key(id))? {
+            Some(bytes) => be_u64(&bytes, "x/n").map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Leaf `index`'s hash.
@@ -847,11 +847,7 @@ impl LogReader {
         let mut out = Vec::new();
         for item in self.tree.range(leaf_id_key(start)..leaf_id_key(end)) {
             let (key, id) = item?;
-            let index = u64::from_be_bytes(
-                key[LEAF_ID.len()..]
-                    .try_into()
-                    .map_err(|_| ProofError::Decode("x/l key".into()))?,
-            );
+            let index = leaf_index(&key)?;
             out.push(LeafEntry {
                 index,
                 id: String::from_utf8_lossy(&id).into_owned(),
