@@ -218,6 +218,8 @@ pub enum Command {
         http: Option<String>,
     },
     /// Resolver quality on a query set: top-1, recall@5 and MRR, and the misses.
+    /// On a node with a resolver model, the lexical, dense and fused rankings are scored
+    /// side by side; the misses listed are the fused ranking's (the one agents get).
     Eval {
         /// JSON lines of `{"q": "...", "gold": ["KEY", ...]}`.
         queries: PathBuf,
@@ -854,15 +856,33 @@ async fn eval(
     if (limit as usize) < RECALL_DEPTH {
         eprintln!("note: --limit {limit} is below {RECALL_DEPTH}, so recall@{RECALL_DEPTH} only sees {limit} candidates");
     }
-    let mut card = Scorecard::new(limit as usize);
+    // A node with a model ranks three ways; one without refuses `dense` on the first ask.
+    let modes: &[&str] = match client.ask_ranked(&queries[0].q, limit, "dense").await {
+        Ok(_) => &["lexical", "dense", "fused"],
+        Err(Error::Rejected(_)) => &["lexical"],
+        Err(e) => return Err(e).with_context(|| format!("asking {:?}", queries[0].q)),
+    };
+    let mut cards: Vec<Scorecard> = modes
+        .iter()
+        .map(|_| Scorecard::new(limit as usize))
+        .collect();
     for query in &queries {
-        let answer = client
-            .ask(&query.q, limit)
-            .await
-            .with_context(|| format!("asking {:?}", query.q))?;
-        let ranked: Vec<String> = answer.candidates.into_iter().map(|c| c.key).collect();
-        card.add(query, &ranked);
+        for (mode, card) in modes.iter().zip(&mut cards) {
+            let answer = client
+                .ask_ranked(&query.q, limit, mode)
+                .await
+                .with_context(|| format!("asking {:?} ({mode})", query.q))?;
+            let ranked: Vec<String> = answer.candidates.into_iter().map(|c| c.key).collect();
+            card.add(query, &ranked);
+        }
     }
+    if modes.len() > 1 {
+        let _ = out.w.write_all(side_by_side(modes, &cards).as_bytes());
+    }
+    // The misses are those of the ranking agents get (the last column).
+    let card = cards
+        .pop()
+        .unwrap_or_else(|| Scorecard::new(limit as usize));
     let text = report(&card, nodes, all_misses.then_some(usize::MAX));
     let _ = out.w.write_all(text.as_bytes());
     Ok(())
@@ -902,6 +922,37 @@ pub fn import_summary(url: &str, report: &ImportReport) -> String {
     for warning in &report.warnings {
         let _ = writeln!(out, "  warning  {warning}");
     }
+    out
+}
+
+/// The averages of each ranking in one table (`eval` on a node with a model).
+pub fn side_by_side(modes: &[&str], cards: &[Scorecard]) -> String {
+    let mut out = String::new();
+    let _ = write!(out, "{:<10}", "");
+    for mode in modes {
+        let _ = write!(out, "{mode:>9}");
+    }
+    out.push('\n');
+    let summaries: Vec<Quality> = cards.iter().map(Scorecard::summary).collect();
+    let lines = [
+        (
+            "top-1",
+            summaries.iter().map(|q| q.top1).collect::<Vec<_>>(),
+        ),
+        (
+            "recall@5",
+            summaries.iter().map(|q| q.recall_at_5).collect(),
+        ),
+        ("MRR", summaries.iter().map(|q| q.mrr).collect()),
+    ];
+    for (label, values) in lines {
+        let _ = write!(out, "{label:<10}");
+        for value in values {
+            let _ = write!(out, "{value:>9.3}");
+        }
+        out.push('\n');
+    }
+    out.push('\n');
     out
 }
 

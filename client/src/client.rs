@@ -1095,9 +1095,21 @@ impl Client {
     /// # }
     /// ```
     pub async fn ask(&self, ask: &str, limit: u32) -> Result<proto::AskResponse, Error> {
+        self.ask_ranked(ask, limit, "").await
+    }
+
+    /// As [`Client::ask`], ranked one way: `lexical`, `dense` or `fused` (empty: the
+    /// node's default). For comparing the resolver's halves, as `rowcall eval` does.
+    pub async fn ask_ranked(
+        &self,
+        ask: &str,
+        limit: u32,
+        mode: &str,
+    ) -> Result<proto::AskResponse, Error> {
         let message = proto::AskRequest {
             ask: ask.to_owned(),
             limit,
+            mode: mode.to_owned(),
         };
         let response = self
             .call(Kind::Read, false, message, |ch, r| async move {

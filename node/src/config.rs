@@ -35,6 +35,22 @@ pub struct Config {
     pub log: LogConfig,
     /// Traces exported to an OpenTelemetry collector.
     pub tracing: TracingConfig,
+    /// The resolver's sentence-embedding model (none: lexical ranking only).
+    pub resolver: ResolverConfig,
+}
+
+/// The resolver's model (DESIGN §6). Without one, ask ranks by words alone (BM25F); with
+/// one, by words and meaning: BM25F fused with the cosine of sentence embeddings.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResolverConfig {
+    /// Folder of a sentence-transformers model (all-MiniLM-L6-v2 or a BERT relative:
+    /// `config.json`, `tokenizer.json`, `model.safetensors`); `deploy/fetch-model.sh` makes
+    /// one. `ROWCALL_EMBED_MODEL` sets it too.
+    pub model: Option<PathBuf>,
+    /// How asks are embedded: `model` (the full forward pass, the default) or `static`
+    /// (distilled token vectors: microseconds, less accurate). `ROWCALL_QUERY_EMBEDDING`.
+    pub query_embedding: crate::catalogue::embed::QueryMode,
 }
 
 /// Traces (off by default). With an endpoint, the node exports the spans of the requests it
@@ -753,6 +769,16 @@ impl Config {
                     .filter(|e| !e.is_empty())
                     .map(str::to_owned),
             );
+        }
+        if let Some(dir) = get("ROWCALL_EMBED_MODEL") {
+            self.resolver.model = (!dir.trim().is_empty()).then(|| PathBuf::from(dir.trim()));
+        }
+        if let Some(mode) = get("ROWCALL_QUERY_EMBEDDING") {
+            self.resolver.query_embedding =
+                mode.trim().parse().map_err(|reason| ConfigError::Env {
+                    name: "ROWCALL_QUERY_EMBEDDING",
+                    reason,
+                })?;
         }
         if let Some(mode) = get("ROWCALL_STORAGE_SYNC") {
             self.storage.sync = match mode.trim() {

@@ -25,6 +25,10 @@ pub const APPLIED_INDEX: &str = "rowcall_raft_applied_index";
 pub const RAFT_TERM: &str = "rowcall_raft_term";
 /// 1 if this node leads.
 pub const RAFT_IS_LEADER: &str = "rowcall_raft_is_leader";
+/// Rows run through the resolver's model (each distinct row text once per node).
+pub const ROWS_EMBEDDED_TOTAL: &str = "rowcall_resolver_rows_embedded_total";
+/// Time to embed one ask with the resolver's model (LRU hits included).
+pub const QUERY_EMBED_SECONDS: &str = "rowcall_resolver_query_embed_duration_seconds";
 /// Approximate bytes of the resolver index.
 pub const RESOLVER_INDEX_BYTES: &str = "rowcall_resolver_index_bytes";
 
@@ -104,6 +108,15 @@ fn describe() {
         "HTTP request latency by route."
     );
     describe_counter!(INVOCATIONS_TOTAL, "Invocations by row type and outcome.");
+    describe_counter!(
+        ROWS_EMBEDDED_TOTAL,
+        "Rows run through the resolver's model on this node."
+    );
+    describe_histogram!(
+        QUERY_EMBED_SECONDS,
+        Unit::Seconds,
+        "Time to embed one ask with the resolver's model."
+    );
     describe_histogram!(
         WRITE_BATCH_SIZE,
         Unit::Count,

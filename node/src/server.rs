@@ -18,6 +18,8 @@ use crate::api::http::tls::HttpsTls;
 use crate::api::{grpc, http};
 use crate::app::App;
 use crate::auth::{generate_key, Credentials};
+use crate::catalogue::embed::Embedder;
+use crate::catalogue::semantic::{self, Semantic};
 use crate::catalogue::{demo, SharedCatalogue};
 use crate::cluster::enter::{enter, Entered, Plan};
 use crate::config::Config;
@@ -261,6 +263,10 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let mut log = LogStore::open(&storage)?;
     let outbox = Outbox::open(&storage)?;
     let catalogue = SharedCatalogue::default();
+    let semantic = load_model(&config, &storage).await?;
+    if let Some(semantic) = &semantic {
+        catalogue.write().set_semantic(semantic.clone());
+    }
     let mut state_machine =
         StateMachine::open(&storage, &node.data.join("snapshots"), catalogue.clone())?;
     let me = NodeInfo {
@@ -421,6 +427,16 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     tasks.push(tokio::spawn(async move {
         crate::dispatch::retention::run(&pruner, stop).await;
     }));
+    if let Some(semantic) = semantic {
+        let mut stop = shutdown.subscribe();
+        let catalogue = app.catalogue.clone();
+        tasks.push(tokio::spawn(async move {
+            tokio::select! {
+                _ = semantic.run(catalogue) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        }));
+    }
     let mut stop = shutdown.subscribe();
     let drainer = app.clone();
     tasks.push(tokio::spawn(async move {
@@ -589,4 +605,34 @@ async fn load_demo(app: &App) -> anyhow::Result<()> {
     .context("writing the demo catalogue")?;
     tracing::info!(rows = count, "loaded the demo catalogue");
     Ok(())
+}
+
+/// Loads the resolver's model, if the configuration names one. A folder that is named but
+/// unusable stops the node: an operator who asked for meaning-aware ranking must not get
+/// words-only ranking without noticing.
+async fn load_model(config: &Config, storage: &Durable) -> anyhow::Result<Option<Arc<Semantic>>> {
+    let Some(dir) = config.resolver.model.clone() else {
+        return Ok(None);
+    };
+    let mode = config.resolver.query_embedding;
+    let started = std::time::Instant::now();
+    let shown = dir.display().to_string();
+    let embedder = tokio::task::spawn_blocking(move || Embedder::load(&dir, mode))
+        .await
+        .context("loading the resolver's model")?
+        .with_context(|| format!("loading the resolver's model from {shown}"))?;
+    let info = embedder.info().clone();
+    tracing::info!(
+        model = %info.name,
+        fingerprint = %info.fingerprint,
+        dimensions = info.dimensions,
+        query = ?info.query,
+        seconds = started.elapsed().as_secs_f32(),
+        "resolver model loaded: asks rank by words and meaning"
+    );
+    let tree = storage
+        .db()
+        .open_tree(semantic::TREE)
+        .context("opening the row vectors")?;
+    Ok(Some(Semantic::new(Arc::new(embedder), Some(tree))))
 }

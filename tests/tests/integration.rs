@@ -20,6 +20,7 @@ mod protocol;
 mod read_index;
 mod resolver_quality;
 mod runners;
+mod semantic;
 mod snapshots;
 mod staleness;
 mod transparency;

@@ -534,7 +534,7 @@ async fn every_answer_names_its_request_id_over_http_and_grpc() {
     let mut dispatch = rowcall_proto::v1::dispatch_client::DispatchClient::new(channel);
     let mut request = tonic::Request::new(rowcall_proto::v1::AskRequest {
         ask: "time".into(),
-        limit: 0,
+        ..Default::default()
     });
     request
         .metadata_mut()

@@ -23,9 +23,11 @@
 //! `planner_visible`.
 
 pub mod demo;
+pub mod embed;
 pub mod feed;
 pub mod resolver;
 pub mod row;
+pub mod semantic;
 
 #[cfg(test)]
 mod properties;
@@ -80,6 +82,8 @@ pub struct Catalogue {
     counts: Counts,
     resolver: Resolver,
     feed: Feed,
+    /// The node's model, when it has one: row vectors for the resolver.
+    semantic: Option<Arc<semantic::Semantic>>,
 }
 
 impl Catalogue {
@@ -107,7 +111,8 @@ impl Catalogue {
             };
             self.resolver.set_synonyms(&groups);
         } else if row.suggestible() {
-            index_row(&mut self.resolver, &row);
+            let vector = self.semantic.as_ref().and_then(|s| s.vector_for(&row));
+            index_row(&mut self.resolver, &row, vector.as_deref());
         } else {
             self.resolver.remove(&row.key);
         }
@@ -139,7 +144,11 @@ impl Catalogue {
     pub fn replace_all(&mut self, rows: impl IntoIterator<Item = Row>) {
         // The feed outlives the rebuild: its subscribers are told to start over once.
         let feed = std::mem::take(&mut self.feed);
+        let semantic = self.semantic.take();
+        let fusion = self.resolver.fusion();
         *self = Self::default();
+        self.semantic = semantic;
+        self.resolver.set_fusion(fusion);
         for row in rows {
             self.put(row);
         }
@@ -192,8 +201,30 @@ impl Catalogue {
 
     /// Ranked candidates for a plain-language request: suggestible rows only.
     pub fn ask(&self, query: &str, limit: usize) -> Vec<(Hit, Arc<Row>)> {
+        self.ask_with(query, None, limit)
+    }
+
+    /// As [`Catalogue::ask`], with the query's embedding fused in.
+    pub fn ask_with(
+        &self,
+        query: &str,
+        vector: Option<&[f32]>,
+        limit: usize,
+    ) -> Vec<(Hit, Arc<Row>)> {
+        self.ask_fused(query, vector, limit, None)
+    }
+
+    /// As [`Catalogue::ask_with`], with other fusion weights than the resolver's own.
+    pub fn ask_fused(
+        &self,
+        query: &str,
+        vector: Option<&[f32]>,
+        limit: usize,
+        fusion: Option<&resolver::Fusion>,
+    ) -> Vec<(Hit, Arc<Row>)> {
+        let own = self.resolver.fusion();
         self.resolver
-            .search(query, limit)
+            .search_fused(query, vector, limit, fusion.unwrap_or(&own))
             .into_iter()
             .filter_map(|hit| {
                 let row = self.rows.get(&*hit.key)?.clone();
@@ -246,6 +277,36 @@ impl Catalogue {
         self.rows.values().cloned().collect()
     }
 
+    /// Sets the vector of row `key` (see [`Resolver::set_vector`]).
+    pub fn set_vector(&mut self, key: &str, vector: &[f32]) -> bool {
+        self.resolver.set_vector(key, vector)
+    }
+
+    /// Gives the catalogue the node's model: rows put from now on get vectors.
+    pub fn set_semantic(&mut self, semantic: Arc<semantic::Semantic>) {
+        self.semantic = Some(semantic);
+    }
+
+    /// The node's model, if it has one.
+    pub fn semantic(&self) -> Option<&Arc<semantic::Semantic>> {
+        self.semantic.as_ref()
+    }
+
+    /// Whether row `key` has its vector (is askable by meaning).
+    pub fn has_vector(&self, key: &str) -> bool {
+        self.resolver.has_vector(key)
+    }
+
+    /// Rows that have a vector.
+    pub fn embedded(&self) -> usize {
+        self.resolver.embedded()
+    }
+
+    /// Replaces the resolver's fusion weights.
+    pub fn set_fusion(&mut self, fusion: resolver::Fusion) {
+        self.resolver.set_fusion(fusion);
+    }
+
     /// Approximate heap bytes of the resolver index.
     pub fn index_bytes(&self) -> usize {
         self.resolver.memory_bytes()
@@ -275,7 +336,7 @@ fn operator_synonyms(row: &Row) -> Vec<Vec<String>> {
 }
 
 /// Hands the resolver what it indexes of a row.
-fn index_row(resolver: &mut Resolver, row: &Row) {
+fn index_row(resolver: &mut Resolver, row: &Row, vector: Option<&[f32]>) {
     let docs = row.docs();
     let doc = docs
         .fields
@@ -302,15 +363,28 @@ fn index_row(resolver: &mut Resolver, row: &Row) {
                 .collect()
         })
         .unwrap_or_default();
-    resolver.insert(&Document {
-        key: &row.key,
-        category: &row.category,
-        what: docs.what(),
-        doc: &doc,
-        args,
-        pins: &row.pins,
-        demote: row.demote,
-    });
+    resolver.insert_embedded(
+        &Document {
+            key: &row.key,
+            category: &row.category,
+            what: docs.what(),
+            doc: &doc,
+            args,
+            pins: &row.pins,
+            demote: row.demote,
+        },
+        vector,
+    );
+}
+
+/// The text a model embeds for a row (see [`semantic::embed_text`]).
+pub fn embed_text(row: &Row) -> String {
+    semantic::embed_text(
+        &row.key,
+        &row.category,
+        &row.content,
+        row.args_schema.as_ref(),
+    )
 }
 
 /// The catalogue shared between the state machine (writer) and the handlers (readers),

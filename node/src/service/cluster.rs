@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::{read_barrier, Admin, Freshness, ServiceError};
 use crate::app::App;
+use crate::catalogue::embed::ModelInfo;
 use crate::cluster::backup::{Backup, BackupError};
 use crate::raft::calls::{JoinRequest, MembershipError};
 use crate::raft::NodeId;
@@ -64,6 +65,43 @@ pub struct Status {
     pub follower_lag: BTreeMap<NodeId, u64>,
     /// Receipts in this node's outbox, waiting for a quorum.
     pub outbox: usize,
+    /// How this node ranks asks.
+    pub resolver: ResolverStatus,
+}
+
+/// How a node ranks asks (DESIGN §6).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResolverStatus {
+    /// `lexical` (words: BM25F) or `hybrid` (words and meaning: BM25F fused with the cosine
+    /// of sentence embeddings).
+    pub mode: &'static str,
+    /// The model, in hybrid mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelInfo>,
+    /// Askable rows that have their vector on this node.
+    pub rows_embedded: usize,
+    /// Rows waiting for the model (askable by their words meanwhile).
+    pub rows_waiting: usize,
+    /// Row texts this node ran through the model since it started (vectors it computed
+    /// before are read back from its database).
+    pub rows_computed: u64,
+}
+
+/// This node's [`ResolverStatus`].
+pub fn resolver_status(app: &App) -> ResolverStatus {
+    let catalogue = app.catalogue.read();
+    let semantic = catalogue.semantic();
+    ResolverStatus {
+        mode: if semantic.is_some() {
+            "hybrid"
+        } else {
+            "lexical"
+        },
+        model: semantic.map(|s| s.embedder().info().clone()),
+        rows_embedded: catalogue.embedded(),
+        rows_waiting: semantic.map_or(0, |s| s.waiting()),
+        rows_computed: semantic.map_or(0, |s| s.computed()),
+    }
 }
 
 fn role(state: ServerState) -> &'static str {
@@ -125,6 +163,7 @@ pub fn status(app: &App) -> Status {
         learners: membership.learner_ids().collect(),
         follower_lag,
         outbox: app.outbox.len(),
+        resolver: resolver_status(app),
     }
 }
 

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use super::{read_barrier, Admin, Freshness, Logged, ServiceError};
 use crate::app::App;
 use crate::catalogue::row::{validate_rows, Row, RowInput, RowRuleError};
+use crate::catalogue::semantic::embed_text;
 use crate::catalogue::Counts;
 use crate::dispatch::builtins::BUILTINS;
 use crate::model::time::now_ms;
@@ -169,6 +170,7 @@ pub async fn put(
         RowRuleError::DuplicateKey { .. } => ServiceError::Rule(source),
         source => rule(source, bulk.then_some(position)),
     })?;
+    embed_before_proposing(app, &rows).await;
     let command = Command::PutRows {
         at_ms: now_ms(),
         rows,
@@ -184,6 +186,32 @@ pub async fn put(
             bulk,
         }),
         other => Err(conflict_or_internal(other)),
+    }
+}
+
+/// Rows a write embeds before it is proposed; a larger bulk write is embedded by the
+/// background task after it applies (askable by its words at once, by meaning soon after).
+const EMBED_BEFORE_PROPOSING: usize = 64;
+
+/// With a model, embeds the rows before they are proposed, so that when this node applies
+/// them their vectors are there and the write is askable by meaning as soon as it is
+/// answered (see [`crate::catalogue::semantic`]). A failure only costs that guarantee.
+async fn embed_before_proposing(app: &App, rows: &[RowInput]) {
+    let semantic = app.catalogue.read().semantic().cloned();
+    let Some(semantic) = semantic else {
+        return;
+    };
+    if rows.len() > EMBED_BEFORE_PROPOSING {
+        return;
+    }
+    let texts: Vec<String> = rows
+        .iter()
+        .map(|r| embed_text(&r.key, &r.category, &r.content, r.args_schema.as_ref()))
+        .collect();
+    match tokio::task::spawn_blocking(move || semantic.prepare(&texts)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::error!(%error, "embedding rows before proposing them failed"),
+        Err(error) => tracing::error!(%error, "embedding rows before proposing them failed"),
     }
 }
 

@@ -14,6 +14,7 @@ use super::error::{run_error_parts, ErrorDetail, ErrorKind, ServiceError};
 use super::{identify, read_barrier, Freshness};
 use crate::app::App;
 use crate::auth::{Principal, Scope};
+use crate::catalogue::resolver::Fusion;
 use crate::catalogue::row::{Auth, Risk, Row};
 use crate::dispatch::{self as run, share, InvokeInput, InvokeRefusal, Invoked, ProofStatus};
 use crate::model::receipt::{valid_receipt_id, Confirmation};
@@ -23,6 +24,8 @@ use crate::model::share::{new_token_id, now_secs};
 pub const DEFAULT_LIMIT: usize = 5;
 /// Most candidates an ask returns.
 pub const MAX_LIMIT: usize = 50;
+/// The `why` of a candidate no word of the ask matched, found by its embedding.
+pub const SIMILAR_MEANING: &str = "similar meaning";
 /// The longest ask, in bytes: a request an agent writes fits with room to spare, and the
 /// resolver's work stays bounded whatever arrives.
 pub const MAX_ASK_BYTES: usize = 1024;
@@ -42,7 +45,8 @@ pub struct Candidate {
     pub score: f64,
     /// Its WHAT line.
     pub what: String,
-    /// The query terms that matched.
+    /// The query terms that matched, or "similar meaning" for a row found by its
+    /// embedding alone.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub why: Vec<String>,
 }
@@ -82,6 +86,37 @@ pub struct AskAnswer {
     pub hint: Option<&'static str>,
 }
 
+/// How an ask is ranked (`mode=` of `GET /api/dispatch?ask=`), for comparing the two
+/// halves of the resolver side by side (`rowcall eval`). Agents leave it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Ranking {
+    /// Words and meaning when the node has a model, words alone otherwise.
+    #[default]
+    Auto,
+    /// Words alone (BM25F).
+    Lexical,
+    /// Meaning alone (cosine of embeddings); needs a model.
+    Dense,
+    /// Words and meaning; needs a model.
+    Fused,
+}
+
+impl std::str::FromStr for Ranking {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "auto" => Ok(Self::Auto),
+            "lexical" => Ok(Self::Lexical),
+            "dense" => Ok(Self::Dense),
+            "fused" => Ok(Self::Fused),
+            other => Err(format!(
+                "mode {other:?} is not one of: auto, lexical, dense, fused"
+            )),
+        }
+    }
+}
+
 /// Ranked candidates for `ask` (at most `limit`, default 5, at most 50), after the read
 /// barrier. A caller holding an invoke or admin credential gets a `run_now` link with a share
 /// token on a `key`-auth best candidate.
@@ -92,10 +127,11 @@ pub async fn ask(
     base: &str,
     ask: &str,
     limit: Option<usize>,
+    ranking: Ranking,
 ) -> Result<AskAnswer, ServiceError> {
     read_barrier(app, freshness).await?;
     let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-    let mut answer = rank(app, base, ask, limit)?;
+    let mut answer = rank(app, base, ask, limit, ranking).await?;
     if let Some(best) = answer.best.as_mut() {
         share_run_now(app, credential, base, best).await;
     }
@@ -114,9 +150,63 @@ fn round(score: f32) -> f64 {
     (f64::from(score) * 100.0).round() / 100.0
 }
 
+/// The vector of `ask` under the node's model, computed off the async threads; `None`
+/// without a model or for [`Ranking::Lexical`]. A model that fails on one ask (it should
+/// not) leaves that ask to the words, with an error in the log.
+async fn ask_vector(
+    app: &App,
+    ask: &str,
+    ranking: Ranking,
+) -> Result<Option<Arc<[f32]>>, ServiceError> {
+    let semantic = app.catalogue.read().semantic().cloned();
+    let Some(semantic) = semantic else {
+        return match ranking {
+            Ranking::Dense | Ranking::Fused => Err(ServiceError::BadRequest {
+                message: format!(
+                    "mode {} needs a model, and this node ranks by words alone",
+                    if ranking == Ranking::Dense {
+                        "dense"
+                    } else {
+                        "fused"
+                    }
+                ),
+                hint:
+                    "configure [resolver] model (see GET /api/cluster, resolver), or leave mode out",
+            }),
+            _ => Ok(None),
+        };
+    };
+    if ranking == Ranking::Lexical {
+        return Ok(None);
+    }
+    let started = Instant::now();
+    let text = ask.to_owned();
+    let embedded =
+        tokio::task::spawn_blocking(move || semantic.embedder().embed_query(&text)).await;
+    metrics::histogram!(crate::metrics::QUERY_EMBED_SECONDS)
+        .record(started.elapsed().as_secs_f64());
+    match embedded {
+        Ok(Ok(v)) => Ok(Some(v)),
+        Ok(Err(error)) => {
+            tracing::error!(%error, "embedding an ask failed; ranking it by words alone");
+            Ok(None)
+        }
+        Err(error) => {
+            tracing::error!(%error, "embedding an ask failed; ranking it by words alone");
+            Ok(None)
+        }
+    }
+}
+
 /// Ranks the catalogue for `ask`: the answer without a read barrier or share links (the MCP
 /// search tool's). An ask longer than [`MAX_ASK_BYTES`] is refused.
-pub fn rank(app: &App, base: &str, ask: &str, limit: usize) -> Result<AskAnswer, ServiceError> {
+pub async fn rank(
+    app: &App,
+    base: &str,
+    ask: &str,
+    limit: usize,
+    ranking: Ranking,
+) -> Result<AskAnswer, ServiceError> {
     if ask.len() > MAX_ASK_BYTES {
         return Err(ServiceError::BadRequest {
             message: format!(
@@ -126,10 +216,16 @@ pub fn rank(app: &App, base: &str, ask: &str, limit: usize) -> Result<AskAnswer,
             hint: "say what you need in a sentence or two",
         });
     }
+    let vector = ask_vector(app, ask, ranking).await?;
     let started = Instant::now();
+    let dense_only = Fusion::dense_only();
+    let fusion = (ranking == Ranking::Dense).then_some(&dense_only);
     let (hits, index) = {
         let catalogue = app.catalogue.read();
-        (catalogue.ask(ask, limit), app.applied_index())
+        (
+            catalogue.ask_fused(ask, vector.as_deref(), limit, fusion),
+            app.applied_index(),
+        )
     };
     metrics::histogram!(crate::metrics::ASK_SECONDS).record(started.elapsed().as_secs_f64());
     let best = hits.first().map(|(hit, row)| {
@@ -155,7 +251,11 @@ pub fn rank(app: &App, base: &str, ask: &str, limit: usize) -> Result<AskAnswer,
             key: row.key.clone(),
             score: round(hit.score),
             what: row.docs().what().to_owned(),
-            why: hit.matched.clone(),
+            why: if hit.similar {
+                vec![SIMILAR_MEANING.to_owned()]
+            } else {
+                hit.matched.clone()
+            },
         })
         .collect();
     Ok(AskAnswer {
@@ -203,10 +303,28 @@ pub async fn contract(
     let row = find_row(app, key)?;
     match format {
         Some("markdown") | Some("md") => Ok(Contract::Markdown(contract_markdown(&row, base))),
-        None | Some("json") => Ok(Contract::Json(contract_json(&row, base))),
+        None | Some("json") => {
+            let mut contract = contract_json(&row, base);
+            contract["resolver"] = resolver_note(app, &row.key);
+            Ok(Contract::Json(contract))
+        }
         Some(other) => Err(ServiceError::BadRequest {
             message: format!("unknown format {other:?}"),
             hint: "format=markdown or format=json",
+        }),
+    }
+}
+
+/// How this node finds the row: by its words (`lexical`), or by words and meaning
+/// (`hybrid`, with whether the row's vector is there yet).
+fn resolver_note(app: &App, key: &str) -> Value {
+    let catalogue = app.catalogue.read();
+    match catalogue.semantic() {
+        None => json!({ "mode": "lexical" }),
+        Some(semantic) => json!({
+            "mode": "hybrid",
+            "model": semantic.embedder().info().name,
+            "embedded": catalogue.has_vector(key),
         }),
     }
 }

@@ -28,8 +28,19 @@ impl Dispatch for Api {
             let credential = Self::credential(&request);
             let ask = &request.get_ref().ask;
             let limit = limit(request.get_ref().limit);
-            let answer =
-                service::ask(&self.app, &fresh, credential, &self.base, ask, limit).await?;
+            let ranking =
+                request
+                    .get_ref()
+                    .mode
+                    .parse()
+                    .map_err(|message| ServiceError::BadRequest {
+                        message,
+                        hint: "leave mode empty unless comparing rankings",
+                    })?;
+            let answer = service::ask(
+                &self.app, &fresh, credential, &self.base, ask, limit, ranking,
+            )
+            .await?;
             Ok(self.reply(answer.into(), None))
         })
         .await

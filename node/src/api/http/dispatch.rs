@@ -43,6 +43,9 @@ pub struct DispatchQuery {
     format: Option<String>,
     /// With `ask`: how many candidates at most (default 5, max 50).
     limit: Option<usize>,
+    /// With `ask`: `lexical`, `dense` or `fused` to rank by one half of the resolver or
+    /// both (the default: both when the node has a model, words otherwise).
+    mode: Option<String>,
     /// With `invoke`: arguments as a JSON object.
     args: Option<String>,
 }
@@ -130,8 +133,25 @@ pub async fn get_dispatch(
     let fresh = read.freshness(&headers)?;
     let base = base_url(app, &headers);
     if let Some(ask) = &query.ask {
-        let answer =
-            service::ask(app, &fresh, credential(&headers), &base, ask, query.limit).await?;
+        let ranking = query
+            .mode
+            .as_deref()
+            .unwrap_or_default()
+            .parse()
+            .map_err(|message| ServiceError::BadRequest {
+                message,
+                hint: "leave mode out unless comparing rankings",
+            })?;
+        let answer = service::ask(
+            app,
+            &fresh,
+            credential(&headers),
+            &base,
+            ask,
+            query.limit,
+            ranking,
+        )
+        .await?;
         let carries_token = answer.carries_token();
         let response = Json(answer).into_response();
         return Ok(if carries_token {

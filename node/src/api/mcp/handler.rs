@@ -128,7 +128,7 @@ impl Projection {
                     .and_then(Value::as_u64)
                     .map_or(5, |n| usize::try_from(n).unwrap_or(MAX_LIMIT))
                     .clamp(1, MAX_LIMIT);
-                match rank(&self.app, base, query, limit) {
+                match rank(&self.app, base, query, limit, Default::default()).await {
                     Ok(answer) => CallToolResult::structured(
                         serde_json::to_value(answer).unwrap_or(Value::Null),
                     ),

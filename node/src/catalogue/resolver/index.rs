@@ -362,6 +362,11 @@ impl Index {
             .collect()
     }
 
+    /// The slot of the row `key`.
+    pub(crate) fn slot(&self, key: &str) -> Option<u32> {
+        self.by_key.get(key).copied()
+    }
+
     pub(crate) fn key(&self, slot: u32) -> &Arc<str> {
         &self.docs[slot as usize].as_ref().expect("live slot").key
     }

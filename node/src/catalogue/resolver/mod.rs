@@ -14,6 +14,7 @@
 //! category, argument names and descriptions); see `index.rs` for weights and why.
 
 pub mod baseline;
+mod dense;
 mod fuzzy;
 mod index;
 mod synonyms;
@@ -24,7 +25,7 @@ mod tests;
 
 use std::sync::Arc;
 
-use index::{Index, Pin, ARGS, CATEGORY, DOC, FIELDS, KEY, WHAT};
+use index::{Index, Pin, Scored, ARGS, CATEGORY, DOC, FIELDS, KEY, WHAT};
 use synonyms::Synonyms;
 use tokenize::Analyzer;
 
@@ -71,6 +72,62 @@ pub struct Hit {
     pub score: f32,
     /// The query words (lowercase surface forms, at most four) that matched, for a short "why".
     pub matched: Vec<String>,
+    /// Found by meaning alone: no query word matched, the row's vector is close.
+    pub similar: bool,
+}
+
+/// How the lexical and dense scores combine when the resolver has a model (DESIGN §6).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fusion {
+    /// Weight of the lexical score, divided by the best lexical score of the query.
+    pub lexical: f32,
+    /// Weight of the cosine between the query's vector and the row's.
+    pub dense: f32,
+    /// Rows below this share of the best fused score are dropped.
+    pub cut_off: f32,
+    /// Least cosine for a row that no query word matched.
+    pub floor: f32,
+    /// Closest rows by meaning considered, beside every lexical match.
+    pub depth: usize,
+    /// How much a clear lexical winner shifts the weight toward words: the lexical weight
+    /// grows by this times the margin of the best lexical score over the second.
+    pub margin: f32,
+}
+
+impl Default for Fusion {
+    fn default() -> Self {
+        // Chosen on four query sets of different styles (README, "Ranking by meaning"):
+        // meaning carries most of the weight, and a clear lexical winner takes some back,
+        // which keeps most of the words' precision on requests phrased like the rows.
+        Self {
+            lexical: 0.1,
+            dense: 0.9,
+            cut_off: 0.6,
+            floor: 0.25,
+            depth: 50,
+            margin: 0.6,
+        }
+    }
+}
+
+impl Fusion {
+    /// Meaning alone: the cosine ranks, words only say why.
+    pub fn dense_only() -> Self {
+        Self {
+            lexical: 0.0,
+            dense: 1.0,
+            ..Self::default()
+        }
+    }
+}
+
+/// The lexical half of a search.
+struct Lexical {
+    terms: Vec<String>,
+    surfaces: Vec<String>,
+    covers: Vec<u64>,
+    pinned: Vec<u32>,
+    scored: Vec<Scored>,
 }
 
 /// The search index. Updates are incremental; `search` takes `&self`, so readers can share it
@@ -80,6 +137,8 @@ pub struct Resolver {
     analyzer: Analyzer,
     synonyms: Synonyms,
     index: Index,
+    vectors: dense::Vectors,
+    fusion: Fusion,
 }
 
 impl Default for Synonyms {
@@ -101,8 +160,13 @@ impl Resolver {
         Self::default()
     }
 
-    /// Inserts the row, or replaces the row with the same key.
+    /// Inserts the row, or replaces the row with the same key (and drops its vector).
     pub fn insert(&mut self, doc: &Document<'_>) {
+        self.insert_embedded(doc, None);
+    }
+
+    /// Inserts the row with its embedding, when the node has a model and has embedded it.
+    pub fn insert_embedded(&mut self, doc: &Document<'_>, vector: Option<&[f32]>) {
         let a = &self.analyzer;
         let mut fields: [Vec<String>; FIELDS] = Default::default();
         fields[KEY] = a.terms(doc.key);
@@ -127,18 +191,154 @@ impl Resolver {
             }
         }
         self.index.insert(doc.key, &fields, doc.demote, pins);
+        if let Some(slot) = self.index.slot(doc.key) {
+            match vector {
+                Some(v) if self.vectors.set(slot, v) => {}
+                _ => self.vectors.clear(slot),
+            }
+        }
+    }
+
+    /// Sets the vector of the row `key` (a row embedded after it was inserted). Returns
+    /// false if there is no such row or the vector's length differs from the others'.
+    pub fn set_vector(&mut self, key: &str, vector: &[f32]) -> bool {
+        match self.index.slot(key) {
+            Some(slot) => self.vectors.set(slot, vector),
+            None => false,
+        }
+    }
+
+    /// Whether row `key` has a vector.
+    pub fn has_vector(&self, key: &str) -> bool {
+        self.index
+            .slot(key)
+            .is_some_and(|slot| self.vectors.has(slot))
+    }
+
+    /// Rows that have a vector.
+    pub fn embedded(&self) -> usize {
+        self.vectors.len()
+    }
+
+    /// The fusion weights.
+    pub fn fusion(&self) -> Fusion {
+        self.fusion
+    }
+
+    /// Replaces the fusion weights.
+    pub fn set_fusion(&mut self, fusion: Fusion) {
+        self.fusion = fusion;
     }
 
     /// Removes the row with `key`, if present.
     pub fn remove(&mut self, key: &str) {
+        if let Some(slot) = self.index.slot(key) {
+            self.vectors.clear(slot);
+        }
         self.index.remove(key);
     }
 
     /// Ranked keys for `query`, best first: at most `limit`, weak tail cut, never padded.
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
+        self.search_with(query, None, limit)
+    }
+
+    /// As [`Resolver::search`], fusing in the cosine of `vector` (the query's embedding)
+    /// with each row's vector when both exist; see [`Fusion`].
+    pub fn search_with(&self, query: &str, vector: Option<&[f32]>, limit: usize) -> Vec<Hit> {
+        self.search_fused(query, vector, limit, &self.fusion)
+    }
+
+    /// As [`Resolver::search_with`], with other fusion weights (e.g. [`Fusion::dense_only`]).
+    pub fn search_fused(
+        &self,
+        query: &str,
+        vector: Option<&[f32]>,
+        limit: usize,
+        fusion: &Fusion,
+    ) -> Vec<Hit> {
         if limit == 0 || self.index.len() == 0 {
             return Vec::new();
         }
+        let lexical = self.lexical(query);
+        let vector = vector.filter(|_| self.vectors.len() > 0);
+        if lexical.terms.is_empty() && lexical.pinned.is_empty() && vector.is_none() {
+            return Vec::new();
+        }
+        let mut scored = lexical.scored;
+        for s in &mut scored {
+            if self.index.demoted(s.slot) {
+                s.score *= DEMOTE_FACTOR;
+            }
+        }
+        let best_lexical = scored.iter().map(|s| s.score).fold(0.0f32, f32::max);
+        // (slot, score, matched-positions mask, found by meaning alone)
+        let mut ranked: Vec<(u32, f32, u64, bool)> = match vector {
+            None => {
+                scored.retain(|s| {
+                    s.score >= CUT_OFF * best_lexical || lexical.pinned.contains(&s.slot)
+                });
+                scored
+                    .iter()
+                    .map(|s| (s.slot, s.score, s.mask, false))
+                    .collect()
+            }
+            Some(v) => self.fuse(&scored, best_lexical, v, &lexical.pinned, limit, fusion),
+        };
+        let best = ranked.iter().map(|r| r.1).fold(0.0f32, f32::max);
+
+        // Pinned rows go first, in their own score order, lifted above every other score.
+        let mut hits: Vec<(bool, f32, u32, u64, bool)> = ranked
+            .drain(..)
+            .map(|(slot, score, mask, similar)| {
+                (lexical.pinned.contains(&slot), score, slot, mask, similar)
+            })
+            .collect();
+        for &slot in &lexical.pinned {
+            if !hits.iter().any(|h| h.2 == slot) {
+                hits.push((true, 0.0, slot, 0, false));
+            }
+        }
+        hits.sort_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then(b.1.total_cmp(&a.1))
+                .then_with(|| self.index.key(a.2).cmp(self.index.key(b.2)))
+        });
+        hits.truncate(limit);
+        hits.into_iter()
+            .map(|(is_pinned, score, slot, mask, similar)| {
+                let words = lexical
+                    .covers
+                    .iter()
+                    .enumerate()
+                    .filter(|&(p, _)| mask & (1u64 << p) != 0)
+                    .fold(0u64, |acc, (_, &c)| acc | c);
+                let matched: Vec<String> = lexical
+                    .surfaces
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| words & (1u64 << i) != 0 || (is_pinned && mask == 0))
+                    .map(|(_, s)| s.clone())
+                    .take(MAX_MATCHED)
+                    .collect();
+                let score = if is_pinned {
+                    best + score + f32::EPSILON
+                } else {
+                    score
+                };
+                Hit {
+                    key: self.index.key(slot).clone(),
+                    score,
+                    similar: similar && matched.is_empty(),
+                    matched,
+                }
+            })
+            .collect()
+    }
+
+    /// The lexical half: analysed query, pinned rows, and BM25F scores (before demotion
+    /// and cut-off).
+    fn lexical(&self, query: &str) -> Lexical {
         let mut terms: Vec<String> = Vec::new();
         let mut surfaces: Vec<String> = Vec::new();
         self.analyzer.analyze(query, |t, s| {
@@ -149,8 +349,14 @@ impl Resolver {
         });
         let raw = self.analyzer.raw_words(query);
         let pinned = self.index.pinned(&terms, &raw);
-        if terms.is_empty() && pinned.is_empty() {
-            return Vec::new();
+        if terms.is_empty() {
+            return Lexical {
+                terms,
+                surfaces,
+                covers: Vec::new(),
+                pinned,
+                scored: Vec::new(),
+            };
         }
 
         // Each query position: the exact term if indexed, else typo and prefix matches;
@@ -176,58 +382,92 @@ impl Resolver {
             }
         }
         self.add_compounds(&terms, &surfaces, &mut positions, &mut covers);
+        let scored = self.index.score(&positions);
+        Lexical {
+            terms,
+            surfaces,
+            covers,
+            pinned,
+            scored,
+        }
+    }
 
-        let mut scored = self.index.score(&positions);
-        for s in &mut scored {
-            if self.index.demoted(s.slot) {
-                s.score *= DEMOTE_FACTOR;
+    /// Weighted sum of the lexical score (divided by the best one) and the cosine, over the
+    /// rows either half found: every lexical match and the closest rows by meaning. A row
+    /// found by meaning alone needs a cosine of at least [`Fusion::floor`].
+    fn fuse(
+        &self,
+        scored: &[Scored],
+        best_lexical: f32,
+        vector: &[f32],
+        pinned: &[u32],
+        limit: usize,
+        f: &Fusion,
+    ) -> Vec<(u32, f32, u64, bool)> {
+        let cosines = self.vectors.cosines(vector);
+        let cosine = |slot: u32| cosines.get(slot as usize).copied().unwrap_or(0.0);
+        let demote = |slot: u32| {
+            if self.index.demoted(slot) {
+                DEMOTE_FACTOR
+            } else {
+                1.0
+            }
+        };
+        let (mut first, mut second) = (0.0f32, 0.0f32);
+        for s in scored {
+            if s.score > first {
+                (first, second) = (s.score, first);
+            } else if s.score > second {
+                second = s.score;
             }
         }
-        let best = scored.iter().map(|s| s.score).fold(0.0f32, f32::max);
-        scored.retain(|s| s.score >= CUT_OFF * best || pinned.contains(&s.slot));
-
-        // Pinned rows go first, in their own score order, lifted above every other score.
-        let mut hits: Vec<(bool, f32, u32, u64)> = scored
+        let margin = if first > 0.0 {
+            (first - second) / first
+        } else {
+            0.0
+        };
+        let w_lex = (f.lexical + f.margin * margin).min(1.0);
+        let w_dense = f.dense * (1.0 - w_lex) / (1.0 - f.lexical).max(f32::EPSILON);
+        let lexical_share = |score: f32| {
+            if best_lexical > 0.0 {
+                score / best_lexical
+            } else {
+                0.0
+            }
+        };
+        let mut out: Vec<(u32, f32, u64, bool)> = scored
             .iter()
-            .map(|s| (pinned.contains(&s.slot), s.score, s.slot, s.mask))
+            .map(|s| {
+                // A row not embedded yet counts as lexical-only, scaled to the same range.
+                let dense = if self.vectors.has(s.slot) {
+                    cosine(s.slot)
+                } else {
+                    lexical_share(s.score)
+                };
+                let fused = w_lex * lexical_share(s.score) + w_dense * dense * demote(s.slot);
+                (s.slot, fused, s.mask, false)
+            })
             .collect();
-        for &slot in &pinned {
-            if !hits.iter().any(|h| h.2 == slot) {
-                hits.push((true, 0.0, slot, 0));
+        let mut seen: std::collections::HashSet<u32> = scored.iter().map(|s| s.slot).collect();
+        let mut nearest: Vec<(u32, f32)> = cosines
+            .iter()
+            .enumerate()
+            .filter(|&(slot, &c)| c >= f.floor && self.vectors.has(slot as u32))
+            .map(|(slot, &c)| (slot as u32, c))
+            .collect();
+        let depth = f.depth.max(limit);
+        if nearest.len() > depth {
+            nearest.select_nth_unstable_by(depth, |a, b| b.1.total_cmp(&a.1));
+            nearest.truncate(depth);
+        }
+        for (slot, c) in nearest {
+            if seen.insert(slot) {
+                out.push((slot, w_dense * c * demote(slot), 0, true));
             }
         }
-        hits.sort_by(|a, b| {
-            b.0.cmp(&a.0)
-                .then(b.1.total_cmp(&a.1))
-                .then_with(|| self.index.key(a.2).cmp(self.index.key(b.2)))
-        });
-        hits.truncate(limit);
-        hits.into_iter()
-            .map(|(is_pinned, score, slot, mask)| {
-                let words = covers
-                    .iter()
-                    .enumerate()
-                    .filter(|&(p, _)| mask & (1u64 << p) != 0)
-                    .fold(0u64, |acc, (_, &c)| acc | c);
-                let matched: Vec<String> = surfaces
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, _)| words & (1u64 << i) != 0 || (is_pinned && mask == 0))
-                    .map(|(_, s)| s.clone())
-                    .take(MAX_MATCHED)
-                    .collect();
-                let score = if is_pinned {
-                    best + score + f32::EPSILON
-                } else {
-                    score
-                };
-                Hit {
-                    key: self.index.key(slot).clone(),
-                    score,
-                    matched,
-                }
-            })
-            .collect()
+        let best = out.iter().map(|r| r.1).fold(0.0f32, f32::max);
+        out.retain(|r| r.1 >= f.cut_off * best || pinned.contains(&r.0));
+        out
     }
 
     /// Bridges compounds written differently in the query and the rows. Two adjacent typed
@@ -311,7 +551,7 @@ impl Resolver {
 
     /// Estimated heap bytes held by the index and synonym tables.
     pub fn memory_bytes(&self) -> usize {
-        self.index.memory_bytes() + self.synonyms.memory_bytes()
+        self.index.memory_bytes() + self.synonyms.memory_bytes() + self.vectors.memory_bytes()
     }
 }
 

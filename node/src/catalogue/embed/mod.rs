@@ -1,0 +1,608 @@
+//! Sentence embeddings for the resolver: a BERT-style model (all-MiniLM-L6-v2 and its
+//! relatives) loaded from a local folder and run in the node with candle.
+//!
+//! A model folder is what sentence-transformers writes: `config.json`, `tokenizer.json`,
+//! `model.safetensors`, optionally `sentence_bert_config.json` (the input length) and
+//! `1_Pooling/config.json` (which must ask for mean pooling).
+//!
+//! Rows are embedded with the full model. Queries are embedded one of two ways
+//! ([`QueryMode`]):
+//! - **model** (the default): the full forward pass, as rows get. A short ask costs about
+//!   15-20 ms of one CPU core for MiniLM-L6 (the product is bound by reading the 44 MB of
+//!   weights, not by arithmetic).
+//! - **static**: every vocabulary token was run through the model once, alone
+//!   between `[CLS]` and `[SEP]` (a distillation in the manner of Model2Vec), and a query is
+//!   the mean of its tokens' vectors. Microseconds per query, no matrix product on the ask
+//!   path. The vectors are computed at the first load and kept beside the model as
+//!   `static-vectors.safetensors` (when the folder is writable; otherwise recomputed at
+//!   each start). The token vectors are centred (their common mean removed). Far less
+//!   accurate than the model on paraphrases (see the README's resolver section).
+//!
+//! Either way recent query vectors are kept in a small LRU, so an agent repeating a request
+//! pays nothing.
+
+mod bert;
+pub mod tiny;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use candle_core::{DType, Device, Tensor};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use utoipa::ToSchema;
+
+use bert::Bert;
+pub use bert::BertConfig;
+
+/// File name of the distilled token vectors inside a model folder.
+pub const STATIC_FILE: &str = "static-vectors.safetensors";
+/// Rows embedded per forward pass.
+const BATCH: usize = 16;
+/// Sequences per forward pass while distilling token vectors (each three tokens long).
+const DISTILL_BATCH: usize = 512;
+/// Query vectors kept in the LRU.
+const QUERY_CACHE: usize = 4_096;
+
+/// How a query becomes a vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum QueryMode {
+    /// The full model.
+    #[default]
+    Model,
+    /// The mean of distilled token vectors.
+    Static,
+}
+
+impl std::str::FromStr for QueryMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "static" => Ok(Self::Static),
+            "model" => Ok(Self::Model),
+            other => Err(format!(
+                "query embedding {other:?} is not one of: static, model"
+            )),
+        }
+    }
+}
+
+/// Why a model folder could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error("running the model: {0}")]
+    Run(String),
+}
+
+impl From<candle_core::Error> for EmbedError {
+    fn from(e: candle_core::Error) -> Self {
+        EmbedError::Run(e.to_string())
+    }
+}
+
+/// What `/api/cluster` and the contract say about the resolver's model.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// The folder's name, e.g. `all-minilm-l6-v2`.
+    pub name: String,
+    /// First 16 hex digits of SHA-256 over the config, tokenizer and weights: nodes with
+    /// the same fingerprint rank identically.
+    pub fingerprint: String,
+    /// Vector length.
+    pub dimensions: usize,
+    /// How queries are embedded.
+    pub query: QueryMode,
+}
+
+/// A loaded model: embeds row texts and queries.
+pub struct Embedder {
+    bert: Bert,
+    tokenizer: Tokenizer,
+    info: ModelInfo,
+    /// Distilled token vectors, `vocab × dimensions` (static query mode only).
+    token_vectors: Option<Vec<f32>>,
+    queries: Mutex<Lru>,
+}
+
+impl std::fmt::Debug for Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedder")
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, EmbedError> {
+    std::fs::read(path).map_err(|source| EmbedError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn invalid(path: &Path, message: impl std::fmt::Display) -> EmbedError {
+    EmbedError::Invalid {
+        path: path.to_owned(),
+        message: message.to_string(),
+    }
+}
+
+impl Embedder {
+    /// Loads the model in `dir`, distilling its token vectors for static queries if the
+    /// folder does not hold them yet.
+    pub fn load(dir: &Path, query: QueryMode) -> Result<Self, EmbedError> {
+        let config_path = dir.join("config.json");
+        let config_bytes = read(&config_path)?;
+        let config: BertConfig =
+            serde_json::from_slice(&config_bytes).map_err(|e| invalid(&config_path, e))?;
+        config.check().map_err(|e| invalid(&config_path, e))?;
+
+        let pooling = dir.join("1_Pooling").join("config.json");
+        if pooling.is_file() {
+            let value: serde_json::Value =
+                serde_json::from_slice(&read(&pooling)?).map_err(|e| invalid(&pooling, e))?;
+            if value.get("pooling_mode_mean_tokens") != Some(&serde_json::Value::Bool(true)) {
+                return Err(invalid(
+                    &pooling,
+                    "only mean pooling is supported (pooling_mode_mean_tokens: true)",
+                ));
+            }
+        }
+        let mut max_len = config.max_position_embeddings;
+        let st_config = dir.join("sentence_bert_config.json");
+        if st_config.is_file() {
+            let value: serde_json::Value =
+                serde_json::from_slice(&read(&st_config)?).map_err(|e| invalid(&st_config, e))?;
+            if let Some(n) = value.get("max_seq_length").and_then(|v| v.as_u64()) {
+                max_len = max_len.min(n as usize);
+            }
+        }
+
+        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer_bytes = read(&tokenizer_path)?;
+        let mut tokenizer =
+            Tokenizer::from_bytes(&tokenizer_bytes).map_err(|e| invalid(&tokenizer_path, e))?;
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_len,
+                ..Default::default()
+            }))
+            .map_err(|e| invalid(&tokenizer_path, e))?;
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..Default::default()
+        }));
+
+        let weights_path = dir.join("model.safetensors");
+        let weights = read(&weights_path)?;
+        let mut hash = Sha256::new();
+        for part in [&config_bytes, &tokenizer_bytes, &weights] {
+            hash.update((part.len() as u64).to_be_bytes());
+            hash.update(part);
+        }
+        let fingerprint = hex::encode(&hash.finalize()[..8]);
+        let bert = Bert::load(weights, &config).map_err(|e| invalid(&weights_path, e))?;
+
+        let name = dir
+            .canonicalize()
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "model".into());
+        let mut embedder = Self {
+            bert,
+            tokenizer,
+            info: ModelInfo {
+                name,
+                fingerprint,
+                dimensions: config.hidden_size,
+                query,
+            },
+            token_vectors: None,
+            queries: Mutex::new(Lru::new(QUERY_CACHE)),
+        };
+        if query == QueryMode::Static {
+            let mut table = embedder.static_vectors(dir, config.vocab_size)?;
+            center(&mut table, config.hidden_size);
+            embedder.token_vectors = Some(table);
+        }
+        Ok(embedder)
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    pub fn dimensions(&self) -> usize {
+        self.info.dimensions
+    }
+
+    /// Vectors of row texts, in order, with the full model.
+    pub fn embed_documents(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        // Similar lengths share a batch, so little of each pass is padding.
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| texts[i].len());
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        for chunk in order.chunks(BATCH) {
+            let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
+            for (&i, v) in chunk.iter().zip(self.run(&batch)?) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The vector of a query, from the LRU or as [`QueryMode`] says.
+    pub fn embed_query(&self, text: &str) -> Result<Arc<[f32]>, EmbedError> {
+        if let Some(v) = self.lock_queries().get(text) {
+            return Ok(v);
+        }
+        let vector: Arc<[f32]> = match &self.token_vectors {
+            Some(table) => self.static_query(table, text)?.into(),
+            None => self
+                .run(&[text])?
+                .pop()
+                .unwrap_or_else(|| vec![0.0; self.dimensions()])
+                .into(),
+        };
+        self.lock_queries().put(text, vector.clone());
+        Ok(vector)
+    }
+
+    /// A query vector computed the other way than configured, bypassing the LRU (for
+    /// evaluation: `mode=model` on a static node and the reverse).
+    pub fn embed_query_with(&self, text: &str, mode: QueryMode) -> Result<Arc<[f32]>, EmbedError> {
+        match (mode, &self.token_vectors) {
+            (QueryMode::Static, Some(table)) => Ok(self.static_query(table, text)?.into()),
+            (QueryMode::Static, None) | (QueryMode::Model, _) => Ok(self
+                .run(&[text])?
+                .pop()
+                .unwrap_or_else(|| vec![0.0; self.dimensions()])
+                .into()),
+        }
+    }
+
+    fn lock_queries(&self) -> std::sync::MutexGuard<'_, Lru> {
+        self.queries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn run(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| EmbedError::Run(e.to_string()))?;
+        let batch = encodings.len();
+        let mut ids = Vec::new();
+        let mut mask = Vec::new();
+        for e in &encodings {
+            ids.extend_from_slice(e.get_ids());
+            mask.extend_from_slice(e.get_attention_mask());
+        }
+        Ok(self.bert.sentence_vectors(ids, mask, batch)?)
+    }
+
+    /// The token ids of `text`, without special tokens.
+    pub fn token_ids(&self, text: &str) -> Result<Vec<u32>, EmbedError> {
+        Ok(self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| EmbedError::Run(e.to_string()))?
+            .get_ids()
+            .to_vec())
+    }
+
+    /// The mean of the distilled vectors of the query's tokens, normalised.
+    fn static_query(&self, table: &[f32], text: &str) -> Result<Vec<f32>, EmbedError> {
+        self.static_weighted(table, text, |_| 1.0)
+    }
+
+    /// A static query vector with each token weighted.
+    pub fn static_query_weighted(
+        &self,
+        text: &str,
+        weight: impl Fn(u32) -> f32,
+    ) -> Result<Vec<f32>, EmbedError> {
+        match &self.token_vectors {
+            Some(table) => self.static_weighted(table, text, weight),
+            None => Err(EmbedError::Run("no static vectors".into())),
+        }
+    }
+
+    fn static_weighted(
+        &self,
+        table: &[f32],
+        text: &str,
+        weight: impl Fn(u32) -> f32,
+    ) -> Result<Vec<f32>, EmbedError> {
+        let dim = self.dimensions();
+        let mut v = vec![0.0f32; dim];
+        for id in self.token_ids(text)? {
+            let start = id as usize * dim;
+            let w = weight(id);
+            if let Some(row) = table.get(start..start + dim) {
+                for (a, b) in v.iter_mut().zip(row) {
+                    *a += w * b;
+                }
+            }
+        }
+        normalise(&mut v);
+        Ok(v)
+    }
+
+    /// The distilled token vectors: read from the folder, or computed and written there.
+    fn static_vectors(&self, dir: &Path, vocab: usize) -> Result<Vec<f32>, EmbedError> {
+        let path = dir.join(STATIC_FILE);
+        let dim = self.dimensions();
+        if let Ok(bytes) = std::fs::read(&path) {
+            match load_static(&bytes, &self.info.fingerprint, vocab, dim) {
+                Ok(table) => return Ok(table),
+                Err(reason) => {
+                    tracing::warn!(path = %path.display(), %reason, "distilling the token vectors again")
+                }
+            }
+        }
+        let started = std::time::Instant::now();
+        let table = self.distil(vocab)?;
+        tracing::info!(
+            tokens = vocab,
+            seconds = started.elapsed().as_secs_f32(),
+            "distilled the model's token vectors for static queries"
+        );
+        let tensor = Tensor::from_slice(&table, (vocab, dim), &Device::Cpu)?;
+        let tensors = HashMap::from([(format!("v{}", self.info.fingerprint), tensor)]);
+        if let Err(error) = candle_core::safetensors::save(&tensors, &path) {
+            tracing::warn!(path = %path.display(), %error, "could not keep the distilled vectors; they will be computed again at the next start");
+        }
+        Ok(table)
+    }
+
+    /// Every vocabulary token, alone between `[CLS]` and `[SEP]`, through the model.
+    fn distil(&self, vocab: usize) -> Result<Vec<f32>, EmbedError> {
+        let cls = self.special("[CLS]")?;
+        let sep = self.special("[SEP]")?;
+        let dim = self.dimensions();
+        let mut table = Vec::with_capacity(vocab * dim);
+        for start in (0..vocab).step_by(DISTILL_BATCH) {
+            let end = (start + DISTILL_BATCH).min(vocab);
+            let ids: Vec<u32> = (start..end).flat_map(|t| [cls, t as u32, sep]).collect();
+            let mask = vec![1u32; ids.len()];
+            for v in self.bert.sentence_vectors(ids, mask, end - start)? {
+                table.extend(v);
+            }
+        }
+        Ok(table)
+    }
+
+    fn special(&self, token: &str) -> Result<u32, EmbedError> {
+        self.tokenizer
+            .token_to_id(token)
+            .ok_or_else(|| EmbedError::Run(format!("the tokenizer has no {token} token")))
+    }
+}
+
+fn load_static(
+    bytes: &[u8],
+    fingerprint: &str,
+    vocab: usize,
+    dim: usize,
+) -> Result<Vec<f32>, String> {
+    let tensors =
+        candle_core::safetensors::load_buffer(bytes, &Device::Cpu).map_err(|e| e.to_string())?;
+    let tensor = tensors
+        .get(&format!("v{fingerprint}"))
+        .ok_or("made from another model")?;
+    if tensor.dims() != [vocab, dim] || tensor.dtype() != DType::F32 {
+        return Err(format!(
+            "shape {:?}, expected [{vocab}, {dim}]",
+            tensor.dims()
+        ));
+    }
+    tensor
+        .flatten_all()
+        .and_then(|t| t.to_vec1::<f32>())
+        .map_err(|e| e.to_string())
+}
+
+/// Subtracts the mean of the table's rows from each: what every token shares (the
+/// `[CLS]`/`[SEP]` context they were distilled in) says nothing about a query.
+fn center(table: &mut [f32], dim: usize) {
+    let rows = table.len() / dim.max(1);
+    if rows == 0 {
+        return;
+    }
+    let mut mean = vec![0.0f64; dim];
+    for row in table.chunks_exact(dim) {
+        for (m, x) in mean.iter_mut().zip(row) {
+            *m += f64::from(*x);
+        }
+    }
+    let mean: Vec<f32> = mean.iter().map(|m| (m / rows as f64) as f32).collect();
+    for row in table.chunks_exact_mut(dim) {
+        for (x, m) in row.iter_mut().zip(&mean) {
+            *x -= m;
+        }
+    }
+}
+
+/// Scales `v` to unit length (a zero vector stays zero).
+pub fn normalise(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+/// Dot product of two vectors of one length (cosine, for unit vectors).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    // Eight lanes the compiler vectorises; the tail is summed apart.
+    let mut lanes = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// A bounded map of recent query vectors. When full, the older half goes.
+struct Lru {
+    capacity: usize,
+    tick: u64,
+    entries: HashMap<String, (Arc<[f32]>, u64)>,
+}
+
+impl Lru {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            tick: 0,
+            entries: HashMap::new(),
+        }
+    }
+
+    fn get(&mut self, key: &str) -> Option<Arc<[f32]>> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.entries.get_mut(key).map(|(v, used)| {
+            *used = tick;
+            v.clone()
+        })
+    }
+
+    fn put(&mut self, key: &str, vector: Arc<[f32]>) {
+        if self.entries.len() >= self.capacity {
+            let mut ticks: Vec<u64> = self.entries.values().map(|e| e.1).collect();
+            let (_, &mut median, _) = ticks.select_nth_unstable(self.capacity / 2);
+            self.entries.retain(|_, e| e.1 > median);
+        }
+        self.tick += 1;
+        self.entries.insert(key.to_owned(), (vector, self.tick));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny(dir: &Path) {
+        tiny::write(dir, &["weather", "forecast", "invoice", "pay"], 7).unwrap();
+    }
+
+    fn norm(v: &[f32]) -> f32 {
+        v.iter().map(|x| x * x).sum::<f32>().sqrt()
+    }
+
+    #[test]
+    fn a_batch_gives_each_text_the_vector_it_gets_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        tiny(dir.path());
+        let e = Embedder::load(dir.path(), QueryMode::Model).unwrap();
+        assert_eq!(e.dimensions(), 32);
+        let texts = [
+            "weather",
+            "pay the invoice before friday please",
+            "forecast for paris",
+        ];
+        let together = e.embed_documents(&texts).unwrap();
+        for (text, v) in texts.iter().zip(&together) {
+            let alone = e.embed_documents(&[text]).unwrap().pop().unwrap();
+            assert!((norm(v) - 1.0).abs() < 1e-4, "{text}: not unit length");
+            // Padding to the longest text of the batch must not change a vector.
+            let drift: f32 = v.iter().zip(&alone).map(|(a, b)| (a - b).abs()).sum();
+            assert!(drift < 1e-3, "{text}: batch and alone differ by {drift}");
+        }
+        assert!(
+            dot(&together[0], &together[1]) < 0.9999,
+            "different texts, same vector"
+        );
+        let query = e
+            .embed_query("pay the invoice before friday please")
+            .unwrap();
+        assert!(dot(&query, &together[1]) > 0.9999);
+    }
+
+    #[test]
+    fn static_vectors_are_distilled_once_and_kept_beside_the_model() {
+        let dir = tempfile::tempdir().unwrap();
+        tiny(dir.path());
+        let first = Embedder::load(dir.path(), QueryMode::Static).unwrap();
+        assert!(dir.path().join(STATIC_FILE).is_file());
+        let v = first.embed_query("weather forecast").unwrap();
+        assert!((norm(&v) - 1.0).abs() < 1e-4);
+        // Loaded, not distilled again: the same vectors from the file.
+        let again = Embedder::load(dir.path(), QueryMode::Static).unwrap();
+        assert_eq!(&*again.embed_query("weather forecast").unwrap(), &*v);
+        // Another model's file is not used.
+        tiny::write(dir.path(), &["weather", "forecast"], 8).unwrap();
+        let other = Embedder::load(dir.path(), QueryMode::Static).unwrap();
+        assert_ne!(other.info().fingerprint, first.info().fingerprint);
+        assert_ne!(&*other.embed_query("weather forecast").unwrap(), &*v);
+    }
+
+    #[test]
+    fn an_unusable_folder_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Embedder::load(dir.path(), QueryMode::Model)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("config.json"), "{err}");
+        tiny(dir.path());
+        std::fs::write(
+            dir.path().join("1_Pooling").join("config.json"),
+            r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#,
+        )
+        .unwrap();
+        let err = Embedder::load(dir.path(), QueryMode::Model)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mean pooling"), "{err}");
+        tiny(dir.path());
+        std::fs::write(dir.path().join("model.safetensors"), b"not weights").unwrap();
+        let err = Embedder::load(dir.path(), QueryMode::Model)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("model.safetensors"), "{err}");
+    }
+
+    #[test]
+    fn lru_keeps_recent_queries_and_drops_the_older_half_when_full() {
+        let mut lru = Lru::new(4);
+        for q in ["a", "b", "c", "d"] {
+            lru.put(q, Arc::from(vec![1.0f32]));
+        }
+        assert!(lru.get("a").is_some()); // "a" is now the most recent
+        lru.put("e", Arc::from(vec![2.0f32]));
+        assert!(lru.get("a").is_some());
+        assert!(lru.get("e").is_some());
+        assert!(lru.get("b").is_none());
+        assert!(lru.entries.len() <= 4);
+    }
+
+    #[test]
+    fn dot_matches_a_plain_sum_at_every_length() {
+        for n in [0, 1, 7, 8, 9, 384] {
+            let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+            let b: Vec<f32> = (0..n).map(|i| 1.0 - i as f32 * 0.25).collect();
+            let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!(
+                (dot(&a, &b) - plain).abs() <= 1e-3 * plain.abs().max(1.0),
+                "{n}"
+            );
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! The resolver's model on one node: row vectors computed once, kept, and handed to the
+//! index as rows are applied; query vectors for ask.
+//!
+//! # Where row vectors come from
+//!
+//! Each node computes the vectors of the rows it applies; they are **not** replicated. A
+//! vector is a function of the row's text and the model, so nodes with the same model
+//! (`ModelInfo::fingerprint`) hold the same vectors and rank identically, and a Raft entry
+//! or snapshot is no bigger for having a model (a vector is 1.5 KB against a row's few
+//! hundred bytes; replicating them would triple what every write sends, and tie every
+//! node's disk format to one model). The cost is that each node runs the model once per
+//! distinct row text, and that a row another node wrote is askable by its words at once but
+//! by meaning only once this node has embedded it (a background task, milliseconds per
+//! row).
+//!
+//! The node that takes a write embeds its rows *before* proposing them
+//! ([`Semantic::prepare`]), so when it applies them their vectors are there: an insert is
+//! askable by meaning at once on the node that took it, as read-your-writes promises.
+//!
+//! Vectors are kept in the node's database (tree `embed-vectors`, keyed by the model's
+//! fingerprint and the SHA-256 of the text), so a restart or a snapshot install re-indexes
+//! from disk instead of running the model again. The tree is a cache: it is not part of the
+//! state machine, snapshots or backups, and losing it costs only time.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+
+use super::embed::{EmbedError, Embedder};
+use super::row::{Docstring, Row};
+use super::SharedCatalogue;
+
+/// Name of the sled tree holding row vectors.
+pub const TREE: &str = "embed-vectors";
+/// Rows embedded per pass of the background task.
+const PASS: usize = 64;
+
+/// The text a model embeds for a row: the key's words, the WHAT line, the category, the
+/// other docstring values and the argument names, as sentences.
+pub fn embed_text(key: &str, category: &str, content: &str, args_schema: Option<&Value>) -> String {
+    let docs = Docstring::parse(content);
+    let mut parts: Vec<String> = vec![words(key)];
+    if let Some((_, what)) = docs.fields.iter().find(|(f, _)| *f == "WHAT") {
+        parts.push((*what).to_owned());
+    }
+    if !category.is_empty() {
+        parts.push(category.to_owned());
+    }
+    for (field, value) in &docs.fields {
+        if !matches!(*field, "WHAT" | "ARGS") && !value.is_empty() {
+            parts.push((*value).to_owned());
+        }
+    }
+    let args: Vec<String> = args_schema
+        .and_then(|s| s.get("properties"))
+        .and_then(Value::as_object)
+        .map(|props| props.keys().map(|k| words(k)).collect())
+        .unwrap_or_default();
+    if !args.is_empty() {
+        parts.push(args.join(", "));
+    }
+    parts.join(". ")
+}
+
+/// `GET_USER_TOKEN`, `getUserToken`, `user-token.v2` → "get user token", "user token v2".
+fn words(name: &str) -> String {
+    let mut out = String::new();
+    let mut prev_lower = false;
+    for c in name.chars() {
+        if matches!(c, '_' | '-' | '.' | '/') {
+            out.push(' ');
+            prev_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && prev_lower {
+            out.push(' ');
+        }
+        prev_lower = c.is_lowercase() || c.is_ascii_digit();
+        out.extend(c.to_lowercase());
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// One row waiting for its vector.
+struct Pending {
+    key: String,
+    text: String,
+}
+
+/// The model, its kept vectors, and the rows waiting to be embedded.
+pub struct Semantic {
+    embedder: Arc<Embedder>,
+    store: Store,
+    queue: Mutex<Vec<Pending>>,
+    wake: Notify,
+    /// Row texts run through the model since the node started.
+    computed: AtomicU64,
+}
+
+impl std::fmt::Debug for Semantic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semantic")
+            .field("model", self.embedder.info())
+            .finish_non_exhaustive()
+    }
+}
+
+enum Store {
+    Tree(sled::Tree),
+    Memory(Mutex<HashMap<Vec<u8>, Arc<[f32]>>>),
+}
+
+impl Semantic {
+    /// Vectors kept in `tree` (the node's database), or in memory when `None` (tests).
+    pub fn new(embedder: Arc<Embedder>, tree: Option<sled::Tree>) -> Arc<Self> {
+        Arc::new(Self {
+            embedder,
+            store: match tree {
+                Some(tree) => Store::Tree(tree),
+                None => Store::Memory(Mutex::default()),
+            },
+            queue: Mutex::default(),
+            wake: Notify::new(),
+            computed: AtomicU64::new(0),
+        })
+    }
+
+    pub fn embedder(&self) -> &Arc<Embedder> {
+        &self.embedder
+    }
+
+    fn store_key(&self, text: &str) -> Vec<u8> {
+        let mut key = self.embedder.info().fingerprint.as_bytes().to_vec();
+        key.extend_from_slice(&Sha256::digest(text.as_bytes()));
+        key
+    }
+
+    fn kept(&self, text: &str) -> Option<Arc<[f32]>> {
+        let key = self.store_key(text);
+        match &self.store {
+            Store::Tree(tree) => {
+                let bytes = tree.get(key).ok().flatten()?;
+                let v: Vec<f32> = bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                (v.len() == self.embedder.dimensions()).then(|| v.into())
+            }
+            Store::Memory(map) => lock(map).get(&key).cloned(),
+        }
+    }
+
+    fn keep(&self, text: &str, vector: &[f32]) {
+        let key = self.store_key(text);
+        match &self.store {
+            Store::Tree(tree) => {
+                let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+                if let Err(error) = tree.insert(key, bytes) {
+                    tracing::warn!(%error, "could not keep a row vector; it will be computed again");
+                }
+            }
+            Store::Memory(map) => {
+                lock(map).insert(key, vector.into());
+            }
+        }
+    }
+
+    /// The vector of `row` if it is kept; otherwise the row is queued for the background
+    /// task and `None` is returned (the row is askable by its words meanwhile).
+    pub fn vector_for(&self, row: &Row) -> Option<Arc<[f32]>> {
+        let text = super::embed_text(row);
+        if let Some(v) = self.kept(&text) {
+            return Some(v);
+        }
+        lock(&self.queue).push(Pending {
+            key: row.key.clone(),
+            text,
+        });
+        self.wake.notify_one();
+        None
+    }
+
+    /// Embeds and keeps the texts that are not kept yet (blocking: run it off the async
+    /// threads). The node taking a write calls it before proposing.
+    pub fn prepare(&self, texts: &[String]) -> Result<(), EmbedError> {
+        let missing: Vec<&str> = texts
+            .iter()
+            .filter(|t| self.kept(t).is_none())
+            .map(String::as_str)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let vectors = self.embedder.embed_documents(&missing)?;
+        for (text, v) in missing.iter().zip(&vectors) {
+            self.keep(text, v);
+        }
+        metrics::counter!(crate::metrics::ROWS_EMBEDDED_TOTAL).increment(missing.len() as u64);
+        self.computed
+            .fetch_add(missing.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Row texts run through the model since the node started (a restart finds the
+    /// vectors it computed before in its database, and runs none again).
+    pub fn computed(&self) -> u64 {
+        self.computed.load(Ordering::Relaxed)
+    }
+
+    /// Rows waiting for their vectors.
+    pub fn waiting(&self) -> usize {
+        lock(&self.queue).len()
+    }
+
+    /// The background task: embeds queued rows and hands their vectors to the catalogue,
+    /// unless the row changed meanwhile (then its new text is queued already).
+    pub async fn run(self: Arc<Self>, catalogue: SharedCatalogue) {
+        loop {
+            let batch: Vec<Pending> = {
+                let mut queue = lock(&self.queue);
+                let n = queue.len().min(PASS);
+                queue.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                self.wake.notified().await;
+                continue;
+            }
+            let texts: Vec<String> = batch.iter().map(|p| p.text.clone()).collect();
+            let me = self.clone();
+            let prepared = tokio::task::spawn_blocking(move || me.prepare(&texts)).await;
+            match prepared {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::error!(%error, rows = batch.len(), "embedding rows failed; they stay askable by their words");
+                    continue;
+                }
+                Err(error) => {
+                    tracing::error!(%error, "the embedding task stopped");
+                    continue;
+                }
+            }
+            let mut c = catalogue.write();
+            for p in &batch {
+                let current = c.get(&p.key).map(|row| super::embed_text(&row));
+                if current.as_deref() == Some(p.text.as_str()) {
+                    if let Some(v) = self.kept(&p.text) {
+                        c.set_vector(&p.key, &v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalogue::embed::{tiny, QueryMode};
+    use crate::catalogue::row::RowType;
+    use crate::catalogue::Catalogue;
+
+    fn row(key: &str, what: &str) -> Row {
+        Row {
+            category: "Operations".into(),
+            ..Row::fixture(key, RowType::Static, &format!("# WHAT: {what}\n"))
+        }
+    }
+
+    fn semantic(dir: &std::path::Path, tree: Option<sled::Tree>) -> Arc<Semantic> {
+        tiny::write(dir, &["weather", "forecast", "invoice", "pay", "rain"], 3).unwrap();
+        Semantic::new(
+            Arc::new(Embedder::load(dir, QueryMode::Model).unwrap()),
+            tree,
+        )
+    }
+
+    #[test]
+    fn embed_text_reads_key_words_what_category_docs_and_argument_names() {
+        let schema = serde_json::json!({"properties": {"cityName": {}, "days_ahead": {}}});
+        let text = embed_text(
+            "WEATHER_FORECAST",
+            "Weather",
+            "# WHAT: Forecast for a city\n# RETURNS: daily highs\n# ARGS: cityName\n\n{}",
+            Some(&schema),
+        );
+        assert_eq!(
+            text,
+            "weather forecast. Forecast for a city. Weather. daily highs. city name, days ahead"
+        );
+    }
+
+    #[test]
+    fn a_row_is_queued_until_embedded_then_indexed_with_its_vector() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = semantic(dir.path(), None);
+        let mut c = Catalogue::default();
+        c.set_semantic(s.clone());
+        c.put(row("WEATHER_NOW", "Current weather and rain"));
+        assert!(!c.has_vector("WEATHER_NOW"));
+        assert_eq!(s.waiting(), 1);
+
+        s.prepare(&[crate::catalogue::embed_text(&c.get("WEATHER_NOW").unwrap())])
+            .unwrap();
+        assert_eq!(s.computed(), 1);
+        c.put(row("WEATHER_NOW", "Current weather and rain"));
+        assert!(c.has_vector("WEATHER_NOW"));
+        // Prepared texts are not run again.
+        s.prepare(&[crate::catalogue::embed_text(&c.get("WEATHER_NOW").unwrap())])
+            .unwrap();
+        assert_eq!(s.computed(), 1);
+        // A changed row loses its old vector until its new text is embedded.
+        c.put(row("WEATHER_NOW", "Current weather, rain and wind"));
+        assert!(!c.has_vector("WEATHER_NOW"));
+        // A snapshot install (replace_all) keeps the model and finds kept vectors.
+        c.put(row("WEATHER_NOW", "Current weather and rain"));
+        let rows: Vec<Row> = c.all_rows().iter().map(|r| (**r).clone()).collect();
+        c.replace_all(rows);
+        assert!(c.semantic().is_some());
+        assert!(c.has_vector("WEATHER_NOW"));
+    }
+
+    #[test]
+    fn vectors_kept_in_the_database_outlive_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path().join("db")).unwrap();
+        let text = "weather forecast. Forecast for a city".to_owned();
+        {
+            let s = semantic(&dir.path().join("m"), Some(db.open_tree(TREE).unwrap()));
+            s.prepare(std::slice::from_ref(&text)).unwrap();
+            assert_eq!(s.computed(), 1);
+        }
+        let s = semantic(&dir.path().join("m"), Some(db.open_tree(TREE).unwrap()));
+        s.prepare(std::slice::from_ref(&text)).unwrap();
+        assert_eq!(s.computed(), 0, "the kept vector was computed again");
+        assert!(s.kept(&text).is_some());
+    }
+
+    #[test]
+    fn a_row_no_word_matches_is_found_by_meaning_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = semantic(dir.path(), None);
+        let mut c = Catalogue::default();
+        c.set_semantic(s.clone());
+        let rows = [
+            row("WEATHER_NOW", "Current weather and rain"),
+            row("PAY_INVOICE", "Pay an invoice"),
+        ];
+        let texts: Vec<String> = rows.iter().map(crate::catalogue::embed_text).collect();
+        s.prepare(&texts).unwrap();
+        for r in rows {
+            c.put(r);
+        }
+        let query = "zzqx wobble";
+        assert!(
+            c.ask(query, 5).is_empty(),
+            "no word of the query is indexed"
+        );
+        let v = s.embedder().embed_query(query).unwrap();
+        let hits = c.ask_with(query, Some(&v), 5);
+        assert!(!hits.is_empty());
+        assert!(hits.iter().all(|(h, _)| h.similar && h.matched.is_empty()));
+        // A word match is still named, not called "similar meaning".
+        let v = s.embedder().embed_query("pay").unwrap();
+        let hits = c.ask_with("pay", Some(&v), 5);
+        assert_eq!(&*hits[0].0.key, "PAY_INVOICE");
+        assert_eq!(hits[0].0.matched, ["pay"]);
+        assert!(!hits[0].0.similar);
+    }
+}

@@ -1,0 +1,291 @@
+//! The resolver with a model: a tiny BERT with random weights and real config, tokenizer
+//! and safetensors files, built here, run through the whole path on real nodes — load,
+//! embedding on insert, ask, a catch-up by snapshot, a restart — and the same rankings on
+//! every node.
+
+use crate::common;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::cluster::{eventually, Cluster};
+use common::{Fetch, ADMIN};
+use serde_json::{json, Value};
+
+/// The tiny model, written once per test process.
+fn tiny_model() -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let words = [
+            "weather", "forecast", "rain", "invoice", "pay", "parcel", "track",
+        ];
+        rowcall_node::catalogue::embed::tiny::write(dir.path(), &words, 11).unwrap();
+        dir
+    })
+    .path()
+    .to_owned()
+}
+
+fn with_model(config: &mut rowcall_node::Config) {
+    config.resolver.model = Some(tiny_model());
+    config.raft.keep_after_snapshot = 0;
+}
+
+fn row(key: &str, what: &str) -> Value {
+    json!({"key": key, "type": "static", "auth": "public", "category": "Everyday",
+           "content": format!("# WHAT: {what}\n# RETURNS: a sample answer\n\n{{}}\n")})
+}
+
+const ROWS: [(&str, &str); 8] = [
+    ("WEATHER_NOW", "Current weather and rain at a place"),
+    (
+        "WEATHER_FORECAST",
+        "Forecast of the weather for the next days",
+    ),
+    ("PAY_INVOICE", "Pay an invoice from the company account"),
+    ("INVOICE_LIST", "List the invoices of a customer"),
+    ("PARCEL_TRACK", "Track a parcel on its way"),
+    ("PARCEL_SEND", "Send a parcel to an address"),
+    ("RAIN_ALERT", "Alert when rain is coming"),
+    ("TRACK_RUN", "Track a run with its distance and pace"),
+];
+
+const ASKS: [&str; 5] = [
+    "will it rain tomorrow",
+    "pay what I owe",
+    "where is my parcel",
+    "zzqx wobble",
+    "track",
+];
+
+/// Every candidate (key, score, why) of `ask` ranked `mode` on node `id`.
+async fn ranking(cluster: &Cluster, id: u64, ask: &str, mode: &str) -> Vec<Value> {
+    let (status, _, body) = cluster
+        .get(
+            id,
+            &format!(
+                "/api/dispatch?ask={}&mode={mode}&limit=10",
+                ask.replace(' ', "+")
+            ),
+        )
+        .await;
+    assert!(status.is_success(), "{ask} ({mode}) on node {id}: {body}");
+    body["candidates"].as_array().cloned().unwrap_or_default()
+}
+
+async fn resolver_status(cluster: &Cluster, id: u64) -> Value {
+    cluster.get(id, "/api/cluster").await.2["resolver"].clone()
+}
+
+/// Waits until every running node has a vector for each of `rows` rows, then checks that
+/// all of them rank every ask the same way, in both rankings that use the model.
+async fn same_rankings_everywhere(cluster: &Cluster, rows: u64) {
+    for id in cluster.ids() {
+        eventually(
+            Duration::from_secs(30),
+            "every row embedded",
+            || async move { resolver_status(cluster, id).await["rows_embedded"] == json!(rows) },
+        )
+        .await;
+    }
+    for ask in ASKS {
+        for mode in ["dense", "fused"] {
+            let first = ranking(cluster, 1, ask, mode).await;
+            assert!(!first.is_empty(), "{ask} ({mode}) found nothing");
+            for id in cluster.ids().into_iter().skip(1) {
+                assert_eq!(
+                    ranking(cluster, id, ask, mode).await,
+                    first,
+                    "{ask} ({mode}): node {id} ranks differently from node 1"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_node_embeds_the_rows_and_ranks_alike_through_a_snapshot_catch_up_and_a_restart() {
+    let mut cluster = Cluster::start_with(3, 0, with_model).await;
+    let leader = cluster.leader().await;
+    let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+
+    let status = resolver_status(&cluster, follower).await;
+    assert_eq!(status["mode"], "hybrid", "{status}");
+    assert_eq!(status["model"]["dimensions"], 32, "{status}");
+
+    // Written through a follower: once the write is answered, that node has the rows'
+    // vectors (it embedded them before proposing), so they are askable by meaning there.
+    let body: Vec<Value> = ROWS.iter().map(|(k, w)| row(k, w)).collect();
+    let answer = cluster
+        .http
+        .post(format!("{}/api/directory", cluster.url(follower)))
+        .header("x-terminal-key", ADMIN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_success(), "{answer:?}");
+    for (key, _) in ROWS {
+        let contract = cluster
+            .http
+            .get(format!("{}/api/dispatch?key={key}", cluster.url(follower)))
+            .fetch()
+            .await;
+        assert_eq!(
+            contract["resolver"],
+            json!({"mode": "hybrid", "model": tiny_model().file_name().unwrap().to_string_lossy(), "embedded": true}),
+            "{key}"
+        );
+    }
+    // A text a row was embedded from is closest to that row.
+    let own = ranking(
+        &cluster,
+        follower,
+        "parcel send. Send a parcel to an address",
+        "dense",
+    )
+    .await;
+    assert_eq!(own[0]["key"], "PARCEL_SEND", "{own:?}");
+    same_rankings_everywhere(&cluster, ROWS.len() as u64).await;
+
+    // A follower misses writes and a snapshot purges the log behind them (the leader purges
+    // in batches of 32 entries, so 36 writes): it installs the snapshot, embeds the rows it
+    // had not seen, and ranks as the others do.
+    let leader = cluster.leader().await;
+    let behind = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    cluster.stop(behind).await;
+    let topics = ["rain", "invoice", "parcel", "weather"];
+    let more: Vec<(String, String)> = (0..36)
+        .map(|i| {
+            let topic = topics[i % topics.len()];
+            (
+                format!("EXTRA_{i}"),
+                format!("Report number {i} about the {topic}"),
+            )
+        })
+        .collect();
+    for (key, what) in &more {
+        let answer = cluster
+            .http
+            .post(format!("{}/api/directory", cluster.url(leader)))
+            .header("x-terminal-key", ADMIN)
+            .json(&row(key, what))
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{answer:?}");
+    }
+    let answer = cluster
+        .http
+        .post(format!("{}/api/cluster/snapshot", cluster.url(leader)))
+        .header("x-terminal-key", ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_success());
+    eventually(Duration::from_secs(30), "the leader purged its log", || {
+        let cluster = &cluster;
+        async move {
+            let (_, _, status) = cluster.get(leader, "/api/cluster").await;
+            status["purged_index"].as_u64().unwrap_or(0) > 0
+        }
+    })
+    .await;
+    cluster.restart(behind).await;
+    let total = (ROWS.len() + more.len()) as u64;
+    same_rankings_everywhere(&cluster, total).await;
+
+    // A restart reads the vectors back from the node's database: every row is embedded and
+    // none ran through the model again.
+    cluster.stop(follower).await;
+    cluster.restart(follower).await;
+    let status = resolver_status(&cluster, follower).await;
+    assert_eq!(status["rows_embedded"], json!(total), "{status}");
+    assert_eq!(status["rows_computed"], 0, "{status}");
+    same_rankings_everywhere(&cluster, total).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn meaning_finds_what_no_word_matches_and_says_so_and_a_node_without_a_model_says_why_not() {
+    let node = common::start_with(false, with_model).await;
+    let answer = node
+        .http
+        .post(format!("{}/api/directory", node.url))
+        .header("x-terminal-key", ADMIN)
+        .json(&row("PARCEL_TRACK", "Track a parcel on its way"))
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_success());
+    let ask = |mode: &'static str| {
+        node.http
+            .get(format!("{}/api/dispatch?ask=zzqx+wobble{mode}", node.url))
+            .fetch()
+    };
+    let lexical = ask("&mode=lexical").await;
+    assert_eq!(lexical["count"], 0, "{lexical}");
+    let fused = ask("").await;
+    assert_eq!(fused["candidates"][0]["key"], "PARCEL_TRACK", "{fused}");
+    assert_eq!(
+        fused["candidates"][0]["why"],
+        json!(["similar meaning"]),
+        "{fused}"
+    );
+    let words = node
+        .http
+        .get(format!("{}/api/dispatch?ask=track+parcel", node.url))
+        .fetch()
+        .await;
+    assert_eq!(
+        words["candidates"][0]["why"],
+        json!(["track", "parcel"]),
+        "{words}"
+    );
+    let bad = node
+        .http
+        .get(format!(
+            "{}/api/dispatch?ask=parcel&mode=sideways",
+            node.url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+
+    let plain = common::start(false).await;
+    let status = plain
+        .http
+        .get(format!("{}/api/cluster", plain.url))
+        .fetch()
+        .await;
+    assert_eq!(status["resolver"]["mode"], "lexical", "{status}");
+    let refused = plain
+        .http
+        .get(format!("{}/api/dispatch?ask=parcel&mode=dense", plain.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert!(body.to_string().contains("needs a model"), "{body}");
+}
+
+#[tokio::test]
+async fn a_node_named_an_unusable_model_refuses_to_start_and_says_which_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    rowcall_node::catalogue::embed::tiny::write(&model, &[], 1).unwrap();
+    std::fs::remove_file(model.join("tokenizer.json")).unwrap();
+    let mut config = rowcall_node::Config::default();
+    config.node.http = "127.0.0.1:0".parse().unwrap();
+    config.node.grpc = "127.0.0.1:0".parse().unwrap();
+    config.node.data = dir.path().join("data");
+    config.node.demo = false;
+    config.auth.admin_key = Some(ADMIN.into());
+    config.resolver.model = Some(model);
+    let err = rowcall_node::start(config).await.err().expect("refused");
+    assert!(format!("{err:#}").contains("tokenizer.json"), "{err:#}");
+}
