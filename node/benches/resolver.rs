@@ -8,6 +8,13 @@
 //!    one insert — replacing an existing row and adding a fresh one — printed as a table and
 //!    also measured by criterion groups `ask` and `insert`.
 //!
+//! 3. with `ROWCALL_EMBED_MODEL` naming a model folder (`deploy/fetch-model.sh`), the cost
+//!    of ranking by meaning at 5,000 and 50,000 rows: query embedding (full model and
+//!    static), the whole ask (embedding and fused search), one insert with its embedding,
+//!    and the memory the model and the row vectors add. Only the first 5,000 distinct rows
+//!    are run through the model (at about 5 ms a row); larger catalogues reuse their vectors
+//!    cyclically, which costs a search exactly what distinct vectors would.
+//!
 //! The data is the fixture in `data/` (303 rows, 300 paraphrased queries), or the public
 //! development data (4,076 seal rows with 200 dev queries, plus 527 livemcp rows) when
 //! `ROWCALL_PUBLIC_DATA` names its folder; a folder without those files stops the benchmark
@@ -22,9 +29,10 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion};
 use rowcall_client::dataset::{DataError, DataSet};
 use rowcall_client::quality::{GoldQuery, Scorecard};
+use rowcall_node::catalogue::embed::{Embedder, QueryMode};
 use rowcall_node::catalogue::resolver::baseline::{PlainBm25, SubstringScorer};
 use rowcall_node::catalogue::row::{Row, RowInput};
-use rowcall_node::catalogue::Catalogue;
+use rowcall_node::catalogue::{embed_text, Catalogue};
 
 /// Catalogue sizes for latency, memory and insert cost: the seed's production catalogue,
 /// the §9 target size, and ten times that.
@@ -381,7 +389,141 @@ fn main() {
         });
     }
     c.final_summary();
+    print_sizes(&reports, &queries);
+    if let Some(dir) = std::env::var_os("ROWCALL_EMBED_MODEL").filter(|d| !d.is_empty()) {
+        semantic(std::path::Path::new(&dir), &queried, &more, &queries);
+    }
+}
 
+/// This process's resident memory, from `/proc/self/status` (0 where there is none).
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn sorted_percentiles(mut times: Vec<Duration>) -> [Duration; 2] {
+    times.sort_unstable();
+    [percentile(&times, 0.5), percentile(&times, 0.99)]
+}
+
+/// Section 3: what ranking by meaning costs.
+fn semantic(dir: &std::path::Path, queried: &[Row], more: &[Row], queries: &[GoldQuery]) {
+    const EMBEDDED: usize = 5_000;
+    let before = resident_bytes();
+    let started = Instant::now();
+    let model = Embedder::load(dir, QueryMode::Model).unwrap_or_else(|e| panic!("{e}"));
+    let load = started.elapsed();
+    let model_bytes = resident_bytes().saturating_sub(before);
+    let fixed = Embedder::load(dir, QueryMode::Static).unwrap_or_else(|e| panic!("{e}"));
+
+    let mut embed_model = Vec::new();
+    let mut embed_static = Vec::new();
+    for q in queries {
+        let t = Instant::now();
+        black_box(model.embed_query_with(&q.q, QueryMode::Model).unwrap());
+        embed_model.push(t.elapsed());
+        let t = Instant::now();
+        black_box(fixed.embed_query_with(&q.q, QueryMode::Static).unwrap());
+        embed_static.push(t.elapsed());
+    }
+    let embed_model = sorted_percentiles(embed_model);
+    let embed_static = sorted_percentiles(embed_static);
+
+    println!(
+        "\nranking by meaning: {} (load {:.1} s, {:.0} MB resident), {} queries",
+        model.info().name,
+        load.as_secs_f64(),
+        model_bytes as f64 / 1e6,
+        queries.len()
+    );
+    println!(
+        "query embedding, µs: model p50 {:.0} p99 {:.0}; static p50 {:.0} p99 {:.0}",
+        micros(embed_model[0]),
+        micros(embed_model[1]),
+        micros(embed_static[0]),
+        micros(embed_static[1]),
+    );
+    println!(
+        "{:>7} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10}",
+        "rows",
+        "search p50",
+        "search p99",
+        "ask p50",
+        "ask p99",
+        "insert p50",
+        "insert p99",
+        "vec B/row"
+    );
+    let mut vectors: Vec<Vec<f32>> = Vec::new();
+    for size in [EMBEDDED, 50_000] {
+        let rows = rows_of_size(queried, more, size);
+        let texts: Vec<String> = rows.iter().take(EMBEDDED).map(embed_text).collect();
+        if vectors.len() < texts.len() {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            vectors = model.embed_documents(&refs).unwrap();
+        }
+        let mut catalogue = catalogue_of(&rows);
+        let lexical_bytes = catalogue.index_bytes();
+        for (i, row) in rows.iter().enumerate() {
+            catalogue.set_vector(&row.key, &vectors[i % vectors.len()]);
+        }
+        let vector_bytes = catalogue.index_bytes().saturating_sub(lexical_bytes);
+        // The query vectors are computed apart, so the search and the whole ask are told
+        // apart; the ask adds the model's embedding time per query.
+        let query_vectors: Vec<_> = queries
+            .iter()
+            .map(|q| model.embed_query_with(&q.q, QueryMode::Model).unwrap())
+            .collect();
+        let mut search = Vec::new();
+        let mut ask = Vec::new();
+        for _ in 0..3 {
+            for (q, v) in queries.iter().zip(&query_vectors) {
+                let t = Instant::now();
+                black_box(catalogue.ask_with(&q.q, Some(v), LIMIT));
+                search.push(t.elapsed());
+            }
+        }
+        for q in queries {
+            let t = Instant::now();
+            let v = model.embed_query_with(&q.q, QueryMode::Model).unwrap();
+            black_box(catalogue.ask_with(&q.q, Some(&v), LIMIT));
+            ask.push(t.elapsed());
+        }
+        let mut insert = Vec::new();
+        for (n, row) in rows.iter().take(200).enumerate() {
+            let row = fresh_row(row, n);
+            let key = row.key.clone();
+            let t = Instant::now();
+            let v = model.embed_documents(&[&embed_text(&row)]).unwrap();
+            catalogue.put(row);
+            catalogue.set_vector(&key, &v[0]);
+            insert.push(t.elapsed());
+            catalogue.remove(&key);
+        }
+        let search = sorted_percentiles(search);
+        let ask = sorted_percentiles(ask);
+        let insert = sorted_percentiles(insert);
+        println!(
+            "{:>7} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>10}",
+            size,
+            micros(search[0]),
+            micros(search[1]),
+            micros(ask[0]),
+            micros(ask[1]),
+            micros(insert[0]),
+            micros(insert[1]),
+            vector_bytes / size,
+        );
+    }
+}
+
+fn print_sizes(reports: &[SizeReport], queries: &[GoldQuery]) {
     println!(
         "\nask (limit {LIMIT}, {} queries x {LATENCY_ROUNDS}) and insert ({INSERTS} each), in process, µs",
         queries.len()
@@ -400,7 +542,7 @@ fn main() {
         "build ms",
         "µs/row"
     );
-    for r in &reports {
+    for r in reports {
         println!(
             "{:>7} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>9.0} {:>8.1}",
             r.rows,

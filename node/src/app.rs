@@ -62,6 +62,9 @@ pub struct App {
     pub leading_since: std::sync::Mutex<Option<std::time::Instant>>,
     /// Writes on their way into raft here ([`App::propose`]); a handover waits for none.
     pub proposing: std::sync::atomic::AtomicUsize,
+    /// Recent asks by caller, to tell which invocations they led to (clicks the resolver
+    /// learns from).
+    pub asks: crate::dispatch::clicks::RecentAsks,
 }
 
 /// One write counted in [`App::proposing`] until dropped.

@@ -41,7 +41,7 @@ pub struct Config {
 
 /// The resolver's model (DESIGN §6). Without one, ask ranks by words alone (BM25F); with
 /// one, by words and meaning: BM25F fused with the cosine of sentence embeddings.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ResolverConfig {
     /// Folder of a sentence-transformers model (all-MiniLM-L6-v2 or a BERT relative:
@@ -51,6 +51,21 @@ pub struct ResolverConfig {
     /// How asks are embedded: `model` (the full forward pass, the default) or `static`
     /// (distilled token vectors: microseconds, less accurate). `ROWCALL_QUERY_EMBEDDING`.
     pub query_embedding: crate::catalogue::embed::QueryMode,
+    /// Learn from use (on by default): an ask followed within two minutes, by the same
+    /// caller, by an invocation of one of its candidates teaches the resolver the ask's
+    /// words for that row, through the invocation's receipt. `ROWCALL_RESOLVER_LEARN=off`
+    /// turns it off on a node (set it alike on every node, or they rank differently).
+    pub learn: bool,
+}
+
+impl Default for ResolverConfig {
+    fn default() -> Self {
+        Self {
+            model: None,
+            query_embedding: Default::default(),
+            learn: true,
+        }
+    }
 }
 
 /// Traces (off by default). With an endpoint, the node exports the spans of the requests it
@@ -772,6 +787,9 @@ impl Config {
         }
         if let Some(dir) = get("ROWCALL_EMBED_MODEL") {
             self.resolver.model = (!dir.trim().is_empty()).then(|| PathBuf::from(dir.trim()));
+        }
+        if let Some(on) = get("ROWCALL_RESOLVER_LEARN") {
+            self.resolver.learn = parse_switch("ROWCALL_RESOLVER_LEARN", &on)?;
         }
         if let Some(mode) = get("ROWCALL_QUERY_EMBEDDING") {
             self.resolver.query_embedding =

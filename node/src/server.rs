@@ -267,6 +267,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     if let Some(semantic) = &semantic {
         catalogue.write().set_semantic(semantic.clone());
     }
+    catalogue.write().set_learning(config.resolver.learn);
     let mut state_machine =
         StateMachine::open(&storage, &node.data.join("snapshots"), catalogue.clone())?;
     let me = NodeInfo {
@@ -335,6 +336,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         handing_over: watch::channel(false).0,
         leading_since: std::sync::Mutex::new(None),
         proposing: std::sync::atomic::AtomicUsize::new(0),
+        asks: Default::default(),
         config: config.clone(),
     });
 

@@ -289,3 +289,130 @@ async fn a_node_named_an_unusable_model_refuses_to_start_and_says_which_file() {
     let err = rowcall_node::start(config).await.err().expect("refused");
     assert!(format!("{err:#}").contains("tokenizer.json"), "{err:#}");
 }
+
+/// Asks `ask` on node `id` as the invoke credential `ci`.
+async fn ask_as_ci(cluster: &Cluster, id: u64, ask: &str) -> Value {
+    cluster
+        .http
+        .get(format!("{}/api/dispatch", cluster.url(id)))
+        .query(&[("ask", ask)])
+        .bearer_auth(common::INVOKE)
+        .fetch()
+        .await
+}
+
+/// The candidates of `ask` on node `id` (no credential) as (key, why).
+async fn whys(cluster: &Cluster, id: u64, ask: &str) -> Vec<(String, Value)> {
+    let (_, _, body) = cluster
+        .get(id, &format!("/api/dispatch?ask={}", ask.replace(' ', "+")))
+        .await;
+    body["candidates"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| {
+            (
+                c["key"].as_str().unwrap_or_default().to_owned(),
+                c["why"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ask_that_led_to_an_invocation_teaches_every_node_its_words_through_the_receipt() {
+    let mut cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let node = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let rows = vec![
+        row("PARCEL_TRACK", "Track a parcel on its way"),
+        row("BEAUTY_SHOP", "Buy beauty products"),
+    ];
+    let answer = cluster
+        .http
+        .post(format!("{}/api/directory", cluster.url(leader)))
+        .header("x-terminal-key", ADMIN)
+        .json(&rows)
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_success());
+    for id in cluster.ids() {
+        assert!(whys(&cluster, id, "glamour").await.is_empty());
+    }
+
+    // An invocation with no ask before it teaches nothing.
+    let invoke = || {
+        cluster
+            .http
+            .post(format!("{}/api/dispatch", cluster.url(node)))
+            .bearer_auth(common::INVOKE)
+            .json(&json!({"key": "PARCEL_TRACK"}))
+            .fetch()
+    };
+    let plain = invoke().await;
+    let id = plain["proof"]["invocation_id"]
+        .as_str()
+        .expect("a receipt")
+        .to_owned();
+    let receipt = cluster
+        .http
+        .get(format!("{}/api/receipts/{id}", cluster.url(node)))
+        .header("x-terminal-key", ADMIN)
+        .fetch()
+        .await;
+    assert_eq!(receipt["id"], id.as_str(), "{receipt}");
+    assert!(
+        receipt.get("asked").is_none() || receipt["asked"].is_null(),
+        "{receipt}"
+    );
+
+    // The same caller asks in its own words, is offered the row, and runs it.
+    let asked = ask_as_ci(&cluster, node, "track my glamour box parcel").await;
+    assert_eq!(asked["candidates"][0]["key"], "PARCEL_TRACK", "{asked}");
+    let clicked = invoke().await;
+    let id = clicked["proof"]["invocation_id"]
+        .as_str()
+        .expect("a receipt")
+        .to_owned();
+    let receipt = cluster
+        .http
+        .get(format!("{}/api/receipts/{id}", cluster.url(node)))
+        .header("x-terminal-key", ADMIN)
+        .fetch()
+        .await;
+    assert_eq!(receipt["asked"], "track my glamour box parcel", "{receipt}");
+
+    // Every node learns the words from the replicated receipt, and says so in `why`.
+    for id in cluster.ids() {
+        eventually(
+            Duration::from_secs(20),
+            "the receipt taught every node",
+            || {
+                let cluster = &cluster;
+                async move {
+                    whys(cluster, id, "glamour").await
+                        == [("PARCEL_TRACK".to_owned(), json!(["learned: glamour"]))]
+                }
+            },
+        )
+        .await;
+    }
+    // A restart rebuilds what was learned from the stored receipts.
+    cluster.stop(node).await;
+    cluster.restart(node).await;
+    eventually(
+        Duration::from_secs(20),
+        "the restarted node still knows",
+        || {
+            let cluster = &cluster;
+            async move {
+                whys(cluster, node, "glamour").await
+                    == [("PARCEL_TRACK".to_owned(), json!(["learned: glamour"]))]
+            }
+        },
+    )
+    .await;
+    cluster.shutdown().await;
+}

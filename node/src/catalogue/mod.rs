@@ -84,6 +84,9 @@ pub struct Catalogue {
     feed: Feed,
     /// The node's model, when it has one: row vectors for the resolver.
     semantic: Option<Arc<semantic::Semantic>>,
+    /// Whether the resolver learns from asks that led to invocations (on unless the
+    /// operator turned it off).
+    unlearning: bool,
 }
 
 impl Catalogue {
@@ -146,8 +149,10 @@ impl Catalogue {
         let feed = std::mem::take(&mut self.feed);
         let semantic = self.semantic.take();
         let fusion = self.resolver.fusion();
+        let unlearning = self.unlearning;
         *self = Self::default();
         self.semantic = semantic;
+        self.unlearning = unlearning;
         self.resolver.set_fusion(fusion);
         for row in rows {
             self.put(row);
@@ -280,6 +285,27 @@ impl Catalogue {
     /// Sets the vector of row `key` (see [`Resolver::set_vector`]).
     pub fn set_vector(&mut self, key: &str, vector: &[f32]) -> bool {
         self.resolver.set_vector(key, vector)
+    }
+
+    /// Learns (`delta` 1) or forgets (-1) that an ask with `words` led to an invocation of
+    /// row `key` (a receipt that carries its ask was applied, or pruned).
+    pub fn learn(&mut self, key: &str, words: &str, delta: i32) {
+        if !self.unlearning {
+            self.resolver.learn(key, words, delta);
+        }
+    }
+
+    /// Turns learning from use on or off; off forgets what was learned.
+    pub fn set_learning(&mut self, on: bool) {
+        self.unlearning = !on;
+        if !on {
+            self.resolver.forget_learned();
+        }
+    }
+
+    /// Whether the resolver learns from use.
+    pub fn learning(&self) -> bool {
+        !self.unlearning
     }
 
     /// Gives the catalogue the node's model: rows put from now on get vectors.
@@ -521,5 +547,35 @@ mod tests {
                 "{query}"
             );
         }
+    }
+
+    #[test]
+    fn words_that_led_to_a_row_are_learned_capped_and_forgotten_when_their_receipts_go() {
+        let mut c = catalogue();
+        c.put(row("PARCEL_TRACK", "# WHAT: Track a parcel on its way\n"));
+        c.put(row("BEAUTY_SHOP", "# WHAT: Buy beauty products\n"));
+        assert_eq!(keys(&c, "glamour"), Vec::<String>::new());
+        c.learn("PARCEL_TRACK", "where is my glamour box", 1);
+        let hits = c.ask("glamour", 5);
+        assert_eq!(hits.len(), 1);
+        assert_eq!(&*hits[0].0.key, "PARCEL_TRACK");
+        assert_eq!(hits[0].0.learned, ["glamour"]);
+        assert!(hits[0].0.matched.is_empty());
+
+        // Many clicks still cannot bury a clear match of the words themselves.
+        for _ in 0..1_000 {
+            c.learn("PARCEL_TRACK", "beauty products", 1);
+        }
+        assert_eq!(keys(&c, "buy beauty products")[0], "BEAUTY_SHOP");
+        // ...but they lift the row among the candidates for those words.
+        assert!(keys(&c, "beauty").contains(&"PARCEL_TRACK".to_owned()));
+
+        c.learn("PARCEL_TRACK", "where is my glamour box", -1);
+        assert!(keys(&c, "glamour").is_empty());
+        // Turned off, nothing is learned and what was is forgotten.
+        c.set_learning(false);
+        c.learn("PARCEL_TRACK", "where is my glamour box", 1);
+        assert!(keys(&c, "glamour").is_empty());
+        assert!(!keys(&c, "beauty").contains(&"PARCEL_TRACK".to_owned()));
     }
 }

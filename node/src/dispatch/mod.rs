@@ -2,6 +2,7 @@
 //! Raft, and answer with the result and the proof.
 
 pub mod builtins;
+pub mod clicks;
 pub mod http;
 pub mod import;
 pub mod mcp;
@@ -254,6 +255,7 @@ pub async fn invoke(
     let cap = app.config.limits.receipt_store_bytes;
     let (stored_input, input_truncated) = cap_text(&input_text, cap);
     let (stored_output, output_truncated) = cap_text(&output_text, cap);
+    let caller_name = caller.clone();
     let mut receipt = Receipt {
         id: new_receipt_id(),
         key: row.key.clone(),
@@ -269,6 +271,12 @@ pub async fn invoke(
         request_id: TraceId::current().map(|id| id.to_string()),
         called,
         upstream_status,
+        asked: app
+            .config
+            .resolver
+            .learn
+            .then(|| app.asks.led_to(&caller_name, &row.key))
+            .flatten(),
         input: stored_input,
         output: stored_output,
         input_truncated,

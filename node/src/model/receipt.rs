@@ -71,6 +71,11 @@ pub struct Receipt {
     /// (the tool result's `isError`) for mcp rows; absent when nothing answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_status: Option<String>,
+    /// The ask that led to this invocation: the same caller asked it on the node that ran
+    /// the row, within two minutes, and was offered the row. Every node's resolver learns
+    /// its words for the row (`[resolver] learn`). Shown with the receipt to the admin only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked: Option<String>,
     /// The stored input, cut at `store_cap_bytes`.
     pub input: String,
     /// The stored output, cut at `store_cap_bytes`.
@@ -167,6 +172,7 @@ impl Receipt {
             request_id: None,
             called: None,
             upstream_status: None,
+            asked: None,
             input: "{}".into(),
             output: "{}".into(),
             input_truncated: false,

@@ -26,6 +26,8 @@ pub const DEFAULT_LIMIT: usize = 5;
 pub const MAX_LIMIT: usize = 50;
 /// The `why` of a candidate no word of the ask matched, found by its embedding.
 pub const SIMILAR_MEANING: &str = "similar meaning";
+/// Before a word of the ask that earlier asks leading to the row taught the resolver.
+pub const LEARNED: &str = "learned: ";
 /// The longest ask, in bytes: a request an agent writes fits with room to spare, and the
 /// resolver's work stays bounded whatever arrives.
 pub const MAX_ASK_BYTES: usize = 1024;
@@ -45,8 +47,9 @@ pub struct Candidate {
     pub score: f64,
     /// Its WHAT line.
     pub what: String,
-    /// The query terms that matched, or "similar meaning" for a row found by its
-    /// embedding alone.
+    /// The query terms that matched, `learned: <word>` for a word earlier asks that led to
+    /// this row taught the resolver, or "similar meaning" for a row found by its embedding
+    /// alone.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub why: Vec<String>,
 }
@@ -132,6 +135,18 @@ pub async fn ask(
     read_barrier(app, freshness).await?;
     let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let mut answer = rank(app, base, ask, limit, ranking).await?;
+    if app.config.resolver.learn && ranking == Ranking::Auto {
+        // The caller as an invocation will name it: a credential's name, else `public`.
+        let caller = match identify(app, credential) {
+            Ok(Some(principal)) => principal.name,
+            _ => "public".to_owned(),
+        };
+        app.asks.asked(
+            &caller,
+            ask,
+            answer.candidates.iter().map(|c| c.key.as_str()),
+        );
+    }
     if let Some(best) = answer.best.as_mut() {
         share_run_now(app, credential, base, best).await;
     }
@@ -254,7 +269,11 @@ pub async fn rank(
             why: if hit.similar {
                 vec![SIMILAR_MEANING.to_owned()]
             } else {
-                hit.matched.clone()
+                hit.matched
+                    .iter()
+                    .cloned()
+                    .chain(hit.learned.iter().map(|w| format!("{LEARNED}{w}")))
+                    .collect()
             },
         })
         .collect();

@@ -95,6 +95,25 @@ fn row_key(key: &str) -> Vec<u8> {
     [ROW, key.as_bytes()].concat()
 }
 
+/// (row key, ask) of every stored receipt that carries its ask: what the resolver has
+/// learned, rebuilt at open and after a snapshot install (see [`Change::Learn`]).
+fn asked_receipts(tree: &sled::Tree) -> Result<Vec<(String, String)>, StorageError> {
+    let mut out = Vec::new();
+    for item in tree.scan_prefix(RECEIPT) {
+        let (_, bytes) = item.map_err(|e| read_err(&e))?;
+        // Most receipts carry no ask: skip them without parsing.
+        if !bytes.windows(8).any(|w| w == b"\"asked\":") {
+            continue;
+        }
+        if let Ok(receipt) = serde_json::from_slice::<Receipt>(&bytes) {
+            if let Some(asked) = receipt.asked {
+                out.push((receipt.key, asked));
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn receipt_key(id: &str) -> Vec<u8> {
     [RECEIPT, id.as_bytes()].concat()
 }
@@ -278,7 +297,17 @@ pub enum ReadError {
 /// A catalogue change, published once its batch is durable.
 enum Change {
     Put(Arc<Row>),
-    Delete { key: String, index: u64 },
+    Delete {
+        key: String,
+        index: u64,
+    },
+    /// A receipt that carries its ask was stored (1) or pruned (-1): the resolver learns or
+    /// forgets the ask's words for the row.
+    Learn {
+        key: String,
+        asked: String,
+        delta: i32,
+    },
 }
 
 /// What one apply batch changes, staged until it is durable.
@@ -391,9 +420,13 @@ impl StateMachine {
         let log_published = Arc::new(std::sync::atomic::AtomicU64::new(
             transparency::read_size(&tree).map_err(|e| read_err(&e))?,
         ));
+        let asked = asked_receipts(&tree)?;
         {
             let mut published = catalogue.write();
             published.replace_all(rows);
+            for (key, words) in &asked {
+                published.learn(key, words, 1);
+            }
             catalogue.publish_index(applied_index);
         }
         Ok(Self {
@@ -572,6 +605,13 @@ impl StateMachine {
                 receipt.index = index;
                 stage_receipt(&mut stage.batch, &receipt)?;
                 self.stage_leaf(&receipt, stage);
+                if let Some(asked) = &receipt.asked {
+                    stage.changes.push(Change::Learn {
+                        key: receipt.key.clone(),
+                        asked: asked.clone(),
+                        delta: 1,
+                    });
+                }
                 let id = receipt.id.clone();
                 stage.receipts.insert(id.clone(), receipt);
                 Ok(CommandResult::ReceiptAppended { id, index })
@@ -703,6 +743,13 @@ impl StateMachine {
                 continue;
             };
             drop_receipt(&mut stage.batch, &receipt);
+            if let Some(asked) = &receipt.asked {
+                stage.changes.push(Change::Learn {
+                    key: receipt.key.clone(),
+                    asked: asked.clone(),
+                    delta: -1,
+                });
+            }
             stage.dropped.insert(receipt.id);
             dropped += 1;
         }
@@ -720,6 +767,7 @@ impl StateMachine {
                     Change::Delete { key, index } => {
                         catalogue.remove_at(&key, index);
                     }
+                    Change::Learn { key, asked, delta } => catalogue.learn(&key, &asked, delta),
                 }
             }
             self.catalogue.publish_index(index);

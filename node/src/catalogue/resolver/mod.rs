@@ -23,6 +23,7 @@ mod tokenize;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use index::{Index, Pin, Scored, ARGS, CATEGORY, DOC, FIELDS, KEY, WHAT};
@@ -45,6 +46,10 @@ const CUT_OFF: f32 = 0.38;
 const MAX_QUERY_TERMS: usize = 64;
 /// Surface words reported per hit in `Hit::matched`.
 const MAX_MATCHED: usize = 4;
+/// Most a row's learned words add to its score, as a share of the best score of the ask.
+const LEARNED_CAP: f32 = 0.15;
+/// Clicks on a row for one word at which its learned boost for that word saturates.
+const LEARNED_SATURATION: f32 = 20.0;
 
 /// What the index needs of one row. Only enabled, planner-visible rows are inserted.
 #[derive(Debug, Clone)]
@@ -74,6 +79,8 @@ pub struct Hit {
     pub matched: Vec<String>,
     /// Found by meaning alone: no query word matched, the row's vector is close.
     pub similar: bool,
+    /// Words of the ask that earlier asks leading to this row taught the resolver.
+    pub learned: Vec<String>,
 }
 
 /// How the lexical and dense scores combine when the resolver has a model (DESIGN §6).
@@ -139,6 +146,9 @@ pub struct Resolver {
     index: Index,
     vectors: dense::Vectors,
     fusion: Fusion,
+    /// Learned words: analysed term -> row key -> clicks (asks with the term that led to an
+    /// invocation of the row). See [`Resolver::learn`].
+    learned: HashMap<String, HashMap<Arc<str>, u32>>,
 }
 
 impl Default for Synonyms {
@@ -285,6 +295,18 @@ impl Resolver {
             }
             Some(v) => self.fuse(&scored, best_lexical, v, &lexical.pinned, limit, fusion),
         };
+        let taught = self.learned_boosts(&lexical.terms, &lexical.surfaces);
+        let mut learned_words: HashMap<u32, Vec<String>> = HashMap::new();
+        if !taught.is_empty() {
+            let scale = ranked.iter().map(|r| r.1).fold(0.0f32, f32::max).max(1e-6);
+            for (slot, boost, words) in taught {
+                match ranked.iter_mut().find(|r| r.0 == slot) {
+                    Some(r) => r.1 += scale * boost,
+                    None => ranked.push((slot, scale * boost, 0, false)),
+                }
+                learned_words.insert(slot, words);
+            }
+        }
         let best = ranked.iter().map(|r| r.1).fold(0.0f32, f32::max);
 
         // Pinned rows go first, in their own score order, lifted above every other score.
@@ -326,14 +348,81 @@ impl Resolver {
                 } else {
                     score
                 };
+                let learned = learned_words.remove(&slot).unwrap_or_default();
                 Hit {
                     key: self.index.key(slot).clone(),
                     score,
-                    similar: similar && matched.is_empty(),
+                    similar: similar && matched.is_empty() && learned.is_empty(),
                     matched,
+                    learned,
                 }
             })
             .collect()
+    }
+
+    /// Rows whose learned words the query holds: (slot, boost as a share of the best
+    /// score, the words). A word's clicks count as `ln(1 + clicks)`, saturating at
+    /// [`LEARNED_SATURATION`] clicks; the sum over the query's words is capped at
+    /// [`LEARNED_CAP`], so use can reorder close candidates and surface a row for words its
+    /// docstring lacks, but never bury a clear match.
+    fn learned_boosts(
+        &self,
+        terms: &[String],
+        surfaces: &[String],
+    ) -> Vec<(u32, f32, Vec<String>)> {
+        if self.learned.is_empty() {
+            return Vec::new();
+        }
+        let full = (1.0 + LEARNED_SATURATION).ln();
+        let mut by_slot: HashMap<u32, (f32, Vec<String>)> = HashMap::new();
+        for (term, surface) in terms.iter().zip(surfaces) {
+            let Some(rows) = self.learned.get(term) else {
+                continue;
+            };
+            for (key, &clicks) in rows {
+                let Some(slot) = self.index.slot(key) else {
+                    continue;
+                };
+                let entry = by_slot.entry(slot).or_default();
+                entry.0 += ((1.0 + clicks as f32).ln() / full).min(1.0);
+                if entry.1.len() < MAX_MATCHED {
+                    entry.1.push(surface.clone());
+                }
+            }
+        }
+        let per_word = LEARNED_CAP / 2.0;
+        let mut out: Vec<(u32, f32, Vec<String>)> = by_slot
+            .into_iter()
+            .map(|(slot, (weight, words))| (slot, (weight * per_word).min(LEARNED_CAP), words))
+            .collect();
+        out.sort_by_key(|r| r.0);
+        out
+    }
+
+    /// Learns (`delta` 1) or forgets (-1) that an ask with `words` led to an invocation of
+    /// row `key`. Every node applies the same receipts in the same order, so every node
+    /// learns the same words.
+    pub fn learn(&mut self, key: &str, words: &str, delta: i32) {
+        let mut terms = self.analyzer.terms(words);
+        terms.sort_unstable();
+        terms.dedup();
+        let key: Arc<str> = Arc::from(key);
+        for term in terms {
+            let rows = self.learned.entry(term.clone()).or_default();
+            let clicks = rows.entry(key.clone()).or_default();
+            *clicks = clicks.saturating_add_signed(delta);
+            if *clicks == 0 {
+                rows.remove(&key);
+                if rows.is_empty() {
+                    self.learned.remove(&term);
+                }
+            }
+        }
+    }
+
+    /// Forgets every learned word.
+    pub fn forget_learned(&mut self) {
+        self.learned.clear();
     }
 
     /// The lexical half: analysed query, pinned rows, and BM25F scores (before demotion

@@ -108,9 +108,11 @@ impl StateMachine {
         self.sync(subject.clone()).await?;
 
         let (tree, folder, named) = (self.tree.clone(), self.snapshots.clone(), current.clone());
-        let rows = tokio::task::spawn_blocking(move || load(&tree, &folder, &named))
-            .await
-            .map_err(|e| write_err(&e))??;
+        let (rows, asked) = tokio::task::spawn_blocking(move || {
+            Ok::<_, StorageError>((load(&tree, &folder, &named)?, super::asked_receipts(&tree)?))
+        })
+        .await
+        .map_err(|e| write_err(&e))??;
         let size = self.log().size().map_err(|e| write_err(&e))?;
         self.sync(subject).await?;
 
@@ -119,6 +121,9 @@ impl StateMachine {
         {
             let mut catalogue = self.catalogue.write();
             catalogue.replace_all(rows);
+            for (key, words) in &asked {
+                catalogue.learn(key, words, 1);
+            }
             self.catalogue.publish_index(index);
         }
         self.log_published
