@@ -129,9 +129,16 @@ impl Projection {
                     .map_or(5, |n| usize::try_from(n).unwrap_or(MAX_LIMIT))
                     .clamp(1, MAX_LIMIT);
                 match rank(&self.app, base, query, limit, Default::default()).await {
-                    Ok(answer) => CallToolResult::structured(
-                        serde_json::to_value(answer).unwrap_or(Value::Null),
-                    ),
+                    Ok(answer) => {
+                        if self.app.config.resolver.learn {
+                            let asker = caller.as_ref().map_or("public", |p| p.name.as_str());
+                            let offered = answer.candidates.iter().map(|c| c.key.as_str());
+                            self.app.asks.asked(asker, query, offered);
+                        }
+                        CallToolResult::structured(
+                            serde_json::to_value(answer).unwrap_or(Value::Null),
+                        )
+                    }
                     Err(e) => CallToolResult::structured_error(e.body()),
                 }
             }

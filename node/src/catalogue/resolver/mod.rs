@@ -109,7 +109,7 @@ impl Default for Fusion {
         Self {
             lexical: 0.1,
             dense: 0.9,
-            cut_off: 0.6,
+            cut_off: 0.4,
             floor: 0.25,
             depth: 50,
             margin: 0.6,
