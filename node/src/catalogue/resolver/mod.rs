@@ -103,7 +103,7 @@ pub struct Fusion {
 
 impl Default for Fusion {
     fn default() -> Self {
-        // Chosen on four query sets of different styles (README, "Ranking by meaning"):
+        // Chosen across five query sets of different styles (README, "Ranking by meaning"):
         // meaning carries most of the weight, and a clear lexical winner takes some back,
         // which keeps most of the words' precision on requests phrased like the rows.
         Self {
@@ -123,6 +123,7 @@ impl Fusion {
         Self {
             lexical: 0.0,
             dense: 1.0,
+            margin: 0.0,
             ..Self::default()
         }
     }
@@ -546,7 +547,11 @@ impl Resolver {
             .collect();
         let depth = f.depth.max(limit);
         if nearest.len() > depth {
-            nearest.select_nth_unstable_by(depth, |a, b| b.1.total_cmp(&a.1));
+            // Ties broken by key, not slot: slots depend on each node's history.
+            nearest.select_nth_unstable_by(depth, |a, b| {
+                b.1.total_cmp(&a.1)
+                    .then_with(|| self.index.key(a.0).cmp(self.index.key(b.0)))
+            });
             nearest.truncate(depth);
         }
         for (slot, c) in nearest {
