@@ -177,22 +177,7 @@ async fn every_node_embeds_the_rows_and_ranks_alike_through_a_snapshot_catch_up_
             .unwrap();
         assert!(answer.status().is_success(), "{answer:?}");
     }
-    let answer = cluster
-        .http
-        .post(format!("{}/api/cluster/snapshot", cluster.url(leader)))
-        .header("x-terminal-key", ADMIN)
-        .send()
-        .await
-        .unwrap();
-    assert!(answer.status().is_success());
-    eventually(Duration::from_secs(30), "the leader purged its log", || {
-        let cluster = &cluster;
-        async move {
-            let (_, _, status) = cluster.get(leader, "/api/cluster").await;
-            status["purged_index"].as_u64().unwrap_or(0) > 0
-        }
-    })
-    .await;
+    cluster.snapshot_and_purge(leader).await;
     cluster.restart(behind).await;
     let total = (ROWS.len() + more.len()) as u64;
     same_rankings_everywhere(&cluster, total).await;
@@ -320,6 +305,15 @@ async fn whys(cluster: &Cluster, id: u64, ask: &str) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// Waits until node `id` answers "glamour" with the row it learned the word for.
+async fn knows_glamour(cluster: &Cluster, id: u64, what: &str) {
+    eventually(Duration::from_secs(20), what, || async {
+        whys(cluster, id, "glamour").await
+            == [("PARCEL_TRACK".to_owned(), json!(["learned: glamour"]))]
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_ask_that_led_to_an_invocation_teaches_every_node_its_words_through_the_receipt() {
     let mut cluster = Cluster::start(3, 0).await;
@@ -386,33 +380,11 @@ async fn an_ask_that_led_to_an_invocation_teaches_every_node_its_words_through_t
 
     // Every node learns the words from the replicated receipt, and says so in `why`.
     for id in cluster.ids() {
-        eventually(
-            Duration::from_secs(20),
-            "the receipt taught every node",
-            || {
-                let cluster = &cluster;
-                async move {
-                    whys(cluster, id, "glamour").await
-                        == [("PARCEL_TRACK".to_owned(), json!(["learned: glamour"]))]
-                }
-            },
-        )
-        .await;
+        knows_glamour(&cluster, id, "the receipt taught every node").await;
     }
     // A restart rebuilds what was learned from the stored receipts.
     cluster.stop(node).await;
     cluster.restart(node).await;
-    eventually(
-        Duration::from_secs(20),
-        "the restarted node still knows",
-        || {
-            let cluster = &cluster;
-            async move {
-                whys(cluster, node, "glamour").await
-                    == [("PARCEL_TRACK".to_owned(), json!(["learned: glamour"]))]
-            }
-        },
-    )
-    .await;
+    knows_glamour(&cluster, node, "the restarted node still knows").await;
     cluster.shutdown().await;
 }

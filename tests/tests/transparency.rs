@@ -8,7 +8,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::cluster::{eventually, Cluster};
+use common::cluster::Cluster;
 use common::{Fetch, ADMIN};
 use rowcall_proto::tlog::{self, Checkpoint, VerifierKey};
 use serde_json::{json, Value};
@@ -209,22 +209,7 @@ async fn one_tree_on_every_node_through_a_leader_kill_and_a_snapshot_catch_up() 
     for _ in 0..10 {
         later.extend(invoke(&cluster, leader, "LOGGED").await);
     }
-    let answer = cluster
-        .http
-        .post(format!("{}/api/cluster/snapshot", cluster.url(leader)))
-        .header("x-terminal-key", ADMIN)
-        .send()
-        .await
-        .unwrap();
-    assert!(answer.status().is_success());
-    eventually(Duration::from_secs(30), "the leader purged its log", || {
-        let cluster = &cluster;
-        async move {
-            let (_, _, status) = cluster.get(leader, "/api/cluster").await;
-            status["purged_index"].as_u64().unwrap_or(0) > 0
-        }
-    })
-    .await;
+    cluster.snapshot_and_purge(leader).await;
     cluster.restart(behind).await;
     let (leaves, root) = agreed_roots(&cluster).await;
     assert!(leaves >= old_size + later.len() as u64);

@@ -278,6 +278,29 @@ impl Cluster {
         }
     }
 
+    /// Has the leader `leader` take a snapshot, and waits until it purged the log behind it
+    /// (a follower behind that point must then catch up by installing the snapshot).
+    /// openraft purges in batches of 32 entries, so at least that many must be applied.
+    pub async fn snapshot_and_purge(&self, leader: u64) {
+        let answer = self
+            .http
+            .post(format!("{}/api/cluster/snapshot", self.url(leader)))
+            .header("x-terminal-key", ADMIN)
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{answer:?}");
+        eventually(
+            Duration::from_secs(30),
+            "the leader purged its log",
+            || async {
+                let (_, _, status) = self.get(leader, "/api/cluster").await;
+                status["purged_index"].as_u64().unwrap_or(0) > 0
+            },
+        )
+        .await;
+    }
+
     /// GET a JSON document from a node.
     /// Every running node's digest of its directory and receipts (`/api/cluster/digest`).
     pub async fn digests(&self) -> Vec<Value> {
