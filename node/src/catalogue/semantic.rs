@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 
 use super::embed::{EmbedError, Embedder};
 use super::row::{Docstring, Row};
@@ -99,6 +99,9 @@ pub struct Semantic {
     wake: Notify,
     /// Row texts run through the model since the node started.
     computed: AtomicU64,
+    /// Asks embedded at once: one per core, so a burst of asks queues for the model
+    /// instead of filling the blocking pool with threads that share the cores.
+    query_slots: Semaphore,
 }
 
 impl std::fmt::Debug for Semantic {
@@ -126,6 +129,9 @@ impl Semantic {
             queue: Mutex::default(),
             wake: Notify::new(),
             computed: AtomicU64::new(0),
+            query_slots: Semaphore::new(
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            ),
         })
     }
 
@@ -203,6 +209,23 @@ impl Semantic {
         self.computed
             .fetch_add(missing.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The vector of an ask: from the LRU at once, else from the model on a blocking
+    /// thread, at most one ask per core at a time.
+    pub async fn embed_ask(self: &Arc<Self>, ask: &str) -> Result<Arc<[f32]>, EmbedError> {
+        if let Some(v) = self.embedder.cached_query(ask) {
+            return Ok(v);
+        }
+        let _slot = self
+            .query_slots
+            .acquire()
+            .await
+            .map_err(|e| EmbedError::Run(e.to_string()))?;
+        let (me, text) = (self.clone(), ask.to_owned());
+        tokio::task::spawn_blocking(move || me.embedder.embed_query(&text))
+            .await
+            .map_err(|e| EmbedError::Run(e.to_string()))?
     }
 
     /// Row texts run through the model since the node started (a restart finds the

@@ -195,17 +195,11 @@ async fn ask_vector(
         return Ok(None);
     }
     let started = Instant::now();
-    let text = ask.to_owned();
-    let embedded =
-        tokio::task::spawn_blocking(move || semantic.embedder().embed_query(&text)).await;
+    let embedded = semantic.embed_ask(ask).await;
     metrics::histogram!(crate::metrics::QUERY_EMBED_SECONDS)
         .record(started.elapsed().as_secs_f64());
     match embedded {
-        Ok(Ok(v)) => Ok(Some(v)),
-        Ok(Err(error)) => {
-            tracing::error!(%error, "embedding an ask failed; ranking it by words alone");
-            Ok(None)
-        }
+        Ok(v) => Ok(Some(v)),
         Err(error) => {
             tracing::error!(%error, "embedding an ask failed; ranking it by words alone");
             Ok(None)

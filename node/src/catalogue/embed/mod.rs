@@ -240,6 +240,11 @@ impl Embedder {
         Ok(out)
     }
 
+    /// The vector of a query if it is in the LRU (no model run).
+    pub fn cached_query(&self, text: &str) -> Option<Arc<[f32]>> {
+        self.lock_queries().get(text)
+    }
+
     /// The vector of a query, from the LRU or as [`QueryMode`] says.
     pub fn embed_query(&self, text: &str) -> Result<Arc<[f32]>, EmbedError> {
         if let Some(v) = self.lock_queries().get(text) {
