@@ -337,26 +337,26 @@ async fn an_ask_that_led_to_an_invocation_teaches_every_node_its_words_through_t
     }
 
     // An invocation with no ask before it teaches nothing.
-    let invoke = || {
-        cluster
+    // Runs the row on `node` as `ci` and reads back its receipt (admin).
+    let invoke = || async {
+        let ran = cluster
             .http
             .post(format!("{}/api/dispatch", cluster.url(node)))
             .bearer_auth(common::INVOKE)
             .json(&json!({"key": "PARCEL_TRACK"}))
             .fetch()
+            .await;
+        let id = ran["proof"]["invocation_id"].as_str().expect("a receipt");
+        let receipt = cluster
+            .http
+            .get(format!("{}/api/receipts/{id}", cluster.url(node)))
+            .header("x-terminal-key", ADMIN)
+            .fetch()
+            .await;
+        assert_eq!(receipt["id"], id, "{receipt}");
+        receipt
     };
-    let plain = invoke().await;
-    let id = plain["proof"]["invocation_id"]
-        .as_str()
-        .expect("a receipt")
-        .to_owned();
-    let receipt = cluster
-        .http
-        .get(format!("{}/api/receipts/{id}", cluster.url(node)))
-        .header("x-terminal-key", ADMIN)
-        .fetch()
-        .await;
-    assert_eq!(receipt["id"], id.as_str(), "{receipt}");
+    let receipt = invoke().await;
     assert!(
         receipt.get("asked").is_none() || receipt["asked"].is_null(),
         "{receipt}"
@@ -365,17 +365,7 @@ async fn an_ask_that_led_to_an_invocation_teaches_every_node_its_words_through_t
     // The same caller asks in its own words, is offered the row, and runs it.
     let asked = ask_as_ci(&cluster, node, "track my glamour box parcel").await;
     assert_eq!(asked["candidates"][0]["key"], "PARCEL_TRACK", "{asked}");
-    let clicked = invoke().await;
-    let id = clicked["proof"]["invocation_id"]
-        .as_str()
-        .expect("a receipt")
-        .to_owned();
-    let receipt = cluster
-        .http
-        .get(format!("{}/api/receipts/{id}", cluster.url(node)))
-        .header("x-terminal-key", ADMIN)
-        .fetch()
-        .await;
+    let receipt = invoke().await;
     assert_eq!(receipt["asked"], "track my glamour box parcel", "{receipt}");
 
     // Every node learns the words from the replicated receipt, and says so in `why`.

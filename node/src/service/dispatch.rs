@@ -91,8 +91,7 @@ pub struct AskAnswer {
 
 /// How an ask is ranked (`mode=` of `GET /api/dispatch?ask=`), for comparing the two
 /// halves of the resolver side by side (`rowcall eval`). Agents leave it out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Ranking {
     /// Words and meaning when the node has a model, words alone otherwise.
     #[default]

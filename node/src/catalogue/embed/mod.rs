@@ -250,14 +250,11 @@ impl Embedder {
         if let Some(v) = self.lock_queries().get(text) {
             return Ok(v);
         }
-        let vector: Arc<[f32]> = match &self.token_vectors {
-            Some(table) => self.static_query(table, text)?.into(),
-            None => self
-                .run(&[text])?
-                .pop()
-                .unwrap_or_else(|| vec![0.0; self.dimensions()])
-                .into(),
+        let mode = match self.token_vectors {
+            Some(_) => QueryMode::Static,
+            None => QueryMode::Model,
         };
+        let vector = self.embed_query_with(text, mode)?;
         self.lock_queries().put(text, vector.clone());
         Ok(vector)
     }
