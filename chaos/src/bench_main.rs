@@ -11,6 +11,7 @@ use rowcall_chaos::bench::{self, WritesOptions};
 use rowcall_chaos::bench_api::{self, ApiOptions};
 use rowcall_chaos::bench_loop::{self, LoopOptions};
 use rowcall_chaos::bench_reads::{self, ReadsOptions};
+use rowcall_chaos::bench_regions::{self, RegionsOptions};
 use rowcall_chaos::bench_scale::{self, ScaleOptions};
 use rowcall_chaos::bench_tls::{self, TlsOptions};
 use rowcall_chaos::cluster::node_binary;
@@ -118,6 +119,30 @@ enum Bench {
         /// Seconds of asks per size.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+    },
+    /// Five nodes in three simulated regions (one-way delays through the harness's proxies;
+    /// voters in regions a and b, learners in a and c): ask and write latency in each
+    /// region, and how long writes are unavailable when the leader's region is cut off.
+    Regions {
+        /// Output folder: regions.json, data folders and logs.
+        #[arg(long)]
+        out: PathBuf,
+        /// Seconds of asks, and of writes, on each node.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// One-way delays between regions a–b, a–c and b–c, in milliseconds.
+        #[arg(long, value_delimiter = ',', default_values_t = [15, 40, 75])]
+        delays_ms: Vec<u32>,
+        /// The cut of the leader's region ends after this long even if writes never came
+        /// back (they cannot when that region holds the majority of the voters).
+        #[arg(long, default_value_t = 30.0)]
+        cut_at_most: f64,
+        /// Rows in the catalogue before measuring.
+        #[arg(long, default_value_t = 1_000)]
+        rows: usize,
         /// The rowcall-node binary [default: next to this executable].
         #[arg(long)]
         node_bin: Option<PathBuf>,
@@ -244,6 +269,35 @@ async fn main() -> anyhow::Result<ExitCode> {
                     cell: Duration::from_secs_f64(seconds),
                 };
                 bench_scale::scale(&options).await?;
+            }
+            Bench::Regions {
+                out,
+                seconds,
+                delays_ms,
+                cut_at_most,
+                rows,
+                node_bin,
+            } => {
+                check(seconds, 1, &[1])?;
+                anyhow::ensure!(rows > 0, "--rows must be positive");
+                let [ab, ac, bc] = delays_ms[..] else {
+                    anyhow::bail!("--delays-ms takes three delays: a-b,a-c,b-c");
+                };
+                let cut_at_most = Duration::try_from_secs_f64(cut_at_most)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("--cut-at-most must be a positive number of seconds")
+                    })?;
+                let options = RegionsOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    out,
+                    cell: Duration::from_secs_f64(seconds),
+                    delays_ms: [ab, ac, bc],
+                    cut_at_most,
+                    rows,
+                };
+                bench_regions::regions(&options).await?;
             }
             Bench::Tls {
                 out,

@@ -193,6 +193,8 @@ pub struct Cluster {
     pub links: Vec<Link>,
     /// Per node: bumped when its data folder is wiped.
     pub incarnations: Arc<Vec<AtomicU32>>,
+    /// Nodes that join as learners (read replicas that never vote).
+    learners: Vec<u64>,
     http: reqwest::Client,
     started: Instant,
 }
@@ -286,6 +288,21 @@ impl Cluster {
     /// Starts `options.nodes` nodes: node 1 initialises the cluster, the others join it,
     /// then the shared rows are written. Returns once every node is ready.
     pub async fn start(options: &ClusterOptions) -> Result<Cluster, ChaosError> {
+        Self::start_with_learners(options, &[]).await
+    }
+
+    /// [`Cluster::start`], with the nodes in `learners` (never node 1, which founds the
+    /// cluster) joining as learners, here and whenever they rejoin.
+    pub async fn start_with_learners(
+        options: &ClusterOptions,
+        learners: &[u64],
+    ) -> Result<Cluster, ChaosError> {
+        if learners.contains(&1) {
+            return Err(ChaosError::Setup {
+                what: "the cluster".into(),
+                detail: "node 1 founds the cluster, so it cannot be a learner".into(),
+            });
+        }
         if !options.bin.is_file() {
             return Err(ChaosError::NodeBinaryMissing {
                 path: options.bin.clone(),
@@ -340,6 +357,7 @@ impl Cluster {
             incarnations: Arc::new((0..n).map(|_| AtomicU32::new(0)).collect()),
             nodes,
             links,
+            learners: learners.to_vec(),
             http: control_client(),
             started: Instant::now(),
         };
@@ -426,6 +444,9 @@ impl Cluster {
             .arg("--no-demo");
         if let Some(join) = join {
             command.arg("--join").arg(join.to_string());
+            if self.learners.contains(&id) {
+                command.arg("--learner");
+            }
         }
         for route in routes {
             command.arg("--peer-route").arg(route);
@@ -677,8 +698,8 @@ impl Cluster {
         self.join(id, join).await
     }
 
-    /// Starts node `id` fresh with `--join`, and waits until it is ready and a voter in
-    /// the membership every other member sees. A join refused because another membership
+    /// Starts node `id` fresh with `--join`, and waits until it is ready and a voter (or a
+    /// learner, if it is one) in the membership every other member sees. A join refused because another membership
     /// change is still under way makes the node exit; it is retried on a clean folder.
     async fn join(&mut self, id: u64, via: SocketAddr) -> Result<(), ChaosError> {
         let mut attempts = 0;
@@ -706,9 +727,10 @@ impl Cluster {
         while Instant::now() < deadline {
             self.check_alive(id)?;
             let mut settled = true;
+            let learner = self.learners.contains(&id);
             for node in self.nodes.iter().filter(|n| n.is_up() && !n.paused) {
-                let voters = self.voter_ids(&node.url()).await;
-                settled &= voters.is_some_and(|v| v.contains(&id));
+                let known = self.member_list(&node.url(), !learner).await;
+                settled &= known.is_some_and(|v| v.contains(&id));
             }
             if settled {
                 // A node whose join was refused after all exits shortly after.
@@ -722,11 +744,6 @@ impl Cluster {
             waited_s: READY_WITHIN.as_secs(),
             log: self.node(id).log.clone(),
         })
-    }
-
-    /// Voter ids as the node at `url` sees them.
-    async fn voter_ids(&self, url: &str) -> Option<Vec<u64>> {
-        self.member_list(url, true).await
     }
 
     /// Member ids as node at `url` sees them.

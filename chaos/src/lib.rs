@@ -25,6 +25,7 @@ pub mod bench;
 pub mod bench_api;
 pub mod bench_loop;
 pub mod bench_reads;
+pub mod bench_regions;
 pub mod bench_scale;
 pub mod bench_tls;
 pub mod check;

@@ -1,7 +1,6 @@
-//! `rowcall-bench writes` and `rowcall-bench tls` run to completion at a tiny size and report
-//! a figure for every system or scheme and client count, and `rowcall-bench api` one for ask
-//! and invoke over gRPC and over HTTP (no timing is asserted: speed is what the bench
-//! measures).
+//! Every `rowcall-bench` command runs to completion at a tiny size and reports a figure for
+//! every system, scheme, client count, step, size or node it measures (no timing is
+//! asserted: speed is what the bench measures).
 //!
 //! Needs the rowcall-node binary of the same profile (`cargo test --workspace` builds it;
 //! alone: `cargo build -p rowcall-node`). etcd is measured when it is installed, and the
@@ -261,5 +260,65 @@ fn api_reports_ask_and_invoke_over_grpc_beside_http() {
         }
     }
     assert!(stdout.contains("| Ask | Grpc |"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn regions_reports_every_node_and_writes_coming_back_when_the_leaders_region_is_cut_off() {
+    let out = out_dir("regions");
+    let stdout = bench(
+        &[
+            "regions",
+            "--seconds",
+            "0.3",
+            "--rows",
+            "30",
+            "--delays-ms",
+            "5,10,20",
+            "--cut-at-most",
+            "60",
+        ],
+        &out,
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("regions.json")).unwrap()).unwrap();
+    let nodes = report["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 5, "{report}");
+    for (node, region) in nodes.iter().zip(["a", "b", "b", "a", "c"]) {
+        assert_eq!(node["region"], region, "{node}");
+        // Every region asks its own copy and writes through its own node, learners too.
+        assert!(node["asks_per_s"].as_f64().unwrap() > 0.0, "{node}");
+        assert!(node["writes_per_s"].as_f64().unwrap() > 0.0, "{node}");
+    }
+    // Nodes 4 and 5 joined as learners, and say so themselves.
+    let roles: Vec<&str> = nodes.iter().map(|n| n["role"].as_str().unwrap()).collect();
+    assert_eq!(&roles[3..], ["learner", "learner"], "{report}");
+    assert!(
+        roles[..3]
+            .iter()
+            .all(|r| ["leader", "follower"].contains(r)),
+        "{report}"
+    );
+    let cut = &report["cut"];
+    let leader = cut["leader_before"].as_u64().unwrap();
+    assert_eq!(
+        cut["region"],
+        ["a", "b", "b", "a", "c"][leader as usize - 1],
+        "{cut}"
+    );
+    if cut["region"] == "a" {
+        // Region b holds two of the three voters: it elects, and every other region
+        // writes again before the heal.
+        let during = cut["leader_during"].as_u64().unwrap();
+        assert!([2, 3].contains(&during), "{cut}");
+        for writer in cut["writers"].as_array().unwrap() {
+            assert_eq!(writer["resumed"], true, "{writer}");
+            assert!(writer["acknowledged_during_cut"].as_u64().unwrap() > 0);
+        }
+    }
+    // The cut-off leader catches up once the links heal.
+    assert!(cut["catch_up_s"].is_number(), "{cut}");
+    assert!(stdout.contains("| a | 1 |"), "{stdout}");
+    assert!(stdout.contains("writes unavailable"), "{stdout}");
     let _ = std::fs::remove_dir_all(&out);
 }
