@@ -239,6 +239,27 @@ async fn meaning_finds_what_no_word_matches_and_says_so_and_a_node_without_a_mod
         .await
         .unwrap();
     assert_eq!(bad.status(), 400);
+    // gRPC's Cluster.Status says what /api/cluster says.
+    let http = node
+        .http
+        .get(format!("{}/api/cluster", node.url))
+        .fetch()
+        .await;
+    let grpc = grpc_status(&node).await;
+    let resolver = grpc.resolver.expect("a resolver block");
+    assert_eq!(resolver.mode, "hybrid");
+    assert_eq!(resolver.rows_embedded, 1);
+    let model = resolver.model.expect("the model");
+    assert_eq!(
+        model.fingerprint, http["resolver"]["model"]["fingerprint"],
+        "{http}"
+    );
+    assert_eq!(model.name, http["resolver"]["model"]["name"], "{http}");
+    assert_eq!(
+        model.dimensions as u64, http["resolver"]["model"]["dimensions"],
+        "{http}"
+    );
+    assert_eq!(model.query, "model");
 
     let plain = common::start(false).await;
     let status = plain
@@ -247,6 +268,11 @@ async fn meaning_finds_what_no_word_matches_and_says_so_and_a_node_without_a_mod
         .fetch()
         .await;
     assert_eq!(status["resolver"]["mode"], "lexical", "{status}");
+    let resolver = grpc_status(&plain)
+        .await
+        .resolver
+        .expect("a resolver block");
+    assert_eq!((resolver.mode.as_str(), resolver.model), ("lexical", None));
     let refused = plain
         .http
         .get(format!("{}/api/dispatch?ask=parcel&mode=dense", plain.url))
@@ -256,6 +282,17 @@ async fn meaning_finds_what_no_word_matches_and_says_so_and_a_node_without_a_mod
     assert_eq!(refused.status(), 400);
     let body: Value = refused.json().await.unwrap();
     assert!(body.to_string().contains("needs a model"), "{body}");
+}
+
+/// A node's gRPC `Cluster.Status`.
+async fn grpc_status(node: &common::TestNode) -> rowcall_client::proto::StatusResponse {
+    rowcall_client::Client::builder()
+        .nodes([format!("http://{}", node.handle.grpc_addr)])
+        .build()
+        .unwrap()
+        .status()
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -367,6 +404,19 @@ async fn an_ask_that_led_to_an_invocation_teaches_every_node_its_words_through_t
     assert_eq!(asked["candidates"][0]["key"], "PARCEL_TRACK", "{asked}");
     let receipt = invoke().await;
     assert_eq!(receipt["asked"], "track my glamour box parcel", "{receipt}");
+    // The forensic gRPC view shows it too.
+    let forensic = rowcall_client::Client::builder()
+        .nodes([format!("http://{}", cluster.member(node).grpc)])
+        .credential(ADMIN)
+        .build()
+        .unwrap()
+        .receipt(receipt["id"].as_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        forensic.asked.as_deref(),
+        Some("track my glamour box parcel")
+    );
 
     // Every node learns the words from the replicated receipt, and says so in `why`.
     for id in cluster.ids() {

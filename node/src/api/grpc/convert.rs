@@ -7,12 +7,13 @@ use rowcall_proto::json;
 use rowcall_proto::v1;
 use serde_json::{Map, Value};
 
+use crate::catalogue::embed::{ModelInfo, QueryMode};
 use crate::catalogue::feed::ChangeOp;
 use crate::catalogue::row::Row;
 use crate::catalogue::Counts;
 use crate::model::receipt::{Confirmation, Receipt};
 use crate::raft::PutOutcome;
-use crate::service::cluster::{Member, Status};
+use crate::service::cluster::{Member, ResolverStatus, Status};
 use crate::service::dispatch::{AskAnswer, Best, Candidate, Invocation, Proof};
 use crate::service::feed::FeedEvent;
 use crate::service::ErrorDetail;
@@ -106,6 +107,7 @@ impl From<Receipt> for v1::Receipt {
             duration_ms: r.duration_ms,
             served_by: r.served_by,
             request_id: r.request_id,
+            asked: r.asked,
             called: r.called,
             upstream_status: r.upstream_status,
             input: r.input,
@@ -267,6 +269,34 @@ impl From<Status> for v1::StatusResponse {
             members: s.members.into_iter().map(Into::into).collect(),
             follower_lag: s.follower_lag.into_iter().collect(),
             outbox: s.outbox as u64,
+            resolver: Some(s.resolver.into()),
+        }
+    }
+}
+
+impl From<ResolverStatus> for v1::ResolverStatus {
+    fn from(r: ResolverStatus) -> Self {
+        Self {
+            mode: r.mode.to_owned(),
+            model: r.model.map(Into::into),
+            rows_embedded: r.rows_embedded as u64,
+            rows_waiting: r.rows_waiting as u64,
+            rows_computed: r.rows_computed,
+        }
+    }
+}
+
+impl From<ModelInfo> for v1::EmbeddingModel {
+    fn from(m: ModelInfo) -> Self {
+        Self {
+            name: m.name,
+            fingerprint: m.fingerprint,
+            dimensions: u32::try_from(m.dimensions).unwrap_or(u32::MAX),
+            query: match m.query {
+                QueryMode::Model => "model",
+                QueryMode::Static => "static",
+            }
+            .to_owned(),
         }
     }
 }
