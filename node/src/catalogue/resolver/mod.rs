@@ -322,12 +322,20 @@ impl Resolver {
                 hits.push((true, 0.0, slot, 0, false));
             }
         }
-        hits.sort_by(|a, b| {
+        // Pinned first, then by score, ties by key: a total order (keys are unique), so
+        // selecting the first `limit` and sorting only those gives what sorting everything
+        // would. A common word can leave thousands of rows above the cut-off, and comparing
+        // their keys on ties was most of a full sort's cost.
+        let order = |a: &(bool, f32, u32, u64, bool), b: &(bool, f32, u32, u64, bool)| {
             b.0.cmp(&a.0)
                 .then(b.1.total_cmp(&a.1))
                 .then_with(|| self.index.key(a.2).cmp(self.index.key(b.2)))
-        });
-        hits.truncate(limit);
+        };
+        if hits.len() > limit {
+            hits.select_nth_unstable_by(limit - 1, order);
+            hits.truncate(limit);
+        }
+        hits.sort_by(order);
         hits.into_iter()
             .map(|(is_pinned, score, slot, mask, similar)| {
                 let words = lexical

@@ -405,3 +405,34 @@ fn huge_tokens_are_harmless() {
     assert!(r.search(&"y".repeat(20_000), 10).is_empty());
     assert_eq!(keys(&r, &blob), ["BLOB"]);
 }
+
+#[test]
+fn a_short_limit_returns_the_head_of_the_full_ranking() {
+    // Many rows match, at scores that do not follow the order they were inserted in (the
+    // shorter the row, the higher its score), with ties between rows of the same length.
+    let rows: Vec<_> = (0..60)
+        .map(|i| {
+            let filler = " padding".repeat((i * 7) % 11);
+            row(
+                &format!("PARCEL_{i:02}"),
+                "Shipping",
+                &format!("Track a parcel{filler}"),
+            )
+        })
+        .collect();
+    let r = build(&rows);
+    let all: Vec<String> = r
+        .search("track parcel", 100)
+        .into_iter()
+        .map(|h| h.key.to_string())
+        .collect();
+    assert!(all.len() > 20, "{all:?}");
+    for limit in [1, 3, 10] {
+        let head: Vec<String> = r
+            .search("track parcel", limit)
+            .into_iter()
+            .map(|h| h.key.to_string())
+            .collect();
+        assert_eq!(head, all[..limit], "limit {limit}");
+    }
+}
