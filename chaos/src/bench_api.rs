@@ -117,13 +117,13 @@ pub async fn api(options: &ApiOptions) -> Result<ApiReport, ChaosError> {
             // One node: nothing to hedge to.
             .hedge_after(None)
             .build()
-            .map_err(|e| setup("the gRPC client", e))?,
+            .map_err(|e| ChaosError::setup("the gRPC client", e))?,
         http: reqwest::Client::builder()
             .no_proxy()
             .pool_max_idle_per_host(1)
             .timeout(Duration::from_secs(10))
             .build()
-            .map_err(|e| setup("the HTTP client", e))?,
+            .map_err(|e| ChaosError::setup("the HTTP client", e))?,
         url: node.url(),
     };
     let words = seed(&clients, options.rows.max(1)).await?;
@@ -250,20 +250,13 @@ async fn seed(clients: &Clients, n: usize) -> Result<Vec<(String, String)>, Chao
             .json(&row)
             .send()
             .await
-            .map_err(|e| setup(&key, e))?;
+            .map_err(|e| ChaosError::setup(&key, e))?;
         if !response.status().is_success() {
-            return Err(setup(&key, response.status()));
+            return Err(ChaosError::setup(&key, response.status()));
         }
         rows.push((key, words));
     }
     Ok(rows)
-}
-
-fn setup(what: &str, detail: impl std::fmt::Display) -> ChaosError {
-    ChaosError::Setup {
-        what: what.to_owned(),
-        detail: detail.to_string(),
-    }
 }
 
 /// A number as a word of letters (`0` → `a`, `27` → `bb`), so every row has its own words.

@@ -203,7 +203,7 @@ pub(crate) async fn load_rowcall(
         .no_proxy()
         .timeout(Duration::from_secs(60))
         .build()
-        .map_err(|e| setup("an HTTP client", e))?;
+        .map_err(|e| ChaosError::setup("an HTTP client", e))?;
     let leader_url = cluster.node(leader).url();
     let mut index = 0u64;
     for batch in rows.chunks(LOAD_BATCH) {
@@ -213,11 +213,11 @@ pub(crate) async fn load_rowcall(
             .json(batch)
             .send()
             .await
-            .map_err(|e| setup("the benchmark catalogue", e))?;
+            .map_err(|e| ChaosError::setup("the benchmark catalogue", e))?;
         if !answer.status().is_success() {
             let status = answer.status();
             let body = answer.text().await.unwrap_or_default();
-            return Err(setup(
+            return Err(ChaosError::setup(
                 "the benchmark catalogue",
                 format!("{status}: {body}"),
             ));
@@ -238,7 +238,7 @@ pub(crate) async fn load_rowcall(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Err(setup(
+    Err(ChaosError::setup(
         "the benchmark catalogue",
         format!("the follower did not reach index {index} within 30 s"),
     ))
@@ -255,19 +255,12 @@ async fn load_etcd(url: &str, rows: &[Value]) -> Result<(), ChaosError> {
             .json(&json!({"key": b64.encode(key), "value": b64.encode(row.to_string())}))
             .send()
             .await
-            .map_err(|e| setup("the etcd catalogue", e))?;
+            .map_err(|e| ChaosError::setup("the etcd catalogue", e))?;
         if !answer.status().is_success() {
-            return Err(setup("the etcd catalogue", answer.status()));
+            return Err(ChaosError::setup("the etcd catalogue", answer.status()));
         }
     }
     Ok(())
-}
-
-fn setup(what: &str, detail: impl std::fmt::Display) -> ChaosError {
-    ChaosError::Setup {
-        what: what.into(),
-        detail: detail.to_string(),
-    }
 }
 
 /// `clients` closed-loop clients sending `read` to `url` for `length`; keys cycle through
@@ -329,7 +322,7 @@ pub async fn reads(options: &ReadsOptions) -> Result<ReadsReport, ChaosError> {
     let leader = cluster
         .await_leader(Duration::from_secs(10))
         .await
-        .ok_or_else(|| setup("the rowcall cluster", "no leader within 10 s"))?;
+        .ok_or_else(|| ChaosError::setup("the rowcall cluster", "no leader within 10 s"))?;
     let follower = cluster
         .ids()
         .into_iter()

@@ -193,7 +193,7 @@ pub async fn regions(options: &RegionsOptions) -> Result<RegionsReport, ChaosErr
     let leader = cluster
         .await_leader(Duration::from_secs(10))
         .await
-        .ok_or_else(|| setup("the cluster", "no leader within 10 s"))?;
+        .ok_or_else(|| ChaosError::setup("the cluster", "no leader within 10 s"))?;
     let mut rng = Rng::new(7);
     let rows: Vec<Value> = (0..options.rows)
         .map(|i| catalogue_row(i, &mut rng))
@@ -393,7 +393,7 @@ async fn cut_leader_region(
     tokio::time::sleep(AROUND_THE_CUT).await;
     let _ = stop.send(true);
     for task in tasks {
-        task.await.map_err(|e| setup("a writer", e))??;
+        task.await.map_err(|e| ChaosError::setup("a writer", e))??;
     }
 
     let mut cut_writers = Vec::new();
@@ -463,13 +463,6 @@ async fn caught_up(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     None
-}
-
-fn setup(what: &str, detail: impl std::fmt::Display) -> ChaosError {
-    ChaosError::Setup {
-        what: what.into(),
-        detail: detail.to_string(),
-    }
 }
 
 /// The report as Markdown tables, machine details on top.

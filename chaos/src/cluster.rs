@@ -298,10 +298,10 @@ impl Cluster {
         learners: &[u64],
     ) -> Result<Cluster, ChaosError> {
         if learners.contains(&1) {
-            return Err(ChaosError::Setup {
-                what: "the cluster".into(),
-                detail: "node 1 founds the cluster, so it cannot be a learner".into(),
-            });
+            return Err(ChaosError::setup(
+                "the cluster",
+                "node 1 founds the cluster, so it cannot be a learner",
+            ));
         }
         if !options.bin.is_file() {
             return Err(ChaosError::NodeBinaryMissing {

@@ -147,4 +147,12 @@ impl ChaosError {
             source,
         }
     }
+
+    /// A setup step that failed, with the last answer or error.
+    pub fn setup(what: &str, detail: impl std::fmt::Display) -> Self {
+        Self::Setup {
+            what: what.into(),
+            detail: detail.to_string(),
+        }
+    }
 }
