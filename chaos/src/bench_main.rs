@@ -353,8 +353,8 @@ async fn main() -> anyhow::Result<ExitCode> {
 /// The sizes every bench shares must be positive.
 fn check(seconds: f64, rounds: usize, clients: &[usize]) -> anyhow::Result<()> {
     anyhow::ensure!(
-        seconds > 0.0 && rounds > 0 && clients.iter().all(|c| *c > 0),
-        "--seconds, --rounds and every count (--clients, --sizes) must be positive"
+        seconds > 0.0 && seconds.is_finite() && rounds > 0 && clients.iter().all(|c| *c > 0),
+        "--seconds (a finite number), --rounds and every count (--clients, --sizes) must be positive"
     );
     Ok(())
 }

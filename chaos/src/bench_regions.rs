@@ -313,11 +313,15 @@ async fn writer(
             answer = sent => answer,
             _ = stop.changed() => break,
         };
+        // Acknowledged: a success status, its index, and the whole answer read.
         let index = match answer {
-            Ok(r) if r.status().is_success() => r
-                .headers()
-                .get("x-rowcall-index")
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok()),
+            Ok(r) if r.status().is_success() => {
+                let index = r
+                    .headers()
+                    .get("x-rowcall-index")
+                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+                r.bytes().await.ok().and(index)
+            }
             _ => None,
         };
         {

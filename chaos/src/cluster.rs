@@ -699,8 +699,9 @@ impl Cluster {
     }
 
     /// Starts node `id` fresh with `--join`, and waits until it is ready and a voter (or a
-    /// learner, if it is one) in the membership every other member sees. A join refused because another membership
-    /// change is still under way makes the node exit; it is retried on a clean folder.
+    /// learner, if it is one) in the membership every other member sees. A join refused
+    /// because another membership change is still under way makes the node exit; it is
+    /// retried on a clean folder.
     async fn join(&mut self, id: u64, via: SocketAddr) -> Result<(), ChaosError> {
         let mut attempts = 0;
         loop {
