@@ -185,7 +185,7 @@ pub(crate) fn catalogue_row(i: usize, rng: &mut Rng) -> Value {
 }
 
 /// The `n`th ask: three vocabulary words, cycling.
-fn ask_text(n: u64) -> String {
+pub(crate) fn ask_text(n: u64) -> String {
     let at = |k: u64| WORDS[((n * 7 + k * 13) % WORDS.len() as u64) as usize];
     format!("{} {} {}", at(0), at(1), at(2))
 }

@@ -20,8 +20,10 @@
 //! - **the leader's region cut off** (every link between it and the other regions holds its
 //!   bytes): one writer in each other region keeps writing; the figure is the longest time
 //!   without an acknowledged write from the cut on. The cut lasts until every writer has had
-//!   writes acknowledged again, or `cut_at_most`. Then the links heal and the cut-off leader
-//!   catches up; the time until it has applied the last write is reported too.
+//!   writes acknowledged again, or `cut_at_most`. Meanwhile one client per region asks its
+//!   own node, the cut-off region included (an ask reads the local copy). Then the links
+//!   heal and the cut-off leader catches up; the time until it has applied the last write is
+//!   reported too.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -32,7 +34,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::bench::{answered, bench_client, closed_loop, machine, publish};
-use crate::bench_reads::{self, catalogue_row, load_rowcall, Read};
+use crate::bench_reads::{self, ask_text, catalogue_row, load_rowcall, Read};
 use crate::cluster::{control_client, Cluster, ClusterOptions, ADMIN_KEY};
 use crate::error::ChaosError;
 use crate::proxy::{Flow, LinkState};
@@ -115,6 +117,21 @@ pub struct CutWriter {
     pub failed: u64,
 }
 
+/// What one asker saw while the leader's region was cut off.
+#[derive(Debug, Clone, Serialize)]
+pub struct CutAsker {
+    /// The node it asked.
+    pub node: u64,
+    /// Its region.
+    pub region: &'static str,
+    /// Whether that region was the one cut off.
+    pub cut_off: bool,
+    /// Asks answered between the cut and the heal.
+    pub answered: usize,
+    /// Asks that failed meanwhile.
+    pub failed: usize,
+}
+
 /// The cut of the leader's region.
 #[derive(Debug, Clone, Serialize)]
 pub struct CutReport {
@@ -128,6 +145,8 @@ pub struct CutReport {
     pub cut_s: f64,
     /// One writer per other region.
     pub writers: Vec<CutWriter>,
+    /// One asker per region.
+    pub askers: Vec<CutAsker>,
     /// After the heal: seconds until the cut-off leader had applied the last write.
     pub catch_up_s: Option<f64>,
 }
@@ -342,19 +361,54 @@ async fn writer(
     Ok(())
 }
 
+/// Asks through `url` back to back until `stop`, recording when each answer came (since
+/// the epoch) and whether it was a success.
+async fn asker(
+    url: String,
+    epoch: Instant,
+    answers: Arc<Mutex<Vec<(Duration, bool)>>>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), ChaosError> {
+    let http = bench_client(None)?;
+    let mut n = 0u64;
+    while !*stop.borrow() {
+        n += 1;
+        let ask = http
+            .get(format!("{url}/api/dispatch"))
+            .query(&[("ask", ask_text(n))]);
+        let ok = tokio::select! {
+            ok = answered(ask) => ok,
+            _ = stop.changed() => break,
+        };
+        answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((epoch.elapsed(), ok));
+        if !ok {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(())
+}
+
 /// Cuts the leader's region off from the others while one writer per other region keeps
-/// writing, heals it, and waits for the cut-off leader to catch up.
+/// writing and one asker per region asks, heals it, and waits for the cut-off leader to
+/// catch up.
 async fn cut_leader_region(
     cluster: &Cluster,
     leader: u64,
     options: &RegionsOptions,
 ) -> Result<CutReport, ChaosError> {
     let cut_region = region(leader);
-    // The first node of every other region writes.
-    let writers: Vec<u64> = REGIONS
+    // The first node of every region asks; of every other region, writes.
+    let firsts: Vec<u64> = REGIONS
         .iter()
-        .filter(|r| **r != cut_region)
         .filter_map(|r| cluster.ids().into_iter().find(|id| region(*id) == *r))
+        .collect();
+    let writers: Vec<u64> = firsts
+        .iter()
+        .copied()
+        .filter(|id| region(*id) != cut_region)
         .collect();
     let epoch = Instant::now();
     let (stop, stopped) = watch::channel(false);
@@ -371,14 +425,25 @@ async fn cut_leader_region(
             stopped.clone(),
         )));
     }
+    let mut asked = Vec::new();
+    for &id in &firsts {
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        asked.push(answers.clone());
+        tasks.push(tokio::spawn(asker(
+            cluster.node(id).url(),
+            epoch,
+            answers,
+            stopped.clone(),
+        )));
+    }
     tokio::time::sleep(AROUND_THE_CUT).await;
 
     let cut_at = epoch.elapsed();
     cluster.set_links(|from, to| {
         ((region(from) == cut_region) != (region(to) == cut_region)).then(LinkState::blackhole)
     });
-    // Writes are back once each writer had a write acknowledged that it sent after the
-    // cut, and the longest gap could not grow any more (a second later).
+    // Writes are back once each writer had two writes acknowledged after the cut; the cut
+    // then lasts a second more, so the figures show them flowing again.
     let resumed = |acks: &Arc<Mutex<Acks>>| {
         let acks = acks.lock().unwrap_or_else(|p| p.into_inner());
         acks.done.iter().filter(|d| **d > cut_at).count() >= 2
@@ -397,7 +462,8 @@ async fn cut_leader_region(
     tokio::time::sleep(AROUND_THE_CUT).await;
     let _ = stop.send(true);
     for task in tasks {
-        task.await.map_err(|e| ChaosError::setup("a writer", e))??;
+        task.await
+            .map_err(|e| ChaosError::setup("a writer or asker", e))??;
     }
 
     let mut cut_writers = Vec::new();
@@ -420,6 +486,25 @@ async fn cut_leader_region(
             failed: acks.failed,
         });
     }
+    let askers = firsts
+        .iter()
+        .zip(&asked)
+        .map(|(&id, answers)| {
+            let answers = answers.lock().unwrap_or_else(|p| p.into_inner());
+            let during = || {
+                answers
+                    .iter()
+                    .filter(|(d, _)| *d > cut_at && *d <= healed_at)
+            };
+            CutAsker {
+                node: id,
+                region: region(id),
+                cut_off: region(id) == cut_region,
+                answered: during().filter(|(_, ok)| *ok).count(),
+                failed: during().filter(|(_, ok)| !*ok).count(),
+            }
+        })
+        .collect();
     let catch_up_s = caught_up(cluster, leader, last_index, healed_at, epoch).await;
     Ok(CutReport {
         region: cut_region,
@@ -427,6 +512,7 @@ async fn cut_leader_region(
         leader_during,
         cut_s: (healed_at - cut_at).as_secs_f64(),
         writers: cut_writers,
+        askers,
         catch_up_s,
     })
 }
@@ -525,6 +611,20 @@ pub fn table(report: &RegionsReport) -> String {
             if w.resumed { "yes" } else { "no" },
             w.acknowledged_during_cut,
             w.failed,
+        ));
+    }
+    out.push_str(
+        "\n| asks through | node | cut off | answered during the cut | failed |\n\
+         |---|---:|---|---:|---:|\n",
+    );
+    for a in &cut.askers {
+        out.push_str(&format!(
+            "| region {} | {} | {} | {} | {} |\n",
+            a.region,
+            a.node,
+            if a.cut_off { "yes" } else { "no" },
+            a.answered,
+            a.failed,
         ));
     }
     out.push_str(&format!(

@@ -316,6 +316,18 @@ fn regions_reports_every_node_and_writes_coming_back_when_the_leaders_region_is_
             assert!(writer["acknowledged_during_cut"].as_u64().unwrap() > 0);
         }
     }
+    // Every region keeps asking its own copy through the cut, the cut-off one too.
+    let askers = cut["askers"].as_array().unwrap();
+    assert_eq!(askers.len(), 3, "{cut}");
+    for asker in askers {
+        assert!(asker["answered"].as_u64().unwrap() > 0, "{asker}");
+        assert_eq!(asker["failed"], 0, "{asker}");
+    }
+    assert_eq!(
+        askers.iter().filter(|a| a["cut_off"] == true).count(),
+        1,
+        "{cut}"
+    );
     // The cut-off leader catches up once the links heal.
     assert!(cut["catch_up_s"].is_number(), "{cut}");
     assert!(stdout.contains("| a | 1 |"), "{stdout}");
