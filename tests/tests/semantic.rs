@@ -360,9 +360,10 @@ async fn an_ask_that_led_to_an_invocation_teaches_every_node_its_words_through_t
         row("PARCEL_TRACK", "Track a parcel on its way"),
         row("BEAUTY_SHOP", "Buy beauty products"),
     ];
+    // Written through the node that runs them, which answers once it has applied them.
     let answer = cluster
         .http
-        .post(format!("{}/api/directory", cluster.url(leader)))
+        .post(format!("{}/api/directory", cluster.url(node)))
         .header("x-terminal-key", ADMIN)
         .json(&rows)
         .send()
@@ -383,7 +384,9 @@ async fn an_ask_that_led_to_an_invocation_teaches_every_node_its_words_through_t
             .json(&json!({"key": "PARCEL_TRACK"}))
             .fetch()
             .await;
-        let id = ran["proof"]["invocation_id"].as_str().expect("a receipt");
+        let id = ran["proof"]["invocation_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a receipt: {ran}"));
         let receipt = cluster
             .http
             .get(format!("{}/api/receipts/{id}", cluster.url(node)))
