@@ -179,6 +179,34 @@ fn delay_ms(from: &str, to: &str, delays: [u32; 3]) -> u32 {
     }
 }
 
+/// The nodes' heartbeat: `ROWCALL_HEARTBEAT_MS` from the environment they inherit, else
+/// the node's default.
+fn heartbeat_ms() -> u64 {
+    std::env::var("ROWCALL_HEARTBEAT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120)
+}
+
+/// What to say when the longest round trip between regions is not below the heartbeat:
+/// openraft 0.9 gives up on an AppendEntries after one heartbeat, so appends across that
+/// link go unanswered (the member still receives them; the leader never hears back).
+fn heartbeat_warning(delays: [u32; 3], heartbeat_ms: u64) -> Option<String> {
+    let (pair, one_way) = [("a–b", delays[0]), ("a–c", delays[1]), ("b–c", delays[2])]
+        .into_iter()
+        .max_by_key(|(_, d)| *d)?;
+    let round_trip = 2 * u64::from(one_way);
+    (round_trip >= heartbeat_ms).then(|| {
+        format!(
+            "note: the {pair} round trip ({round_trip} ms) is not below the nodes' heartbeat \
+             ({heartbeat_ms} ms), and an AppendEntries is given up after one heartbeat: \
+             appends across that link go unanswered. Across regions, set ROWCALL_HEARTBEAT_MS \
+             (raft.heartbeat_ms) above the longest round trip, and the election timeouts to \
+             3–6 times it."
+        )
+    })
+}
+
 /// Every link with its regions' delay, both ways.
 fn shape(cluster: &Cluster, delays: [u32; 3]) {
     cluster.set_links(|from, to| {
@@ -196,6 +224,11 @@ pub async fn regions(options: &RegionsOptions) -> Result<RegionsReport, ChaosErr
     std::fs::create_dir_all(&options.out)
         .map_err(|e| ChaosError::io(format!("create {}", options.out.display()), e))?;
     let machine = machine();
+    let heartbeat_ms = heartbeat_ms();
+    let warning = heartbeat_warning(options.delays_ms, heartbeat_ms);
+    if let Some(warning) = &warning {
+        eprintln!("{warning}");
+    }
     let cluster = Cluster::start_with_learners(
         &ClusterOptions {
             bin: options.node_bin.clone(),
@@ -263,6 +296,8 @@ pub async fn regions(options: &RegionsOptions) -> Result<RegionsReport, ChaosErr
                 "a-c": options.delays_ms[1],
                 "b-c": options.delays_ms[2],
             },
+            "heartbeat_ms": heartbeat_ms,
+            "heartbeat_warning": warning,
             "seconds_per_measurement": options.cell.as_secs_f64(),
             "cut_at_most_s": options.cut_at_most.as_secs_f64(),
             "rows": options.rows,
@@ -561,13 +596,17 @@ pub fn table(report: &RegionsReport) -> String {
     let delays = &report.settings["one_way_delay_ms"];
     out.push_str(&format!(
         "5 nodes: voters 1 (a), 2 and 3 (b); learners 4 (a), 5 (c). One-way delays a–b {} ms, \
-         a–c {} ms, b–c {} ms; {} rows; one local client, {} s per figure\n\n",
+         a–c {} ms, b–c {} ms; heartbeat {} ms; {} rows; one local client, {} s per figure\n\n",
         delays["a-b"],
         delays["a-c"],
         delays["b-c"],
+        report.settings["heartbeat_ms"],
         report.settings["rows"],
         report.settings["seconds_per_measurement"],
     ));
+    if let Some(warning) = report.settings["heartbeat_warning"].as_str() {
+        out.push_str(&format!("{warning}\n\n"));
+    }
     out.push_str(
         "| region | node | role | ask p50 ms | ask p99 ms | asks/s | write p50 ms | write p99 ms \
          | writes/s | errors |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n",
@@ -649,6 +688,18 @@ mod tests {
         assert_eq!(delay_ms("c", "a", d), 40);
         assert_eq!(delay_ms("b", "c", d), 75);
         assert_eq!(delay_ms("c", "b", d), 75);
+    }
+
+    #[test]
+    fn a_round_trip_at_or_above_the_heartbeat_is_warned_about() {
+        // The defaults: b–c is 150 ms round trip, above the default 120 ms heartbeat.
+        let warning = heartbeat_warning([15, 40, 75], 120).expect("a warning");
+        assert!(warning.contains("b–c round trip (150 ms)"), "{warning}");
+        assert!(warning.contains("ROWCALL_HEARTBEAT_MS"), "{warning}");
+        // Exactly the heartbeat is already too long: the answer cannot beat the timeout.
+        assert!(heartbeat_warning([60, 10, 20], 120).is_some());
+        assert_eq!(heartbeat_warning([15, 40, 75], 250), None);
+        assert_eq!(heartbeat_warning([5, 10, 20], 120), None);
     }
 
     #[test]
