@@ -341,89 +341,54 @@ fn write(http: &reqwest::Client, url: &str, key: &str) -> reqwest::RequestBuilde
                       "category": "regions", "content": "# WHAT: a row written across regions\n"}))
 }
 
-/// What one writer records: when each acknowledged write was answered (since the epoch),
-/// the highest index acknowledged, and the failures.
-#[derive(Debug, Default)]
-struct Acks {
-    done: Vec<Duration>,
-    last_index: u64,
-    failed: u64,
+/// What one client saw, in order: when each answer came (since the epoch) and what it
+/// acknowledged: `Some(index)` for a write (`Some(0)` for an ask), `None` for a failure.
+type Outcomes = Arc<Mutex<Vec<(Duration, Option<u64>)>>>;
+
+/// The outcomes recorded so far.
+fn seen(outcomes: &Outcomes) -> std::sync::MutexGuard<'_, Vec<(Duration, Option<u64>)>> {
+    outcomes.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Writes through `url` back to back until `stop`, recording into `acks`.
-async fn writer(
-    url: String,
-    tag: String,
+/// Sends `request(client, n)` back to back until `stop`, recording each outcome.
+async fn keep_sending<F, Fut>(
     epoch: Instant,
-    acks: Arc<Mutex<Acks>>,
+    outcomes: Outcomes,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), ChaosError> {
+    request: F,
+) -> Result<(), ChaosError>
+where
+    F: Fn(reqwest::Client, u64) -> Fut,
+    Fut: std::future::Future<Output = Option<u64>>,
+{
     let http = bench_client(None)?;
     let mut n = 0u64;
     while !*stop.borrow() {
         n += 1;
-        let sent = write(&http, &url, &format!("REGIONS_CUT_{tag}_{n}")).send();
-        let answer = tokio::select! {
-            answer = sent => answer,
+        let outcome = tokio::select! {
+            outcome = request(http.clone(), n) => outcome,
             _ = stop.changed() => break,
         };
-        // Acknowledged: a success status, its index, and the whole answer read.
-        let index = match answer {
-            Ok(r) if r.status().is_success() => {
-                let index = r
-                    .headers()
-                    .get("x-rowcall-index")
-                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-                r.bytes().await.ok().and(index)
-            }
-            _ => None,
-        };
-        {
-            let mut acks = acks.lock().unwrap_or_else(|p| p.into_inner());
-            match index {
-                Some(index) => {
-                    acks.done.push(epoch.elapsed());
-                    acks.last_index = acks.last_index.max(index);
-                }
-                None => acks.failed += 1,
-            }
-        }
-        if index.is_none() {
-            // A refused write comes back at once; do not spin on it.
+        seen(&outcomes).push((epoch.elapsed(), outcome));
+        if outcome.is_none() {
+            // A refused request comes back at once; do not spin on it.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
     Ok(())
 }
 
-/// Asks through `url` back to back until `stop`, recording when each answer came (since
-/// the epoch) and whether it was a success.
-async fn asker(
-    url: String,
-    epoch: Instant,
-    answers: Arc<Mutex<Vec<(Duration, bool)>>>,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), ChaosError> {
-    let http = bench_client(None)?;
-    let mut n = 0u64;
-    while !*stop.borrow() {
-        n += 1;
-        let ask = http
-            .get(format!("{url}/api/dispatch"))
-            .query(&[("ask", ask_text(n))]);
-        let ok = tokio::select! {
-            ok = answered(ask) => ok,
-            _ = stop.changed() => break,
-        };
-        answers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((epoch.elapsed(), ok));
-        if !ok {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+/// Writes a new row through `url`: its index once the whole answer is read.
+async fn acknowledged_write(http: reqwest::Client, url: String, key: String) -> Option<u64> {
+    let answer = write(&http, &url, &key).send().await.ok()?;
+    if !answer.status().is_success() {
+        return None;
     }
-    Ok(())
+    let index = answer
+        .headers()
+        .get("x-rowcall-index")
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    answer.bytes().await.ok().and(index)
 }
 
 /// Cuts the leader's region off from the others while one writer per other region keeps
@@ -448,29 +413,31 @@ async fn cut_leader_region(
     let epoch = Instant::now();
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
-    let mut records = Vec::new();
-    for &id in &writers {
-        let acks = Arc::new(Mutex::new(Acks::default()));
-        records.push(acks.clone());
-        tasks.push(tokio::spawn(writer(
-            cluster.node(id).url(),
-            format!("N{id}"),
+    let mut spawn = |id: u64, asks: bool| {
+        let outcomes = Outcomes::default();
+        let url = cluster.node(id).url();
+        tasks.push(tokio::spawn(keep_sending(
             epoch,
-            acks,
+            outcomes.clone(),
             stopped.clone(),
+            move |http, n| {
+                let url = url.clone();
+                async move {
+                    if asks {
+                        let ask = http
+                            .get(format!("{url}/api/dispatch"))
+                            .query(&[("ask", ask_text(n))]);
+                        answered(ask).await.then_some(0)
+                    } else {
+                        acknowledged_write(http, url, format!("REGIONS_CUT_N{id}_{n}")).await
+                    }
+                }
+            },
         )));
-    }
-    let mut asked = Vec::new();
-    for &id in &firsts {
-        let answers = Arc::new(Mutex::new(Vec::new()));
-        asked.push(answers.clone());
-        tasks.push(tokio::spawn(asker(
-            cluster.node(id).url(),
-            epoch,
-            answers,
-            stopped.clone(),
-        )));
-    }
+        outcomes
+    };
+    let records: Vec<Outcomes> = writers.iter().map(|&id| spawn(id, false)).collect();
+    let asked: Vec<Outcomes> = firsts.iter().map(|&id| spawn(id, true)).collect();
     tokio::time::sleep(AROUND_THE_CUT).await;
 
     let cut_at = epoch.elapsed();
@@ -479,9 +446,12 @@ async fn cut_leader_region(
     });
     // Writes are back once each writer had two writes acknowledged after the cut; the cut
     // then lasts a second more, so the figures show them flowing again.
-    let resumed = |acks: &Arc<Mutex<Acks>>| {
-        let acks = acks.lock().unwrap_or_else(|p| p.into_inner());
-        acks.done.iter().filter(|d| **d > cut_at).count() >= 2
+    let resumed = |writes: &Outcomes| {
+        seen(writes)
+            .iter()
+            .filter(|(d, index)| index.is_some() && *d > cut_at)
+            .count()
+            >= 2
     };
     let deadline = Instant::now() + options.cut_at_most;
     while Instant::now() < deadline && !records.iter().all(resumed) {
@@ -503,14 +473,13 @@ async fn cut_leader_region(
 
     let mut cut_writers = Vec::new();
     let mut last_index = 0;
-    for (&id, acks) in writers.iter().zip(&records) {
-        let acks = acks.lock().unwrap_or_else(|p| p.into_inner());
-        last_index = last_index.max(acks.last_index);
-        let during: Vec<Duration> = acks
-            .done
+    for (&id, writes) in writers.iter().zip(&records) {
+        let writes = seen(writes);
+        last_index = last_index.max(writes.iter().filter_map(|w| w.1).max().unwrap_or(0));
+        let during: Vec<Duration> = writes
             .iter()
-            .copied()
-            .filter(|d| *d > cut_at && *d <= healed_at)
+            .filter(|(d, index)| index.is_some() && *d > cut_at && *d <= healed_at)
+            .map(|w| w.0)
             .collect();
         cut_writers.push(CutWriter {
             node: id,
@@ -518,25 +487,21 @@ async fn cut_leader_region(
             unavailable_s: longest_gap(&during, cut_at, healed_at).as_secs_f64(),
             resumed: !during.is_empty(),
             acknowledged_during_cut: during.len(),
-            failed: acks.failed,
+            failed: writes.iter().filter(|w| w.1.is_none()).count() as u64,
         });
     }
     let askers = firsts
         .iter()
         .zip(&asked)
-        .map(|(&id, answers)| {
-            let answers = answers.lock().unwrap_or_else(|p| p.into_inner());
-            let during = || {
-                answers
-                    .iter()
-                    .filter(|(d, _)| *d > cut_at && *d <= healed_at)
-            };
+        .map(|(&id, asks)| {
+            let asks = seen(asks);
+            let during = || asks.iter().filter(|(d, _)| *d > cut_at && *d <= healed_at);
             CutAsker {
                 node: id,
                 region: region(id),
                 cut_off: region(id) == cut_region,
-                answered: during().filter(|(_, ok)| *ok).count(),
-                failed: during().filter(|(_, ok)| !*ok).count(),
+                answered: during().filter(|a| a.1.is_some()).count(),
+                failed: during().filter(|a| a.1.is_none()).count(),
             }
         })
         .collect();
