@@ -440,6 +440,8 @@ pub fn status_json(s: &proto::StatusResponse) -> Value {
             "http_addr": m.http_addr, "voter": m.voter, "leader": m.leader})).collect::<Vec<_>>(),
         "follower_lag": s.follower_lag.iter().map(|(id, lag)| (id.to_string(), json!(lag)))
             .collect::<serde_json::Map<_, _>>(),
+        "unanswered_appends": s.unanswered_appends.iter().map(|(id, n)| (id.to_string(), json!(n)))
+            .collect::<serde_json::Map<_, _>>(),
         "outbox": s.outbox,
     })
 }
@@ -467,20 +469,24 @@ pub fn status_text(style: Style, s: &proto::StatusResponse) -> String {
                 (false, true) => "voter".to_owned(),
                 (false, false) => "learner".to_owned(),
             };
-            let lag = s
-                .follower_lag
-                .get(&m.id)
-                .map_or_else(String::new, u64::to_string);
+            let count = |counts: &std::collections::HashMap<u64, u64>| {
+                counts.get(&m.id).map_or_else(String::new, u64::to_string)
+            };
             vec![
                 m.id.to_string(),
                 role,
                 m.grpc_addr.clone(),
                 m.http_addr.clone(),
-                lag,
+                count(&s.follower_lag),
+                count(&s.unanswered_appends),
             ]
         })
         .collect();
-    out.push_str(&table(style, &["ID", "ROLE", "GRPC", "HTTP", "LAG"], &rows));
+    out.push_str(&table(
+        style,
+        &["ID", "ROLE", "GRPC", "HTTP", "LAG", "UNANSWERED"],
+        &rows,
+    ));
     out
 }
 

@@ -150,6 +150,7 @@ impl App {
                 reason: "this node cannot reach a quorum".into(),
             });
         }
+        self.entry_bytes(&request)?;
         // Set once a forward went unanswered: the write may have reached a leader, so from
         // then on every way of giving up says its outcome is unknown, never "not proposed".
         let mut unanswered: Option<WriteError> = None;
@@ -166,7 +167,10 @@ impl App {
                 break;
             }
             // A deposed leader's hint names its successor before this node has heard of it.
-            let forward_to = match hint.take() {
+            // A follower that knows its leader sends the write straight there: its own Raft
+            // core would only answer "forward", and may be busy syncing its log meanwhile.
+            let known_leader = self.leader().filter(|&leader| leader != self.node_id);
+            let forward_to = match hint.take().or(known_leader) {
                 Some(leader) => leader,
                 None => match self.propose(request.clone(), remaining).await {
                     Ok(Forwarded { result, index }) => {
@@ -251,14 +255,7 @@ impl App {
         // The request's trace id is for the logs of the nodes it passes, not for the log.
         request.trace = None;
         request.trace_context.clear();
-        // Refused before anything is proposed, here or on the leader a write was forwarded
-        // to: an entry too large to replicate within one AppendEntries bound would time out
-        // on every follower and cost the leader its term.
-        let bytes = request.command.entry_bytes();
-        let limit = self.config.raft.max_entry_bytes;
-        if bytes > limit {
-            return Err(Proposal::Failed(WriteError::TooLarge { bytes, limit }));
-        }
+        let bytes = self.entry_bytes(&request).map_err(Proposal::Failed)?;
         // A leader handing over takes no new entry (the successor must be level with its
         // log to win the vote); the write waits, then goes to whoever leads. Counted before
         // the flag is read, so a handover that set the flag and then sees no write counted
@@ -299,6 +296,18 @@ impl App {
                 Err(Proposal::Failed(WriteError::Fatal(fatal.to_string())))
             }
         }
+    }
+
+    /// The size of `request`'s entry, or its refusal before it is proposed or forwarded: an
+    /// entry too large to replicate within one AppendEntries bound would time out on every
+    /// follower and cost the leader its term.
+    fn entry_bytes(&self, request: &Request) -> Result<usize, WriteError> {
+        let bytes = request.command.entry_bytes();
+        let limit = self.config.raft.max_entry_bytes;
+        if bytes > limit {
+            return Err(WriteError::TooLarge { bytes, limit });
+        }
+        Ok(bytes)
     }
 
     /// Awaits `work` for at most `timeout`, giving up early once this node is cut off from

@@ -70,6 +70,8 @@ pub const CHECKPOINT_SIGNATURES_TOTAL: &str = "rowcall_checkpoint_signatures_tot
 pub const RECEIPT_LOG_LEAVES: &str = "rowcall_receipt_log_leaves";
 /// Leaves covered by the latest co-signed checkpoint on this node.
 pub const CHECKPOINT_LEAVES: &str = "rowcall_checkpoint_leaves";
+/// AppendEntries this node sent as leader that went unanswered within the heartbeat, by peer.
+pub const APPENDS_UNANSWERED_TOTAL: &str = "rowcall_raft_appends_unanswered_total";
 /// Peer messages this node refused, by reason (another cluster, a replaced incarnation, ...).
 pub const PEER_REFUSALS_TOTAL: &str = "rowcall_raft_peer_refusals_total";
 /// New leaders this node has seen (the first one included), as etcd's
@@ -189,6 +191,10 @@ fn describe() {
     describe_counter!(
         EARLY_CAMPAIGNS_TOTAL,
         "Elections stood for before the election timer, by reason (split_vote, shorter_log_candidate)."
+    );
+    describe_counter!(
+        APPENDS_UNANSWERED_TOTAL,
+        "AppendEntries sent as leader and not answered within the heartbeat interval, by peer (a peer down or cut off, or a round trip longer than raft.heartbeat_ms)."
     );
     describe_counter!(
         PEER_REFUSALS_TOTAL,

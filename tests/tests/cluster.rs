@@ -729,3 +729,71 @@ async fn members_can_be_removed_and_the_rest_keeps_writing() {
     assert_eq!(again.status(), 409, "not a member any more");
     cluster.shutdown().await;
 }
+
+/// A follower that cannot answer an AppendEntries within the heartbeat interval (here its
+/// disk: every sync takes a second; between regions, a round trip longer than the heartbeat)
+/// makes openraft drop the append and send it again. The leader says so: per member in its
+/// `/api/cluster` (`unanswered_appends`), so an operator sees which link needs a longer
+/// `raft.heartbeat_ms`, while the writes commit with the other follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_leader_counts_appends_a_slow_follower_left_unanswered_within_the_heartbeat() {
+    let cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let followers: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| *id != leader)
+        .collect();
+    let (slow, healthy) = (followers[0], followers[1]);
+    let storage = &cluster.member(slow).handle.as_ref().unwrap().app.storage;
+    storage.slow_down(Duration::from_secs(1));
+    for i in 0..3 {
+        let response = insert(&cluster, leader, &row(&format!("UNANSWERED_{i}"), "Slow")).await;
+        assert_eq!(
+            response.status(),
+            201,
+            "committed with the healthy follower"
+        );
+    }
+    let unanswered =
+        |status: &Value, id: u64| status["unanswered_appends"][id.to_string()].as_u64();
+    let url = format!("{}/api/cluster", cluster.url(leader));
+    eventually(
+        Duration::from_secs(10),
+        "the leader counts the slow follower's unanswered appends",
+        || {
+            let request = cluster.http.get(&url).send();
+            async move {
+                let Ok(response) = request.await else {
+                    return false;
+                };
+                let status: Value = response.json().await.unwrap_or(Value::Null);
+                unanswered(&status, slow).is_some_and(|n| n >= 1)
+            }
+        },
+    )
+    .await;
+    storage.slow_down(Duration::ZERO);
+    let (_, _, status) = cluster.get(leader, "/api/cluster").await;
+    assert!(
+        unanswered(&status, slow) > unanswered(&status, healthy),
+        "the healthy follower answers in time: {status}"
+    );
+    // The gRPC status says the same.
+    let client = rowcall_client::Client::builder()
+        .nodes([format!("http://{}", cluster.member(leader).grpc)])
+        .credential(ADMIN)
+        .build()
+        .unwrap();
+    let grpc_status = client.status().await.unwrap();
+    assert!(
+        grpc_status
+            .unanswered_appends
+            .get(&slow)
+            .is_some_and(|n| *n >= 1),
+        "{grpc_status:?}"
+    );
+    let last = cluster.applied(leader);
+    cluster.converge(last).await;
+    cluster.shutdown().await;
+}

@@ -142,6 +142,17 @@ async fn a_write_committed_but_not_applied_here_is_answered_as_committed() {
     // leader and the third node commit the write, this node applies it much later.
     storage.slow_down(Duration::from_secs(4));
     let http = reqwest::Client::new();
+    // A write through the leader first: it commits with the third node, and this node's Raft
+    // core is stuck syncing it. The write below still goes straight to the leader (this node
+    // knows it) instead of waiting on its own core and giving up as cut off.
+    let (status, _, body) = post(
+        &http,
+        &cluster.url(leader),
+        &row("STALLS_THE_SLOW_ONE", "Synced late there"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
     let (status, headers, body) = post(
         &http,
         &cluster.url(slow),

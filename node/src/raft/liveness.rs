@@ -19,8 +19,11 @@
 //! Writes fail fast only after twice that ([`Liveness::cut_off_after`]): a write that is
 //! tried needlessly is still safe (Raft decides), while one refused needlessly is lost
 //! availability, and a loaded machine can stall a heartbeat for a good part of a lease.
+//!
+//! A leader also counts, per peer, the appends that went unanswered within their bound (see
+//! `AppendInFlight` in [`super::network`]), which `/api/cluster` shows.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -42,6 +45,9 @@ pub struct Liveness {
     /// Per voter: when this node (as leader) sent the latest message the voter accepted.
     acks: Mutex<HashMap<NodeId, Instant>>,
     leader: Mutex<Option<LeaderContact>>,
+    /// Per peer: AppendEntries this node sent as leader that went unanswered within their
+    /// time bound (openraft's heartbeat interval), since it started.
+    unanswered: Mutex<BTreeMap<NodeId, u64>>,
 }
 
 impl Liveness {
@@ -51,6 +57,7 @@ impl Liveness {
             stale_after,
             acks: Mutex::default(),
             leader: Mutex::default(),
+            unanswered: Mutex::default(),
         }
     }
 
@@ -133,6 +140,22 @@ impl Liveness {
         contact
             .filter(|c| c.leader == leader && c.term == term)
             .map(|c| c.quorum_at)
+    }
+
+    /// An AppendEntries to `peer` went unanswered within its time bound; the count so far.
+    pub fn append_unanswered(&self, peer: NodeId) -> u64 {
+        let mut unanswered = self.unanswered.lock().unwrap_or_else(|p| p.into_inner());
+        let count = unanswered.entry(peer).or_default();
+        *count += 1;
+        *count
+    }
+
+    /// Per peer, the AppendEntries that went unanswered within their time bound.
+    pub fn unanswered_appends(&self) -> BTreeMap<NodeId, u64> {
+        self.unanswered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 

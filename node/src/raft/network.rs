@@ -569,7 +569,15 @@ impl RaftNetwork<TypeConfig> for Peer {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
         let sent = Instant::now();
+        let mut in_flight = AppendInFlight {
+            liveness: self.network.liveness.clone(),
+            peer: self.target,
+            sent,
+            bound: option.hard_ttl(),
+            answered: false,
+        };
         let response = self.raft_call(Method::AppendEntries, &rpc, &option).await?;
+        in_flight.answered = true;
         // Anything but a higher vote means the follower still takes us for its leader.
         if !matches!(response, AppendEntriesResponse::HigherVote(_)) {
             self.network.liveness.acknowledged(self.target, sent);
@@ -610,5 +618,45 @@ impl RaftNetwork<TypeConfig> for Peer {
             self.network.liveness.acknowledged(self.target, sent);
         }
         Ok(response)
+    }
+}
+
+/// An AppendEntries on its way to `peer`. openraft gives up on one after a heartbeat
+/// interval (it drops the call, or our own deadline of the same length ends it) and sends
+/// the same entries again: a follower whose round trip is longer than the heartbeat then
+/// receives every append and acknowledges none in time, and writes crawl. Ending after the
+/// whole bound without an answer is counted per peer, exported, and logged with the remedy
+/// (at the 1st, 2nd, 4th, 8th, ... time, so a lasting cause does not flood the log).
+struct AppendInFlight {
+    liveness: Arc<Liveness>,
+    peer: NodeId,
+    sent: Instant,
+    bound: Duration,
+    answered: bool,
+}
+
+impl Drop for AppendInFlight {
+    fn drop(&mut self) {
+        // A call cut short by a lost leadership or a refused connection is no timeout.
+        let waited = self.sent.elapsed();
+        if self.answered || waited < self.bound.mul_f64(0.9) {
+            return;
+        }
+        let peer = self.peer;
+        let count = self.liveness.append_unanswered(peer);
+        metrics::counter!(crate::metrics::APPENDS_UNANSWERED_TOTAL, "peer" => peer.to_string())
+            .increment(1);
+        if count.is_power_of_two() {
+            tracing::warn!(
+                peer,
+                count,
+                bound_ms = self.bound.as_millis() as u64,
+                "an AppendEntries to node {peer} went unanswered within the heartbeat interval \
+                 ({} ms) and is sent again: that node is down or cut off, or the round trip to \
+                 it is longer; then raise raft.heartbeat_ms above the round trip (and the \
+                 election timeouts with it)",
+                self.bound.as_millis()
+            );
+        }
     }
 }

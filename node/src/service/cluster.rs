@@ -63,6 +63,10 @@ pub struct Status {
     pub learners: Vec<NodeId>,
     /// On the leader: how many entries each other member is behind.
     pub follower_lag: BTreeMap<NodeId, u64>,
+    /// AppendEntries this node sent as leader, since it started, that each member left
+    /// unanswered within the heartbeat interval: a member down or cut off, or one whose round
+    /// trip is longer than `raft.heartbeat_ms`. Members with none are left out.
+    pub unanswered_appends: BTreeMap<NodeId, u64>,
     /// Receipts in this node's outbox, waiting for a quorum.
     pub outbox: usize,
     /// How this node ranks asks.
@@ -162,6 +166,7 @@ pub fn status(app: &App) -> Status {
         members,
         learners: membership.learner_ids().collect(),
         follower_lag,
+        unanswered_appends: app.liveness.unanswered_appends(),
         outbox: app.outbox.len(),
         resolver: resolver_status(app),
     }

@@ -268,6 +268,7 @@ impl From<Status> for v1::StatusResponse {
             stale: s.stale,
             members: s.members.into_iter().map(Into::into).collect(),
             follower_lag: s.follower_lag.into_iter().collect(),
+            unanswered_appends: s.unanswered_appends.into_iter().collect(),
             outbox: s.outbox as u64,
             resolver: Some(s.resolver.into()),
         }
