@@ -147,7 +147,7 @@ impl Server {
             .args(["--id", "1", "--http", &http.to_string(), "--grpc"])
             .arg(SocketAddr::from(([127, 0, 0, 1], ports[1])).to_string())
             .arg("--data")
-            .arg(dir.join("data"));
+            .arg(crate::cluster::fresh(dir.join("data"))?);
         if let Some((cert, key)) = https {
             command.arg("--https-cert").arg(cert);
             command.arg("--https-key").arg(key);

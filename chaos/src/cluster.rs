@@ -252,6 +252,19 @@ fn ephemeral_floor() -> Option<u16> {
     range.split_whitespace().next()?.parse().ok()
 }
 
+/// `path`, removed first if an earlier run left it: the data folder of a node (or an etcd
+/// member) the launcher is about to start for a new cluster.
+pub fn fresh(path: PathBuf) -> Result<PathBuf, ChaosError> {
+    match std::fs::remove_dir_all(&path) {
+        Ok(()) => Ok(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(path),
+        Err(e) => Err(ChaosError::io(
+            format!("remove the earlier run's {}", path.display()),
+            e,
+        )),
+    }
+}
+
 /// A short-timeout client for control requests (status, readiness, membership).
 pub fn control_client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -316,11 +329,14 @@ impl Cluster {
             let dir = options.root.join(format!("n{id}"));
             std::fs::create_dir_all(&dir)
                 .map_err(|e| ChaosError::io(format!("create {}", dir.display()), e))?;
+            // A data folder left by an earlier run in the same output folder belongs to
+            // another cluster: this node would not join the new one.
+            let data = fresh(dir.join("data"))?;
             nodes.push(Node {
                 id,
                 http: SocketAddr::from(([127, 0, 0, 1], ports[2 * i])),
                 grpc: SocketAddr::from(([127, 0, 0, 1], ports[2 * i + 1])),
-                data: dir.join("data"),
+                data,
                 log: dir.join("node.log"),
                 child: None,
                 paused: false,

@@ -90,7 +90,7 @@ impl Etcd {
                 .arg("--name")
                 .arg(name(i))
                 .arg("--data-dir")
-                .arg(dir.join("data"))
+                .arg(crate::cluster::fresh(dir.join("data"))?)
                 .args(["--listen-client-urls", url, "--advertise-client-urls", url])
                 .args(["--listen-peer-urls", &peer(i)])
                 .args(["--initial-advertise-peer-urls", &peer(i)])

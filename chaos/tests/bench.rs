@@ -53,15 +53,36 @@ fn writes_reports_every_system_at_every_client_count() {
         }
     }
     assert!(report["machine"]["cores"].as_u64().unwrap() > 0);
+    // Run again into the same folder: the clusters start afresh, not from the data the first
+    // run left there (which belongs to clusters that are gone).
+    let again = bench_in(
+        &[
+            "writes",
+            "--clients",
+            "1",
+            "--seconds",
+            "0.3",
+            "--rounds",
+            "1",
+            "--no-etcd",
+        ],
+        &out,
+    );
+    assert!(again.contains("| 1 | rowcall 3 nodes |"), "{again}");
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// Runs `rowcall-bench` with `args` and `--out`, and asserts that it succeeded.
+/// Runs `rowcall-bench` with `args` and a new `--out`, and asserts that it succeeded.
 fn bench(args: &[&str], out: &Path) -> String {
+    let _ = std::fs::remove_dir_all(out);
+    bench_in(args, out)
+}
+
+/// [`bench`] into `out` as it is.
+fn bench_in(args: &[&str], out: &Path) -> String {
     let node = rowcall_chaos::cluster::node_binary(None).expect(
         "rowcall-node binary next to the test (build it first: cargo build -p rowcall-node)",
     );
-    let _ = std::fs::remove_dir_all(out);
     let run: Output = Command::new(env!("CARGO_BIN_EXE_rowcall-bench"))
         .args(args)
         .arg("--out")
