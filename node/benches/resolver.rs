@@ -80,23 +80,8 @@ fn stored_rows(values: Result<Vec<serde_json::Value>, DataError>) -> Vec<Row> {
 }
 
 fn stored(input: RowInput) -> Row {
-    Row {
-        key: input.key,
-        kind: input.kind,
-        target: input.target,
-        category: input.category,
-        content: input.content,
-        args_schema: input.args_schema,
-        auth: input.auth,
-        risk: input.risk,
-        enabled: input.enabled,
-        planner_visible: input.planner_visible,
-        pins: input.pins,
-        demote: input.demote,
-        version: 1,
-        created_at: "2026-01-01T00:00:00Z".into(),
-        updated_at: "2026-01-01T00:00:00Z".into(),
-    }
+    let at = "2026-01-01T00:00:00Z".to_owned();
+    Row::stored(input, 1, at.clone(), at)
 }
 
 /// A variant of `row`: key suffix `_V{round}`, docstring words shuffled, one WHAT word

@@ -130,6 +130,27 @@ pub struct Row {
 }
 
 impl Row {
+    /// A written row as stored: `input` with the server's fields.
+    pub fn stored(input: RowInput, version: u64, created_at: String, updated_at: String) -> Row {
+        Row {
+            key: input.key,
+            kind: input.kind,
+            target: input.target,
+            category: input.category,
+            content: input.content,
+            args_schema: input.args_schema,
+            auth: input.auth,
+            risk: input.risk,
+            enabled: input.enabled,
+            planner_visible: input.planner_visible,
+            pins: input.pins,
+            demote: input.demote,
+            version,
+            created_at,
+            updated_at,
+        }
+    }
+
     /// Whether the row may be suggested by ask (the operator synonym table is configuration,
     /// never a capability).
     pub fn suggestible(&self) -> bool {

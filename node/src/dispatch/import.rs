@@ -437,23 +437,12 @@ mod tests {
     }
 
     fn stored(input: &RowInput, version: u64) -> Arc<Row> {
-        Arc::new(Row {
-            key: input.key.clone(),
-            kind: input.kind,
-            target: input.target.clone(),
-            category: input.category.clone(),
-            content: input.content.clone(),
-            args_schema: input.args_schema.clone(),
-            auth: input.auth,
-            risk: input.risk,
-            enabled: input.enabled,
-            planner_visible: input.planner_visible,
-            pins: input.pins.clone(),
-            demote: input.demote,
+        Arc::new(Row::stored(
+            input.clone(),
             version,
-            created_at: String::new(),
-            updated_at: String::new(),
-        })
+            String::new(),
+            String::new(),
+        ))
     }
 
     #[test]

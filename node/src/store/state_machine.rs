@@ -791,23 +791,8 @@ impl StateMachine {
 fn stored_row(input: RowInput, index: u64, at_ms: u64, existing: Option<&Row>) -> Row {
     let previous = existing.and_then(|r| parse_ms(&r.updated_at)).unwrap_or(0);
     let at = format_ms(at_ms.max(previous));
-    Row {
-        created_at: existing.map_or_else(|| at.clone(), |r| r.created_at.clone()),
-        updated_at: at,
-        version: index,
-        key: input.key,
-        kind: input.kind,
-        target: input.target,
-        category: input.category,
-        content: input.content,
-        args_schema: input.args_schema,
-        auth: input.auth,
-        risk: input.risk,
-        enabled: input.enabled,
-        planner_visible: input.planner_visible,
-        pins: input.pins,
-        demote: input.demote,
-    }
+    let created_at = existing.map_or_else(|| at.clone(), |r| r.created_at.clone());
+    Row::stored(input, index, created_at, at)
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {

@@ -303,35 +303,13 @@ impl Embedder {
 
     /// The mean of the distilled vectors of the query's tokens, normalised.
     fn static_query(&self, table: &[f32], text: &str) -> Result<Vec<f32>, EmbedError> {
-        self.static_weighted(table, text, |_| 1.0)
-    }
-
-    /// A static query vector with each token weighted.
-    pub fn static_query_weighted(
-        &self,
-        text: &str,
-        weight: impl Fn(u32) -> f32,
-    ) -> Result<Vec<f32>, EmbedError> {
-        match &self.token_vectors {
-            Some(table) => self.static_weighted(table, text, weight),
-            None => Err(EmbedError::Run("no static vectors".into())),
-        }
-    }
-
-    fn static_weighted(
-        &self,
-        table: &[f32],
-        text: &str,
-        weight: impl Fn(u32) -> f32,
-    ) -> Result<Vec<f32>, EmbedError> {
         let dim = self.dimensions();
         let mut v = vec![0.0f32; dim];
         for id in self.token_ids(text)? {
             let start = id as usize * dim;
-            let w = weight(id);
             if let Some(row) = table.get(start..start + dim) {
                 for (a, b) in v.iter_mut().zip(row) {
-                    *a += w * b;
+                    *a += b;
                 }
             }
         }
