@@ -779,12 +779,17 @@ async fn the_leader_counts_appends_a_slow_follower_left_unanswered_within_the_he
         unanswered(&status, slow) > unanswered(&status, healthy),
         "the healthy follower answers in time: {status}"
     );
-    // The gRPC status says the same.
-    let client = rowcall_client::Client::builder()
-        .nodes([format!("http://{}", cluster.member(leader).grpc)])
-        .credential(ADMIN)
-        .build()
-        .unwrap();
+    // The gRPC status says the same (over TLS when the peers use it: one listener).
+    let grpc = cluster.member(leader).grpc;
+    let client = match &cluster.ca {
+        Some(ca) => rowcall_client::Client::builder()
+            .nodes([grpc.to_string()])
+            .tls_ca(ca.ca_pem()),
+        None => rowcall_client::Client::builder().nodes([format!("http://{grpc}")]),
+    }
+    .credential(ADMIN)
+    .build()
+    .unwrap();
     let grpc_status = client.status().await.unwrap();
     assert!(
         grpc_status
