@@ -443,7 +443,23 @@ pub fn status_json(s: &proto::StatusResponse) -> Value {
         "unanswered_appends": s.unanswered_appends.iter().map(|(id, n)| (id.to_string(), json!(n)))
             .collect::<serde_json::Map<_, _>>(),
         "outbox": s.outbox,
+        "members_ranking_otherwise": s.resolver.iter()
+            .flat_map(|r| &r.members_ranking_otherwise)
+            .map(|(id, setup)| (id.to_string(), json!({"mode": setup.mode, "model": setup.model,
+                "query": setup.query, "learn": setup.learn})))
+            .collect::<serde_json::Map<_, _>>(),
     })
+}
+
+/// How a node ranks, as its `RankingSetup` says.
+fn ranking_text(setup: &proto::RankingSetup) -> String {
+    let model = match (&setup.model, setup.query.as_deref()) {
+        (Some(model), Some("static")) => format!("model {model} with static query vectors"),
+        (Some(model), _) => format!("model {model}"),
+        (None, _) => "words only".to_owned(),
+    };
+    let learn = if setup.learn { "on" } else { "off" };
+    format!("{model}, learning from use {learn}")
 }
 
 /// The cluster status for people: this node, then the members.
@@ -487,6 +503,19 @@ pub fn status_text(style: Style, s: &proto::StatusResponse) -> String {
         &["ID", "ROLE", "GRPC", "HTTP", "LAG", "UNANSWERED"],
         &rows,
     ));
+    let otherwise = s.resolver.iter().flat_map(|r| &r.members_ranking_otherwise);
+    let mut otherwise: Vec<_> = otherwise.collect();
+    otherwise.sort_by_key(|(id, _)| **id);
+    for (id, setup) in otherwise {
+        out.push_str(&style.bad(&format!(
+            "\nnode {id} ranks asks otherwise than node {}: {}",
+            s.node_id,
+            ranking_text(setup)
+        )));
+    }
+    if out.ends_with(|c| c != '\n') {
+        out.push('\n');
+    }
     out
 }
 

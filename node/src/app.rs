@@ -65,6 +65,8 @@ pub struct App {
     /// Recent asks by caller, to tell which invocations they led to (clicks the resolver
     /// learns from).
     pub asks: crate::dispatch::clicks::RecentAsks,
+    /// The members that rank asks otherwise than this node ([`crate::cluster::ranking`]).
+    pub ranking_peers: crate::cluster::ranking::RankingPeers,
 }
 
 /// One write counted in [`App::proposing`] until dropped.

@@ -29,6 +29,8 @@ pub const RAFT_IS_LEADER: &str = "rowcall_raft_is_leader";
 pub const ROWS_EMBEDDED_TOTAL: &str = "rowcall_resolver_rows_embedded_total";
 /// Time to embed one ask with the resolver's model (LRU hits included).
 pub const QUERY_EMBED_SECONDS: &str = "rowcall_resolver_query_embed_duration_seconds";
+/// Members that rank asks otherwise than this node (see `cluster::ranking`).
+pub const RANKING_OTHERWISE: &str = "rowcall_resolver_members_ranking_otherwise";
 /// Approximate bytes of the resolver index.
 pub const RESOLVER_INDEX_BYTES: &str = "rowcall_resolver_index_bytes";
 
@@ -141,6 +143,10 @@ fn describe() {
         RESOLVER_INDEX_BYTES,
         Unit::Bytes,
         "Approximate heap bytes of the resolver index."
+    );
+    describe_gauge!(
+        RANKING_OTHERWISE,
+        "Members that rank asks otherwise than this node (another model, query embedding or learn setting), as they last said."
     );
     describe_counter!(
         STORE_SYNC_REQUESTS_TOTAL,

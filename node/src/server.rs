@@ -337,6 +337,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         leading_since: std::sync::Mutex::new(None),
         proposing: std::sync::atomic::AtomicUsize::new(0),
         asks: Default::default(),
+        ranking_peers: Default::default(),
         config: config.clone(),
     });
 
@@ -423,6 +424,11 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let cosigner = app.clone();
     tasks.push(tokio::spawn(async move {
         crate::cluster::cosign::run(&cosigner, stop).await;
+    }));
+    let stop = shutdown.subscribe();
+    let asker = app.clone();
+    tasks.push(tokio::spawn(async move {
+        crate::cluster::ranking::run(&asker, stop).await;
     }));
     let stop = shutdown.subscribe();
     let pruner = app.clone();

@@ -431,3 +431,106 @@ async fn an_ask_that_led_to_an_invocation_teaches_every_node_its_words_through_t
     knows_glamour(&cluster, node, "the restarted node still knows").await;
     cluster.shutdown().await;
 }
+
+/// A second tiny model: the same files, other weights (another fingerprint).
+fn other_tiny_model() -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let words = ["weather", "invoice", "parcel"];
+        rowcall_node::catalogue::embed::tiny::write(dir.path(), &words, 12).unwrap();
+        dir
+    })
+    .path()
+    .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_node_names_the_member_that_ranks_otherwise_and_what_it_runs() {
+    // Node 3's model folder holds other weights, and it learns nothing from use.
+    let cluster = Cluster::start_with(3, 0, |config| {
+        with_model(config);
+        if config.node.id == 3 {
+            config.resolver.model = Some(other_tiny_model());
+            config.resolver.learn = false;
+        }
+    })
+    .await;
+    let fingerprint = |status: Value| status["model"]["fingerprint"].clone();
+    let ours = fingerprint(resolver_status(&cluster, 1).await);
+    let theirs = fingerprint(resolver_status(&cluster, 3).await);
+    assert_ne!(ours, theirs);
+    let otherwise = |id: u64| {
+        let cluster = &cluster;
+        async move { resolver_status(cluster, id).await["members_ranking_otherwise"].clone() }
+    };
+    for id in cluster.ids() {
+        eventually(
+            Duration::from_secs(20),
+            "every node has asked every member how it ranks",
+            || async move {
+                otherwise(id)
+                    .await
+                    .as_object()
+                    .is_some_and(|m| !m.is_empty())
+            },
+        )
+        .await;
+    }
+    let node3 = json!({"mode": "hybrid", "model": theirs, "query": "model", "learn": false});
+    for id in [1, 2] {
+        assert_eq!(otherwise(id).await, json!({"3": node3}), "node {id}");
+    }
+    let rest = json!({"mode": "hybrid", "model": ours, "query": "model", "learn": true});
+    assert_eq!(otherwise(3).await, json!({"1": rest, "2": rest}));
+    assert_eq!(resolver_status(&cluster, 3).await["learn"], false);
+
+    // The gRPC status, the command line and the metrics say it too.
+    let grpc = rowcall_client::Client::builder()
+        .nodes([format!("http://{}", cluster.member(1).grpc)])
+        .build()
+        .unwrap()
+        .status()
+        .await
+        .unwrap()
+        .resolver
+        .expect("a resolver block");
+    let named = &grpc.members_ranking_otherwise[&3];
+    assert_eq!(
+        (named.model.as_deref(), named.learn),
+        (theirs.as_str(), false)
+    );
+    let grpc_addr = format!("http://{}", cluster.member(1).grpc);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let argv = ["rowcall", "--nodes", &grpc_addr, "cluster", "status"];
+    let code = rowcall_client::cli::execute(
+        argv,
+        &mut out,
+        &mut err,
+        rowcall_client::render::Style::plain(),
+    )
+    .await;
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(code, 0, "{text}");
+    let line = format!(
+        "node 3 ranks asks otherwise than node 1: model {}, learning from use off",
+        theirs.as_str().unwrap()
+    );
+    assert!(text.contains(&line), "{text}");
+    let metrics = cluster
+        .http
+        .get(format!("{}/metrics", cluster.url(3)))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("rowcall_resolver_members_ranking_otherwise{") && l.ends_with(" 2")
+        ),
+        "{metrics}"
+    );
+    cluster.shutdown().await;
+}

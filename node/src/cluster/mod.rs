@@ -11,6 +11,7 @@ pub mod backup;
 pub mod cosign;
 pub mod enter;
 pub mod handover;
+pub mod ranking;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -120,6 +121,7 @@ impl App {
             leader,
             founding: self.identity.founding(),
             signing_key: self.identity.signing_public(),
+            ranking: Some(ranking::RankingSetup::of(self)),
         }
     }
 

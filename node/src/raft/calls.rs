@@ -76,6 +76,9 @@ pub struct Hello {
     /// Its checkpoint-signing public key, base64.
     #[serde(default)]
     pub signing_key: String,
+    /// How it ranks asks (none from a version that does not say).
+    #[serde(default)]
+    pub ranking: Option<crate::cluster::ranking::RankingSetup>,
 }
 
 /// A node asking to become a member.

@@ -10,6 +10,7 @@ use super::{read_barrier, Admin, Freshness, ServiceError};
 use crate::app::App;
 use crate::catalogue::embed::ModelInfo;
 use crate::cluster::backup::{Backup, BackupError};
+use crate::cluster::ranking::RankingSetup;
 use crate::raft::calls::{JoinRequest, MembershipError};
 use crate::raft::NodeId;
 
@@ -89,6 +90,12 @@ pub struct ResolverStatus {
     /// Row texts this node ran through the model since it started (vectors it computed
     /// before are read back from its database).
     pub rows_computed: u64,
+    /// Whether asks that led to invocations boost their rows (`[resolver] learn`).
+    pub learn: bool,
+    /// Members that rank asks otherwise than this node (another model, query embedding or
+    /// `learn` setting), as they last said: the same ask gets another ranking there. Empty
+    /// when every member that answered ranks alike.
+    pub members_ranking_otherwise: BTreeMap<NodeId, RankingSetup>,
 }
 
 /// This node's [`ResolverStatus`].
@@ -105,6 +112,8 @@ pub fn resolver_status(app: &App) -> ResolverStatus {
         rows_embedded: catalogue.embedded(),
         rows_waiting: semantic.map_or(0, |s| s.waiting()),
         rows_computed: semantic.map_or(0, |s| s.computed()),
+        learn: app.config.resolver.learn,
+        members_ranking_otherwise: app.ranking_peers.otherwise(),
     }
 }
 

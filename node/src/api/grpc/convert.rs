@@ -11,6 +11,7 @@ use crate::catalogue::embed::{ModelInfo, QueryMode};
 use crate::catalogue::feed::ChangeOp;
 use crate::catalogue::row::Row;
 use crate::catalogue::Counts;
+use crate::cluster::ranking::RankingSetup;
 use crate::model::receipt::{Confirmation, Receipt};
 use crate::raft::PutOutcome;
 use crate::service::cluster::{Member, ResolverStatus, Status};
@@ -283,7 +284,31 @@ impl From<ResolverStatus> for v1::ResolverStatus {
             rows_embedded: r.rows_embedded as u64,
             rows_waiting: r.rows_waiting as u64,
             rows_computed: r.rows_computed,
+            learn: r.learn,
+            members_ranking_otherwise: r
+                .members_ranking_otherwise
+                .into_iter()
+                .map(|(id, setup)| (id, setup.into()))
+                .collect(),
         }
+    }
+}
+
+impl From<RankingSetup> for v1::RankingSetup {
+    fn from(r: RankingSetup) -> Self {
+        Self {
+            mode: r.mode,
+            model: r.model,
+            query: r.query.map(|q| query_mode(q).to_owned()),
+            learn: r.learn,
+        }
+    }
+}
+
+fn query_mode(mode: QueryMode) -> &'static str {
+    match mode {
+        QueryMode::Model => "model",
+        QueryMode::Static => "static",
     }
 }
 
@@ -293,11 +318,7 @@ impl From<ModelInfo> for v1::EmbeddingModel {
             name: m.name,
             fingerprint: m.fingerprint,
             dimensions: u32::try_from(m.dimensions).unwrap_or(u32::MAX),
-            query: match m.query {
-                QueryMode::Model => "model",
-                QueryMode::Static => "static",
-            }
-            .to_owned(),
+            query: query_mode(m.query).to_owned(),
         }
     }
 }

@@ -191,6 +191,8 @@ pub async fn metrics(State(http): State<Http>) -> Response {
     );
     metrics::gauge!(crate::metrics::RESOLVER_INDEX_BYTES, "node" => node.clone())
         .set(index_bytes as f64);
+    metrics::gauge!(crate::metrics::RANKING_OTHERWISE, "node" => node.clone())
+        .set(app.ranking_peers.otherwise().len() as f64);
     let is_ready = service::readiness(app).await.ready;
     metrics::gauge!(crate::metrics::READY, "node" => node.clone()).set(if is_ready {
         1.0

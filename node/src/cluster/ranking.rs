@@ -1,0 +1,236 @@
+//! Whether every member ranks asks as this node does.
+//!
+//! Rows and receipts are replicated, but each node ranks with its own resolver settings: the
+//! model (by fingerprint), how it embeds queries, and whether it learns from use. Members set
+//! up alike rank every ask identically (DESIGN §6); a member set up otherwise — a model
+//! folder replaced on one machine, `learn = false` on one node — answers the same ask with
+//! another ranking, and nothing else would show it: every answer is well formed.
+//!
+//! So every node asks each member how it ranks (its [`Hello`](crate::raft::calls::Hello)
+//! says), once every [`EVERY`], soon again after a member did not answer, and at once when
+//! the membership changes; and it says which members rank otherwise in `/api/cluster`
+//! (`resolver.members_ranking_otherwise`), the gRPC status, the gauge
+//! `rowcall_resolver_members_ranking_otherwise` and a warning in its log. Members of a
+//! version that does not say how it ranks are left out: that is unknown, not different.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::app::App;
+use crate::catalogue::embed::QueryMode;
+use crate::raft::NodeId;
+
+/// How often every member is asked while all answer.
+pub const EVERY: Duration = Duration::from_secs(30);
+/// How soon a member that did not answer is asked again.
+const RETRY: Duration = Duration::from_secs(2);
+/// How often the membership is looked at for new members.
+const LOOK: Duration = Duration::from_millis(500);
+/// How long one member may take to answer.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What decides how a node ranks an ask, besides the replicated rows and receipts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankingSetup {
+    /// `lexical` or `hybrid`.
+    pub mode: String,
+    /// The model's fingerprint, in hybrid mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// How queries are embedded, in hybrid mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<QueryMode>,
+    /// Whether asks that led to invocations boost their rows (`[resolver] learn`).
+    pub learn: bool,
+}
+
+impl RankingSetup {
+    /// This node's setup.
+    pub fn of(app: &App) -> Self {
+        let model = app
+            .catalogue
+            .read()
+            .semantic()
+            .map(|s| s.embedder().info().clone());
+        Self {
+            mode: if model.is_some() { "hybrid" } else { "lexical" }.to_owned(),
+            query: model.as_ref().map(|m| m.query),
+            model: model.map(|m| m.fingerprint),
+            learn: app.config.resolver.learn,
+        }
+    }
+}
+
+impl fmt::Display for RankingSetup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.model, self.query) {
+            (Some(model), Some(QueryMode::Static)) => {
+                write!(f, "model {model} with static query vectors")?
+            }
+            (Some(model), _) => write!(f, "model {model}")?,
+            (None, _) => write!(f, "words only")?,
+        }
+        let learn = if self.learn { "on" } else { "off" };
+        write!(f, ", learning from use {learn}")
+    }
+}
+
+/// The members that rank otherwise than this node, as last heard.
+#[derive(Debug, Default)]
+pub struct RankingPeers {
+    otherwise: Mutex<BTreeMap<NodeId, RankingSetup>>,
+}
+
+impl RankingPeers {
+    /// Each member that ranks otherwise, with its setup.
+    pub fn otherwise(&self) -> BTreeMap<NodeId, RankingSetup> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, RankingSetup>> {
+        // The map is replaced whole under the lock: a panic elsewhere cannot leave it torn.
+        self.otherwise
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// What one round of asking found.
+struct Round {
+    /// Members that answered or kept their last known setup, ranking otherwise.
+    otherwise: BTreeMap<NodeId, RankingSetup>,
+    /// Whether every member answered.
+    complete: bool,
+}
+
+/// Asks every other member how it ranks. A member that does not answer keeps what it said
+/// last.
+async fn ask_members(
+    app: &App,
+    members: &BTreeSet<NodeId>,
+    before: &BTreeMap<NodeId, RankingSetup>,
+) -> Round {
+    let mine = RankingSetup::of(app);
+    let membership = app.membership();
+    let mut round = Round {
+        otherwise: BTreeMap::new(),
+        complete: true,
+    };
+    for &id in members {
+        let Some(node) = membership.get_node(&id) else {
+            continue;
+        };
+        match app.network.hello(&node.grpc_addr, HELLO_TIMEOUT).await {
+            Ok(hello) if hello.node_id == id => {
+                if let Some(theirs) = hello.ranking.filter(|theirs| *theirs != mine) {
+                    round.otherwise.insert(id, theirs);
+                }
+            }
+            _ => {
+                round.complete = false;
+                if let Some(last) = before.get(&id) {
+                    round.otherwise.insert(id, last.clone());
+                }
+            }
+        }
+    }
+    round
+}
+
+/// The other members, by id.
+fn other_members(app: &App) -> BTreeSet<NodeId> {
+    app.membership()
+        .nodes()
+        .map(|(id, _)| *id)
+        .filter(|id| *id != app.node_id)
+        .collect()
+}
+
+/// Keeps [`App::ranking_peers`] current until `stop` turns true (see the module
+/// documentation).
+pub async fn run(app: &App, mut stop: watch::Receiver<bool>) {
+    let mut asked: Option<(Instant, BTreeSet<NodeId>, bool)> = None;
+    loop {
+        let members = other_members(app);
+        let due = match &asked {
+            None => true,
+            Some((at, before, complete)) => {
+                *before != members || at.elapsed() >= if *complete { EVERY } else { RETRY }
+            }
+        };
+        if due {
+            let before = app.ranking_peers.otherwise();
+            let round = ask_members(app, &members, &before).await;
+            report(app, &before, &round.otherwise);
+            *app.ranking_peers.lock() = round.otherwise;
+            asked = Some((Instant::now(), members, round.complete));
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(LOOK) => {}
+        }
+    }
+}
+
+/// Logs each member that began or ceased to rank otherwise.
+fn report(
+    app: &App,
+    before: &BTreeMap<NodeId, RankingSetup>,
+    now: &BTreeMap<NodeId, RankingSetup>,
+) {
+    let mine = RankingSetup::of(app);
+    for (id, theirs) in now {
+        if before.get(id) != Some(theirs) {
+            tracing::warn!(
+                member = id,
+                theirs = %theirs,
+                ours = %mine,
+                "node {id} ranks asks otherwise than this node ({theirs}; here: {mine}): the \
+                 same ask gets another ranking there. Give every node the same [resolver] \
+                 model, query_embedding and learn settings"
+            );
+        }
+    }
+    for id in before.keys().filter(|id| !now.contains_key(id)) {
+        tracing::info!(member = id, "node {id} ranks asks as this node does again");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_setup_reads_as_an_operator_would_write_it() {
+        let lexical = RankingSetup {
+            mode: "lexical".into(),
+            model: None,
+            query: None,
+            learn: true,
+        };
+        assert_eq!(lexical.to_string(), "words only, learning from use on");
+        let fast = RankingSetup {
+            mode: "hybrid".into(),
+            model: Some("0123456789abcdef".into()),
+            query: Some(QueryMode::Static),
+            learn: false,
+        };
+        assert_eq!(
+            fast.to_string(),
+            "model 0123456789abcdef with static query vectors, learning from use off"
+        );
+    }
+
+    #[test]
+    fn a_hello_from_a_version_that_does_not_say_leaves_the_setup_unknown() {
+        let old = r#"{"node_id":2,"incarnation":"i","cluster_id":null,"member":true,
+                      "leader":1,"founding":false,"signing_key":""}"#;
+        let hello: crate::raft::calls::Hello = serde_json::from_str(old).unwrap();
+        assert_eq!(hello.ranking, None);
+    }
+}
