@@ -77,6 +77,13 @@ enum Bench {
         /// Rows in the catalogue (made from a fixed vocabulary; the same on both systems).
         #[arg(long, default_value_t = 2_000)]
         rows: usize,
+        /// A real catalogue instead: JSON lines, each a row as `POST /api/directory` takes it.
+        #[arg(long)]
+        catalogue: Option<PathBuf>,
+        /// Real requests to ask instead of vocabulary words: JSON lines with the request
+        /// in `q` (the format of `rowcall eval`).
+        #[arg(long)]
+        asks: Option<PathBuf>,
         /// The rowcall-node binary [default: next to this executable].
         #[arg(long)]
         node_bin: Option<PathBuf>,
@@ -221,6 +228,8 @@ async fn main() -> anyhow::Result<ExitCode> {
                 seconds,
                 rounds,
                 rows,
+                catalogue,
+                asks,
                 node_bin,
                 etcd,
                 no_etcd,
@@ -235,6 +244,8 @@ async fn main() -> anyhow::Result<ExitCode> {
                     cell: Duration::from_secs_f64(seconds),
                     rounds,
                     rows,
+                    catalogue,
+                    asks,
                 };
                 bench_reads::reads(&options).await?;
             }

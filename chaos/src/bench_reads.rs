@@ -3,9 +3,12 @@
 //! (HTTP/1.1 + JSON, one keep-alive connection per closed-loop client), every operation's
 //! runs interleaved over rounds.
 //!
-//! Both sides hold the same catalogue: `rows` rows made from a fixed vocabulary (rowcall: as
-//! rows; etcd: each row's JSON as the value of its key). An ask searches the whole catalogue
-//! and ranks it; a contract renders one row; a row get and an etcd get each read one value.
+//! Both sides hold the same catalogue (rowcall: as rows; etcd: each row's JSON as the value
+//! of its key): by default `rows` rows made from a fixed vocabulary of 50 words, asked with
+//! three of those words — the worst case for a search, since every ask matches most rows —
+//! or a real catalogue and real requests from files (`--catalogue`, `--asks`). An ask
+//! searches the whole catalogue and ranks it; a contract renders one row; a row get and an
+//! etcd get each read one value.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -102,8 +105,115 @@ pub struct ReadsOptions {
     pub cell: Duration,
     /// Rounds: every (operation, clients) measurement runs once per round, interleaved.
     pub rounds: usize,
-    /// Rows in the catalogue.
+    /// Rows in the synthetic catalogue (when `catalogue` is none).
     pub rows: usize,
+    /// A catalogue file instead: JSON lines, each a row as `POST /api/directory` takes it.
+    pub catalogue: Option<PathBuf>,
+    /// Asks from a file instead of vocabulary words: JSON lines with the request in `q`.
+    pub asks: Option<PathBuf>,
+}
+
+/// What closed-loop clients read: keys of the catalogue and asks, each cycled through.
+#[derive(Debug, Clone)]
+pub(crate) struct Workload {
+    keys: Arc<[String]>,
+    asks: Arc<[String]>,
+}
+
+impl Workload {
+    /// The keys of `catalogue`, and `asks` (three vocabulary words each when none).
+    pub(crate) fn new(catalogue: &[Value], asks: Option<Vec<String>>) -> Self {
+        let keys = catalogue
+            .iter()
+            .map(|row| row["key"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        let asks = asks.unwrap_or_else(|| (0..WORDS.len() as u64).map(ask_text).collect());
+        Self {
+            keys,
+            asks: asks.into(),
+        }
+    }
+
+    /// The key client `client` reads at its `n`th request.
+    fn key(&self, n: u64, client: usize) -> &str {
+        &self.keys[(n as usize * 31 + client * 17) % self.keys.len().max(1)]
+    }
+
+    /// The ask client `client` sends at its `n`th request.
+    fn ask(&self, n: u64, client: usize) -> &str {
+        &self.asks[(n as usize + client) % self.asks.len().max(1)]
+    }
+}
+
+/// Reads a JSON-lines file: each non-empty line's number and value.
+fn json_lines(path: &std::path::Path) -> Result<Vec<(usize, Value)>, ChaosError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ChaosError::io(format!("read {}", path.display()), e))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(i, line)| {
+            serde_json::from_str(line)
+                .map(|value| (i + 1, value))
+                .map_err(|e| bad_line(path, i + 1, &e.to_string()))
+        })
+        .collect()
+}
+
+fn bad_line(path: &std::path::Path, line: usize, why: &str) -> ChaosError {
+    ChaosError::setup(
+        "the reads workload",
+        format!("{} line {line}: {why}", path.display()),
+    )
+}
+
+/// The catalogue and the asks `options` name, or the synthetic ones.
+fn workload(options: &ReadsOptions) -> Result<(Vec<Value>, Workload), ChaosError> {
+    let catalogue = match &options.catalogue {
+        Some(path) => {
+            let mut rows = Vec::new();
+            for (line, row) in json_lines(path)? {
+                if !row["key"].is_string() {
+                    return Err(bad_line(path, line, "every line must be a row with a key"));
+                }
+                rows.push(row);
+            }
+            if rows.is_empty() {
+                return Err(ChaosError::setup(
+                    "the reads workload",
+                    format!("{} holds no rows", path.display()),
+                ));
+            }
+            rows
+        }
+        None => {
+            let mut rng = Rng::new(7);
+            (0..options.rows)
+                .map(|i| catalogue_row(i, &mut rng))
+                .collect()
+        }
+    };
+    let asks = match &options.asks {
+        Some(path) => {
+            let mut asks = Vec::new();
+            for (line, ask) in json_lines(path)? {
+                match ask["q"].as_str() {
+                    Some(q) if !q.trim().is_empty() => asks.push(q.to_owned()),
+                    _ => return Err(bad_line(path, line, "every line needs a request in \"q\"")),
+                }
+            }
+            if asks.is_empty() {
+                return Err(ChaosError::setup(
+                    "the reads workload",
+                    format!("{} holds no requests", path.display()),
+                ));
+            }
+            Some(asks)
+        }
+        None => None,
+    };
+    let workload = Workload::new(&catalogue, asks);
+    Ok((catalogue, workload))
 }
 
 /// A read measured.
@@ -263,12 +373,12 @@ async fn load_etcd(url: &str, rows: &[Value]) -> Result<(), ChaosError> {
     Ok(())
 }
 
-/// `clients` closed-loop clients sending `read` to `url` for `length`; keys cycle through
-/// the catalogue's `rows`.
+/// `clients` closed-loop clients sending `read` to `url` for `length`; keys and asks cycle
+/// through `workload`'s.
 pub(crate) async fn load(
     url: &str,
     read: Read,
-    rows: usize,
+    workload: &Workload,
     clients: usize,
     length: Duration,
 ) -> Result<Sample, ChaosError> {
@@ -277,22 +387,20 @@ pub(crate) async fn load(
         .collect::<Result<Vec<_>, _>>()?;
     let url = Arc::<str>::from(url);
     let b64 = base64::engine::general_purpose::STANDARD;
+    let workload = workload.clone();
     Ok(closed_loop(connections, length, move |http, client, n| {
-        let key = format!(
-            "BENCH_ROW_{}",
-            (n as usize * 31 + client * 17) % rows.max(1)
-        );
+        let key = workload.key(n, client);
         answered(match read {
             Read::Ask => http
                 .get(format!("{url}/api/dispatch"))
-                .query(&[("ask", ask_text(n + client as u64))]),
+                .query(&[("ask", workload.ask(n, client))]),
             Read::Contract => http
                 .get(format!("{url}/api/dispatch"))
                 .query(&[("key", key)]),
             Read::Row => http.get(format!("{url}/api/directory/{key}")),
             Read::EtcdGet => http
                 .post(format!("{url}/v3/kv/range"))
-                .json(&json!({"key": b64.encode(&key), "serializable": true})),
+                .json(&json!({"key": b64.encode(key), "serializable": true})),
         })
     })
     .await)
@@ -304,10 +412,7 @@ pub async fn reads(options: &ReadsOptions) -> Result<ReadsReport, ChaosError> {
     std::fs::create_dir_all(&options.out)
         .map_err(|e| ChaosError::io(format!("create {}", options.out.display()), e))?;
     let machine = machine();
-    let mut rng = Rng::new(7);
-    let catalogue: Vec<Value> = (0..options.rows)
-        .map(|i| catalogue_row(i, &mut rng))
-        .collect();
+    let (catalogue, work) = workload(options)?;
 
     let cluster = Cluster::start(&ClusterOptions {
         bin: options.node_bin.clone(),
@@ -356,7 +461,7 @@ pub async fn reads(options: &ReadsOptions) -> Result<ReadsReport, ChaosError> {
     // Warm every read up once (connections, the resolver's caches).
     for (read, url) in &targets {
         let warm = options.cell.min(Duration::from_secs(1));
-        load(url, *read, options.rows, 4, warm).await?;
+        load(url, *read, &work, 4, warm).await?;
     }
     let mut samples: Vec<Vec<Sample>> = targets
         .iter()
@@ -365,7 +470,7 @@ pub async fn reads(options: &ReadsOptions) -> Result<ReadsReport, ChaosError> {
     for round in 0..options.rounds {
         for (c, &clients) in options.clients.iter().enumerate() {
             for (t, (read, url)) in targets.iter().enumerate() {
-                let sample = load(url, *read, options.rows, clients, options.cell).await?;
+                let sample = load(url, *read, &work, clients, options.cell).await?;
                 samples[t][c].add(sample);
             }
             eprintln!(
@@ -412,7 +517,15 @@ pub async fn reads(options: &ReadsOptions) -> Result<ReadsReport, ChaosError> {
             "clients": options.clients,
             "seconds_per_measurement": options.cell.as_secs_f64(),
             "rounds": options.rounds,
-            "catalogue_rows": options.rows,
+            "catalogue_rows": catalogue.len(),
+            "catalogue": options.catalogue.as_ref().map_or_else(
+                || "synthetic: 50 words".to_owned(),
+                |p| p.display().to_string(),
+            ),
+            "asks": options.asks.as_ref().map_or_else(
+                || "three of the 50 words".to_owned(),
+                |p| format!("{} ({} requests)", p.display(), work.asks.len()),
+            ),
             "load_on": "a follower of 3 (rowcall and etcd)",
             "client": "HTTP/1.1 JSON, one connection per client, closed loop",
             "node_bin": options.node_bin.display().to_string(),
@@ -429,8 +542,10 @@ pub async fn reads(options: &ReadsOptions) -> Result<ReadsReport, ChaosError> {
 pub fn table(report: &ReadsReport) -> String {
     let mut out = crate::bench::machine_line("reads", &report.machine);
     out.push_str(&format!(
-        "{} catalogue rows, load on a follower of 3, HTTP/JSON, {} s x {} interleaved rounds per figure\n\n",
+        "{} catalogue rows ({}), asks: {}; load on a follower of 3, HTTP/JSON, {} s x {} interleaved rounds per figure\n\n",
         report.settings["catalogue_rows"],
+        report.settings["catalogue"].as_str().unwrap_or_default(),
+        report.settings["asks"].as_str().unwrap_or_default(),
         report.settings["seconds_per_measurement"],
         report.settings["rounds"],
     ));

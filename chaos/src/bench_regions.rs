@@ -34,7 +34,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::bench::{answered, bench_client, closed_loop, machine, publish};
-use crate::bench_reads::{self, ask_text, catalogue_row, load_rowcall, Read};
+use crate::bench_reads::{self, ask_text, catalogue_row, load_rowcall, Read, Workload};
 use crate::cluster::{control_client, Cluster, ClusterOptions, ADMIN_KEY};
 use crate::error::ChaosError;
 use crate::proxy::{Flow, LinkState};
@@ -252,6 +252,7 @@ pub async fn regions(options: &RegionsOptions) -> Result<RegionsReport, ChaosErr
         .collect();
     // The farthest replica has them all before anything is measured.
     load_rowcall(&cluster, leader, 5, &rows).await?;
+    let workload = Workload::new(&rows, None);
     shape(&cluster, options.delays_ms);
     // Let the replication streams run once at their new delays.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -259,7 +260,7 @@ pub async fn regions(options: &RegionsOptions) -> Result<RegionsReport, ChaosErr
     let mut nodes = Vec::new();
     for id in cluster.ids() {
         let url = cluster.node(id).url();
-        let asks = bench_reads::load(&url, Read::Ask, options.rows, 1, options.cell).await?;
+        let asks = bench_reads::load(&url, Read::Ask, &workload, 1, options.cell).await?;
         let writes = write_load(&url, &format!("N{id}"), options.cell).await?;
         eprintln!("node {id} (region {}) measured", region(id));
         nodes.push(NodeRow {

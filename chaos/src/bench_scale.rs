@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::bench::machine;
-use crate::bench_reads::{catalogue_row, load, load_rowcall, Read};
+use crate::bench_reads::{catalogue_row, load, load_rowcall, Read, Workload};
 use crate::cluster::{control_client, Cluster, ClusterOptions, SnapshotStorm, ADMIN_KEY};
 use crate::error::ChaosError;
 use crate::report::Latency;
@@ -174,8 +174,9 @@ async fn one_size(options: &ScaleOptions, rows: usize) -> Result<ScaleRow, Chaos
     load_rowcall(&cluster, leader, follower, &catalogue).await?;
     let load_s = started.elapsed().as_secs_f64();
     let url = cluster.node(follower).url();
-    load(&url, Read::Ask, rows, 1, Duration::from_millis(500)).await?;
-    let asks = load(&url, Read::Ask, rows, 1, options.cell).await?;
+    let workload = Workload::new(&catalogue, None);
+    load(&url, Read::Ask, &workload, 1, Duration::from_millis(500)).await?;
+    let asks = load(&url, Read::Ask, &workload, 1, options.cell).await?;
     let rss_mib = cluster
         .ids()
         .into_iter()

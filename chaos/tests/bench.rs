@@ -190,6 +190,76 @@ fn reads_reports_every_read_at_every_client_count() {
 }
 
 #[test]
+fn reads_takes_a_real_catalogue_and_real_requests_from_files() {
+    let out = out_dir("reads-files");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    let row = |key: &str, what: &str| {
+        serde_json::json!({"key": key, "type": "static", "auth": "public",
+            "content": format!("# WHAT: {what}\n\n{{}}\n")})
+        .to_string()
+    };
+    let catalogue = out.join("rows.jsonl");
+    let rows = [
+        row("PARCEL_TRACK", "Track a parcel on its way"),
+        row("PAY_INVOICE", "Pay an invoice"),
+        row("WEATHER_NOW", "Current weather at a place"),
+    ];
+    std::fs::write(&catalogue, rows.join("\n") + "\n").unwrap();
+    let asks = out.join("asks.jsonl");
+    std::fs::write(
+        &asks,
+        "{\"q\": \"where is my parcel\", \"gold\": [\"PARCEL_TRACK\"]}\n{\"q\": \"will it rain\"}\n",
+    )
+    .unwrap();
+    let (catalogue, asks) = (catalogue.to_str().unwrap(), asks.to_str().unwrap());
+    let args = [
+        "reads",
+        "--clients",
+        "2",
+        "--seconds",
+        "0.3",
+        "--rounds",
+        "1",
+        "--no-etcd",
+        "--catalogue",
+        catalogue,
+        "--asks",
+        asks,
+    ];
+    let stdout = bench_in(&args, &out.join("run"));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("run").join("reads.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["settings"]["catalogue_rows"], 3, "{report}");
+    for row in report["rows"].as_array().unwrap() {
+        // Contracts and row gets read the file's keys: any other key answers 404, an error.
+        assert!(row["ok"].as_u64().unwrap() > 0, "{row}");
+        assert_eq!(row["errors"], 0, "{row}");
+    }
+    assert!(stdout.contains("(2 requests)"), "{stdout}");
+
+    // A line that is not a row is refused, naming the file and the line.
+    std::fs::write(catalogue, format!("{}\n[1, 2]\n", rows[0])).unwrap();
+    let node = rowcall_chaos::cluster::node_binary(None).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_rowcall-bench"))
+        .args(args)
+        .arg("--out")
+        .arg(out.join("refused"))
+        .arg("--node-bin")
+        .arg(&node)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("rows.jsonl line 2: every line must be a row with a key"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
 fn loop_reports_every_step_on_one_and_three_nodes() {
     let out = out_dir("loop");
     let stdout = bench(
