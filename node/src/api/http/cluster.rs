@@ -178,6 +178,14 @@ pub async fn metrics(State(http): State<Http>) -> Response {
             .set(value as f64);
     }
     let raft = app.raft.metrics().borrow().clone();
+    // Counted only when an append goes unanswered: the series of each member is made at 0
+    // first, so that a rule's `rate()` sees it rise from there (and a healthy cluster has it).
+    for (peer, _) in raft.membership_config.membership().nodes() {
+        if *peer != app.node_id {
+            metrics::counter!(crate::metrics::APPENDS_UNANSWERED_TOTAL, "peer" => peer.to_string())
+                .increment(0);
+        }
+    }
     metrics::gauge!(crate::metrics::APPLIED_INDEX, "node" => node.clone())
         .set(app.applied_index() as f64);
     metrics::gauge!(crate::metrics::RAFT_TERM, "node" => node.clone())
