@@ -5,8 +5,9 @@
 //!
 //! Both sides hold the same catalogue (rowcall: as rows; etcd: each row's JSON as the value
 //! of its key): by default `rows` rows made from a fixed vocabulary of 50 words, asked with
-//! three of those words — the worst case for a search, since every ask matches most rows —
-//! or a real catalogue and real requests from files (`--catalogue`, `--asks`). An ask
+//! three of those words (every ask matches most rows), or a real catalogue and real requests
+//! from files (`--catalogue`, `--asks`: requests of a sentence or two cost more words to
+//! analyse, each with its own rows to score). An ask
 //! searches the whole catalogue and ranks it; a contract renders one row; a row get and an
 //! etcd get each read one value.
 

@@ -2,6 +2,9 @@
 //!
 //! The same [`Analyzer`] runs over rows and queries, so both sides agree on every term.
 
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
 use rust_stemmers::{Algorithm, Stemmer};
 use unicode_segmentation::UnicodeSegmentation;
 
@@ -27,8 +30,11 @@ const STOP_WORDS: &str = "\
 
 /// Is `word` (already lowercase) a stop word?
 pub(crate) fn is_stop_word(word: &str) -> bool {
-    // 130-odd short words: a linear scan is cheap next to stemming and needs no static map.
-    STOP_WORDS.split_ascii_whitespace().any(|w| w == word)
+    // Asked twice for every word of every row and ask: a scan of the list was the largest
+    // part of analysing an ask of a sentence or two.
+    static SET: OnceLock<HashSet<&'static str>> = OnceLock::new();
+    SET.get_or_init(|| STOP_WORDS.split_ascii_whitespace().collect())
+        .contains(word)
 }
 
 /// Han, Hiragana, Katakana and Hangul: scripts written without spaces between words (or, for
