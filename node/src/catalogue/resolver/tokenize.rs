@@ -2,6 +2,7 @@
 //!
 //! The same [`Analyzer`] runs over rows and queries, so both sides agree on every term.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
@@ -123,23 +124,37 @@ impl Analyzer {
     /// One non-CJK Unicode word: split on `_`, `.` and other joiners, then on case changes.
     fn word<F: FnMut(&str, &str)>(&self, word: &str, emit: &mut F) {
         for part in word.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’')) {
-            for sub in camel_parts(part) {
-                self.part(sub, emit);
+            if part.chars().any(char::is_uppercase) {
+                for sub in camel_parts(part) {
+                    self.part(sub, emit);
+                }
+            } else {
+                // No case change to split at (and no copy of the characters to find one).
+                self.part(part, emit);
             }
         }
     }
 
     fn part<F: FnMut(&str, &str)>(&self, part: &str, emit: &mut F) {
-        let lower = part.to_lowercase().replace('’', "'");
+        // Most words are lowercase ASCII already: those are not copied.
+        let lower: Cow<'_, str> = if part
+            .bytes()
+            .any(|b| b.is_ascii_uppercase() || !b.is_ascii())
+        {
+            Cow::Owned(part.to_lowercase().replace('’', "'"))
+        } else {
+            Cow::Borrowed(part)
+        };
         if lower.is_empty() || is_stop_word(&lower) {
             return;
         }
         // Possessives and stray quotes: "children's" -> "children", "o'clock" -> "oclock".
-        let mut base = lower.as_str();
-        if let Some(b) = base.strip_suffix("'s") {
-            base = b;
-        }
-        let cleaned: String = base.chars().filter(|&c| c != '\'').collect();
+        let base = lower.strip_suffix("'s").unwrap_or(&lower);
+        let cleaned: Cow<'_, str> = if base.contains('\'') {
+            Cow::Owned(base.chars().filter(|&c| c != '\'').collect())
+        } else {
+            Cow::Borrowed(base)
+        };
         if cleaned.is_empty() || is_stop_word(&cleaned) {
             return;
         }
