@@ -7,9 +7,8 @@
 //! of its key): by default `rows` rows made from a fixed vocabulary of 50 words, asked with
 //! three of those words (every ask matches most rows), or a real catalogue and real requests
 //! from files (`--catalogue`, `--asks`: requests of a sentence or two cost more words to
-//! analyse, each with its own rows to score). An ask
-//! searches the whole catalogue and ranks it; a contract renders one row; a row get and an
-//! etcd get each read one value.
+//! analyse, each with its own rows to score). An ask searches the whole catalogue and ranks
+//! it; a contract renders one row; a row get and an etcd get each read one value.
 
 use std::path::PathBuf;
 use std::sync::Arc;
