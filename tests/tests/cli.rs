@@ -4,36 +4,17 @@
 
 use crate::common;
 
-use common::{start, TestNode, ADMIN};
+use common::{start, Run, TestNode, ADMIN};
 use rowcall_client::cli::execute;
 use rowcall_client::render::Style;
 use serde_json::Value;
-
-/// What one run printed and how it ended.
-struct Run {
-    code: u8,
-    out: String,
-    err: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.out).unwrap_or_else(|e| panic!("{e}: {}", self.out))
-    }
-}
 
 /// Runs `rowcall --nodes <node> --admin-key <admin> ARGS…` in process.
 async fn rowcall(node: &TestNode, args: &[&str]) -> Run {
     let grpc = format!("http://{}", node.handle.grpc_addr);
     let mut argv = vec!["rowcall", "--nodes", &grpc, "--admin-key", ADMIN];
     argv.extend_from_slice(args);
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = execute(argv, &mut out, &mut err, Style::plain()).await;
-    Run {
-        code,
-        out: String::from_utf8(out).unwrap(),
-        err: String::from_utf8(err).unwrap(),
-    }
+    common::rowcall_cli(argv).await
 }
 
 /// Asserts a run succeeded and returns its output.

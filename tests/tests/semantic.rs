@@ -501,31 +501,15 @@ async fn every_node_names_the_member_that_ranks_otherwise_and_what_it_runs() {
         (theirs.as_str(), false)
     );
     let grpc_addr = format!("http://{}", cluster.member(1).grpc);
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let argv = ["rowcall", "--nodes", &grpc_addr, "cluster", "status"];
-    let code = rowcall_client::cli::execute(
-        argv,
-        &mut out,
-        &mut err,
-        rowcall_client::render::Style::plain(),
-    )
-    .await;
-    let text = String::from_utf8(out).unwrap();
-    assert_eq!(code, 0, "{text}");
+    let run =
+        common::rowcall_cli(vec!["rowcall", "--nodes", &grpc_addr, "cluster", "status"]).await;
+    assert_eq!(run.code, 0, "{}", run.err);
     let line = format!(
         "node 3 ranks asks otherwise than node 1: model {}, learning from use off",
         theirs.as_str().unwrap()
     );
-    assert!(text.contains(&line), "{text}");
-    let metrics = cluster
-        .http
-        .get(format!("{}/metrics", cluster.url(3)))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    assert!(run.out.contains(&line), "{}", run.out);
+    let metrics = common::metrics_text(&cluster.http, &cluster.url(3)).await;
     assert!(
         metrics.lines().any(
             |l| l.starts_with("rowcall_resolver_members_ranking_otherwise{") && l.ends_with(" 2")

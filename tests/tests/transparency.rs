@@ -237,31 +237,12 @@ async fn one_tree_on_every_node_through_a_leader_kill_and_a_snapshot_catch_up() 
     cluster.shutdown().await;
 }
 
-/// What one `rowcall` run printed and how it ended.
-struct Run {
-    code: u8,
-    out: String,
-    err: String,
-}
-
 /// Runs `rowcall --nodes <node id's gRPC address> ARGS…` in process (no credential).
-async fn rowcall(cluster: &Cluster, id: u64, args: &[&str]) -> Run {
+async fn rowcall(cluster: &Cluster, id: u64, args: &[&str]) -> common::Run {
     let grpc = format!("http://{}", cluster.member(id).grpc);
     let mut argv = vec!["rowcall", "--nodes", &grpc];
     argv.extend_from_slice(args);
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = rowcall_client::cli::execute(
-        argv,
-        &mut out,
-        &mut err,
-        rowcall_client::render::Style::plain(),
-    )
-    .await;
-    Run {
-        code,
-        out: String::from_utf8(out).unwrap(),
-        err: String::from_utf8(err).unwrap(),
-    }
+    common::rowcall_cli(argv).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -18,6 +18,43 @@ impl Fetch for reqwest::RequestBuilder {
     }
 }
 
+/// What one in-process `rowcall` run printed and how it ended.
+pub struct Run {
+    pub code: u8,
+    pub out: String,
+    pub err: String,
+}
+
+impl Run {
+    /// Its output as JSON (of a `--json` run).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.out).unwrap_or_else(|e| panic!("{e}: {}", self.out))
+    }
+}
+
+/// Runs the `rowcall` command line in process with `argv` (`rowcall` first), plain style.
+pub async fn rowcall_cli(argv: Vec<&str>) -> Run {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = rowcall_client::cli::execute(
+        argv,
+        &mut out,
+        &mut err,
+        rowcall_client::render::Style::plain(),
+    )
+    .await;
+    Run {
+        code,
+        out: String::from_utf8(out).unwrap(),
+        err: String::from_utf8(err).unwrap(),
+    }
+}
+
+/// The Prometheus text a node at `url` serves on `/metrics`.
+pub async fn metrics_text(http: &reqwest::Client, url: &str) -> String {
+    let response = http.get(format!("{url}/metrics")).send().await.unwrap();
+    response.text().await.unwrap()
+}
+
 use std::net::SocketAddr;
 
 use rowcall_node::{Config, NodeHandle};
