@@ -152,7 +152,7 @@ impl App {
                 reason: "this node cannot reach a quorum".into(),
             });
         }
-        self.entry_bytes(&request)?;
+        let bytes = self.entry_bytes(&request)?;
         // Set once a forward went unanswered: the write may have reached a leader, so from
         // then on every way of giving up says its outcome is unknown, never "not proposed".
         let mut unanswered: Option<WriteError> = None;
@@ -174,7 +174,7 @@ impl App {
             let known_leader = self.leader().filter(|&leader| leader != self.node_id);
             let forward_to = match hint.take().or(known_leader) {
                 Some(leader) => leader,
-                None => match self.propose(request.clone(), remaining).await {
+                None => match self.propose_sized(request.clone(), bytes, remaining).await {
                     Ok(Forwarded { result, index }) => {
                         return Ok(self.applied_here(result, index, deadline).await)
                     }
@@ -251,13 +251,23 @@ impl App {
     /// Proposes on this node; answers for the leader when a follower forwards a write.
     pub async fn propose(
         &self,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Forwarded, Proposal> {
+        let bytes = self.entry_bytes(&request).map_err(Proposal::Failed)?;
+        self.propose_sized(request, bytes, timeout).await
+    }
+
+    /// [`App::propose`] for a request whose entry is `bytes` long, within the limit.
+    async fn propose_sized(
+        &self,
         mut request: Request,
+        bytes: usize,
         timeout: Duration,
     ) -> Result<Forwarded, Proposal> {
         // The request's trace id is for the logs of the nodes it passes, not for the log.
         request.trace = None;
         request.trace_context.clear();
-        let bytes = self.entry_bytes(&request).map_err(Proposal::Failed)?;
         // A leader handing over takes no new entry (the successor must be level with its
         // log to win the vote); the write waits, then goes to whoever leads. Counted before
         // the flag is read, so a handover that set the flag and then sees no write counted
@@ -300,7 +310,8 @@ impl App {
         }
     }
 
-    /// The size of `request`'s entry, or its refusal before it is proposed or forwarded: an
+    /// The size of `request`'s entry (its command's: the trace fields are not logged), or its
+    /// refusal before it is proposed or forwarded: an
     /// entry too large to replicate within one AppendEntries bound would time out on every
     /// follower and cost the leader its term.
     fn entry_bytes(&self, request: &Request) -> Result<usize, WriteError> {

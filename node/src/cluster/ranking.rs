@@ -112,10 +112,10 @@ struct Round {
 /// last.
 async fn ask_members(
     app: &App,
+    mine: &RankingSetup,
     members: &BTreeSet<NodeId>,
     before: &BTreeMap<NodeId, RankingSetup>,
 ) -> Round {
-    let mine = RankingSetup::of(app);
     let membership = app.membership();
     let mut round = Round {
         otherwise: BTreeMap::new(),
@@ -127,7 +127,7 @@ async fn ask_members(
         };
         match app.network.hello(&node.grpc_addr, HELLO_TIMEOUT).await {
             Ok(hello) if hello.node_id == id => {
-                if let Some(theirs) = hello.ranking.filter(|theirs| *theirs != mine) {
+                if let Some(theirs) = hello.ranking.filter(|theirs| theirs != mine) {
                     round.otherwise.insert(id, theirs);
                 }
             }
@@ -164,9 +164,10 @@ pub async fn run(app: &App, mut stop: watch::Receiver<bool>) {
             }
         };
         if due {
+            let mine = RankingSetup::of(app);
             let before = app.ranking_peers.otherwise();
-            let round = ask_members(app, &members, &before).await;
-            report(app, &before, &round.otherwise);
+            let round = ask_members(app, &mine, &members, &before).await;
+            report(&mine, &before, &round.otherwise);
             *app.ranking_peers.lock() = round.otherwise;
             asked = Some((Instant::now(), members, round.complete));
         }
@@ -179,11 +180,10 @@ pub async fn run(app: &App, mut stop: watch::Receiver<bool>) {
 
 /// Logs each member that began or ceased to rank otherwise.
 fn report(
-    app: &App,
+    mine: &RankingSetup,
     before: &BTreeMap<NodeId, RankingSetup>,
     now: &BTreeMap<NodeId, RankingSetup>,
 ) {
-    let mine = RankingSetup::of(app);
     for (id, theirs) in now {
         if before.get(id) != Some(theirs) {
             tracing::warn!(
