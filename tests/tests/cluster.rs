@@ -289,13 +289,25 @@ async fn a_session_moving_between_nodes_keeps_reading_its_writes() {
     let (status, _, contract) = cluster.get(reader, &contract_path).await;
     assert_eq!(status, 200);
     assert_eq!(contract["key"], "MOVING_SESSION");
-    // A linearizable read on a follower answers the committed row, not a stale view.
-    let (status, headers, got) = cluster
-        .get(
-            reader,
-            "/api/directory/MOVING_SESSION?consistency=linearizable",
-        )
-        .await;
+    // A linearizable read on a follower answers the committed row, not a stale view. While
+    // an election runs (a loaded machine can stall a leader past its lease) there is no read
+    // index to be had, and the node says to retry.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (status, headers, got) = loop {
+        let (status, headers, got) = cluster
+            .get(
+                reader,
+                "/api/directory/MOVING_SESSION?consistency=linearizable",
+            )
+            .await;
+        if status != 503
+            || got["error"]["code"] != "no_read_index"
+            || tokio::time::Instant::now() >= deadline
+        {
+            break (status, headers, got);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(status, 200, "{got}");
     assert_eq!(got["key"], "MOVING_SESSION");
     assert!(!headers.contains_key("x-rowcall-stale"));
