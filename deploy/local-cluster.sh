@@ -6,9 +6,12 @@
 #   deploy/local-cluster.sh down     SIGTERM every node, SIGKILL after a bounded wait
 #
 # Node i has id i, HTTP 127.0.0.1:(8080+i), gRPC 127.0.0.1:(9080+i), and keeps its data,
-# log (node.log) and pid file (node.pid) in $ROWCALL_CLUSTER_DIR/node-i. Node 1 founds the
-# cluster (--bootstrap); the others join it through 127.0.0.1:9081. A node whose data folder
-# already holds state is restarted without either: its data folder is all it needs.
+# log (node.log) and pid file (node.pid) in $ROWCALL_CLUSTER_DIR/node-i. Every new node starts
+# the same way, `--bootstrap --join <every other node 1..N>`: the lowest id founds the cluster
+# once every peer answers and none belongs to one; any other node joins the cluster its peers
+# belong to. So this command never founds a second cluster: a node that lost its folder asks
+# to rejoin, and is refused until its old self is removed. A restart passes the same flags;
+# a node whose data folder holds Raft state ignores them.
 #
 # Environment:
 #   ROWCALL_BIN          the binary (default target/release/rowcall-node, then target/debug)
@@ -150,21 +153,31 @@ has_state() {
     return 1
 }
 
-# Launches node $1 with binary $2 (without waiting); sets LAUNCHED_PID.
+# The gRPC addresses of nodes 1..$2 but $1, comma-separated: a node's peers.
+peers_of() {
+    local id=$1 n=$2 other peers=()
+    for ((other = 1; other <= n; other++)); do
+        ((other == id)) || peers+=("$(grpc_addr "$other")")
+    done
+    local IFS=,
+    echo "${peers[*]}"
+}
+
+# Launches node $1 of $3 with binary $2 (without waiting); sets LAUNCHED_PID.
 launch_node() {
-    local id=$1 bin=$2 dir fresh=1
+    local id=$1 bin=$2 n=$3 dir fresh=1
     dir=$(node_dir "$id")
     has_state "$dir" && fresh=0
+    # The same flags on every start, as a service unit keeps them: a node with Raft state
+    # ignores --bootstrap and --join.
     local args=(--id "$id" --http "$(http_addr "$id")" --grpc "$(grpc_addr "$id")" --data "$dir")
-    if ((fresh)); then
-        if ((id == 1)); then
-            args+=(--bootstrap)
-            if [[ ${ROWCALL_NO_DEMO:-} == 1 ]]; then
-                args+=(--no-demo)
-            fi
-        else
-            args+=(--join "$(grpc_addr 1)")
-        fi
+    if ((n > 1)); then
+        args+=(--bootstrap --join "$(peers_of "$id" "$n")")
+    else
+        args+=(--bootstrap)
+    fi
+    if [[ ${ROWCALL_NO_DEMO:-} == 1 ]]; then
+        args+=(--no-demo)
     fi
     local port
     for port in "$((HTTP_BASE + id))" "$((GRPC_BASE + id))"; do
@@ -185,10 +198,10 @@ launch_node() {
     echo "$LAUNCHED_PID" >"$dir/node.pid"
     if ! ((fresh)); then
         echo "node $id: restarting (pid $LAUNCHED_PID) on its data folder"
-    elif ((id == 1)); then
-        echo "node $id: starting (pid $LAUNCHED_PID), initialising a new cluster"
+    elif ((n > 1)); then
+        echo "node $id: starting (pid $LAUNCHED_PID): founds with its peers, or joins their cluster"
     else
-        echo "node $id: starting (pid $LAUNCHED_PID), joining $(grpc_addr 1)"
+        echo "node $id: starting (pid $LAUNCHED_PID), initialising a one-node cluster"
     fi
 }
 
@@ -219,8 +232,8 @@ cmd_up() {
     echo "binary:    $bin"
     echo "data:      $CLUSTER_DIR"
     # Nodes with state first, all at once: after a full stop none of them can elect a
-    # leader (and so become ready) until a majority is back. Then new nodes, one by one:
-    # node 1 initialises, each joiner is added only once the one before it is in.
+    # leader (and so become ready) until a majority is back. Then the new nodes, also all at
+    # once: the lowest id founds only when every peer answers, and the others join.
     local restarted=() fresh=() pids=() i
     for id in "${missing[@]}"; do
         if has_state "$(node_dir "$id")"; then
@@ -229,22 +242,22 @@ cmd_up() {
             fresh+=("$id")
         fi
     done
-    if [[ ${fresh[0]:-} == 1 ]] && ((${#restarted[@]} > 0)); then
-        die "node-1 has no data but nodes ${restarted[*]} do: node 1 would start a second,
-  separate cluster. Restore $(node_dir 1), or use a new ROWCALL_CLUSTER_DIR."
-    fi
     for id in ${restarted[@]+"${restarted[@]}"}; do
-        launch_node "$id" "$bin"
+        launch_node "$id" "$bin" "$n"
         pids+=("$LAUNCHED_PID")
     done
     for i in ${restarted[@]+"${!restarted[@]}"}; do
         wait_ready "${restarted[$i]}" "${pids[$i]}"
         echo "node ${restarted[$i]}: ready on http://$(http_addr "${restarted[$i]}")  (gRPC $(grpc_addr "${restarted[$i]}"))"
     done
+    pids=()
     for id in ${fresh[@]+"${fresh[@]}"}; do
-        launch_node "$id" "$bin"
-        wait_ready "$id" "$LAUNCHED_PID"
-        echo "node $id: ready on http://$(http_addr "$id")  (gRPC $(grpc_addr "$id"))"
+        launch_node "$id" "$bin" "$n"
+        pids+=("$LAUNCHED_PID")
+    done
+    for i in ${fresh[@]+"${!fresh[@]}"}; do
+        wait_ready "${fresh[$i]}" "${pids[$i]}"
+        echo "node ${fresh[$i]}: ready on http://$(http_addr "${fresh[$i]}")  (gRPC $(grpc_addr "${fresh[$i]}"))"
     done
     echo "admin key: $key"
     echo "try:       curl -s 'http://$(http_addr 1)/api/dispatch?ask=what+time+is+it'"

@@ -67,6 +67,8 @@ pub struct App {
     pub asks: crate::dispatch::clicks::RecentAsks,
     /// The members that rank asks otherwise than this node ([`crate::cluster::ranking`]).
     pub ranking_peers: crate::cluster::ranking::RankingPeers,
+    /// Whether this node takes part in Raft ([`crate::raft::standing`]).
+    pub standing: watch::Sender<crate::raft::standing::Standing>,
 }
 
 /// One write counted in [`App::proposing`] until dropped.
@@ -101,6 +103,16 @@ pub struct Written {
 }
 
 impl App {
+    /// Whether this node takes part in Raft now ([`crate::raft::standing`]).
+    pub fn standing(&self) -> crate::raft::standing::Standing {
+        self.standing.borrow().clone()
+    }
+
+    /// Whether this node may vote, take entries and stand for election.
+    pub fn takes_part(&self) -> bool {
+        matches!(*self.standing.borrow(), crate::raft::standing::Standing::Ok)
+    }
+
     /// The index this node has applied and shows (see [`SharedCatalogue::index`]).
     pub fn applied_index(&self) -> u64 {
         self.catalogue.index()

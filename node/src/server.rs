@@ -31,6 +31,7 @@ use crate::raft::identity::LocalIdentity;
 use crate::raft::liveness::Liveness;
 use crate::raft::network::{Network, MAX_MESSAGE_BYTES};
 use crate::raft::service::RaftGrpc;
+use crate::raft::standing::{Progress, Standing};
 use crate::raft::tls::{incoming, PeerTls};
 use crate::raft::{Command, NodeInfo, Raft};
 use crate::store::{Durable, LogStore, StateMachine};
@@ -251,15 +252,16 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let format = options
         .data_format
         .unwrap_or(crate::raft::identity::DATA_FORMAT);
+    let storage =
+        Durable::open(&database, config.storage.sync).context("opening the sled database")?;
+    // The identity is kept beside the Raft state, in the same database (`raft::identity`).
     let identity = Arc::new(
-        LocalIdentity::open_as(&node.data, &database, node.id, format)?.speaking(
+        LocalIdentity::open_as(&node.data, storage.db(), node.id, format)?.speaking(
             options
                 .peer_protocol
                 .unwrap_or(crate::raft::identity::PEER_PROTOCOL),
         ),
     );
-    let storage =
-        Durable::open(&database, config.storage.sync).context("opening the sled database")?;
     let mut log = LogStore::open(&storage)?;
     let outbox = Outbox::open(&storage)?;
     let catalogue = SharedCatalogue::default();
@@ -306,9 +308,16 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let network = Network::new(identity.clone(), options.faults, liveness.clone())
         .with_routes(node.peer_routes.clone())
         .with_peer_auth(tls.clone(), secret.clone());
+    // What this store promised its peers, as far as it knows: a node restarting on Raft
+    // state takes no part (no elections, votes or entries) until its peers confirm they saw
+    // no more than that (`cluster::verify`).
+    let held = held_progress(&mut log).await?;
+    let restarted = held != Progress::default();
+    let mut raft_config = raft_config(&config)?;
+    raft_config.enable_elect = !restarted;
     let raft = Raft::new(
         node.id,
-        Arc::new(raft_config(&config)?),
+        Arc::new(raft_config),
         network.clone(),
         log,
         state_machine,
@@ -338,10 +347,27 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         proposing: std::sync::atomic::AtomicUsize::new(0),
         asks: Default::default(),
         ranking_peers: Default::default(),
+        standing: watch::channel(if restarted {
+            Standing::Verifying
+        } else {
+            Standing::Ok
+        })
+        .0,
         config: config.clone(),
     });
 
     let fresh = !raft.is_initialized().await?;
+    if !fresh && app.identity.cluster_id().is_none() {
+        // Founded, and stopped before the identity recorded it: the membership says which.
+        let founded = app
+            .membership()
+            .get_node(&node.id)
+            .map(|me| me.cluster_id.clone())
+            .filter(|id| !id.is_empty());
+        if let Some(cluster_id) = founded {
+            app.identity.set_cluster(&cluster_id, false)?;
+        }
+    }
     let plan = Plan::of(&config.cluster);
     if fresh && matches!(plan, Plan::FoundWithPeers(_)) {
         // Said before the listener opens: a peer with a higher id asking in the moment
@@ -412,14 +438,27 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let (raft, watched, stop) = (app.raft.clone(), app.clone(), shutdown.subscribe());
     let settle = Duration::from_millis(config.raft.heartbeat_ms);
     tasks.push(tokio::spawn(async move {
+        let taking_part = watched.clone();
         early
-            .run(raft, settle, move || watched.is_stale(), stop)
+            .run(
+                raft,
+                settle,
+                move || watched.is_stale(),
+                move || taking_part.takes_part(),
+                stop,
+            )
             .await
     }));
     tasks.push(tokio::spawn(crate::cluster::handover::watch_leadership(
         app.clone(),
         shutdown.subscribe(),
     )));
+    if restarted {
+        let (verifier, stop) = (app.clone(), shutdown.subscribe());
+        tasks.push(tokio::spawn(async move {
+            crate::cluster::verify::run(&verifier, held, stop).await;
+        }));
+    }
     let stop = shutdown.subscribe();
     let cosigner = app.clone();
     tasks.push(tokio::spawn(async move {
@@ -481,6 +520,18 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     }
     tracing::info!(id = node.id, http = %http_addr, grpc = %grpc_addr, "rowcall node serving");
     Ok(handle)
+}
+
+/// What the log store holds: the term of its vote and the end of its log (purged entries
+/// included). A fresh store holds the default.
+async fn held_progress(log: &mut LogStore) -> anyhow::Result<Progress> {
+    use openraft::storage::RaftLogStorage;
+    let vote = log.read_vote().await?;
+    let state = log.get_log_state().await?;
+    Ok(Progress {
+        term: vote.map_or(0, |v| v.leader_id().get_term()),
+        index: state.last_log_id.map(|id| id.index),
+    })
 }
 
 /// Founds a new cluster from a backup, on a fresh data folder and before Raft starts (see

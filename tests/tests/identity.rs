@@ -79,6 +79,29 @@ fn leads(cluster: &Cluster, id: u64) -> bool {
 /// empty log loses no comparison), B would lead without X and X would be gone for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_wiped_voter_cannot_elect_a_leader_that_lacks_committed_writes() {
+    a_voter_that_lost_its_state_cannot_elect_a_leader_that_lacks_committed_writes(|c, id| {
+        c.wipe(id)
+    })
+    .await;
+}
+
+/// Issue 29, item 1: the same, when only the Raft state is lost (the `sled/` folder removed,
+/// `identity.json` kept). Before, the node came back as its old incarnation, granted the
+/// lagging node its vote with an empty log, and the committed write was gone ("the node
+/// without the committed write was elected with the wiped node's vote").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_voter_that_lost_only_its_raft_state_cannot_elect_a_leader_that_lacks_committed_writes() {
+    a_voter_that_lost_its_state_cannot_elect_a_leader_that_lacks_committed_writes(|c, id| {
+        let data = c.member_config(id).node.data;
+        std::fs::remove_dir_all(data.join("sled")).unwrap();
+        assert!(data.join("identity.json").exists());
+    })
+    .await;
+}
+
+async fn a_voter_that_lost_its_state_cannot_elect_a_leader_that_lacks_committed_writes(
+    lose: fn(&Cluster, u64),
+) {
     let mut cluster = Cluster::start(3, 0).await;
     let leader = cluster.leader().await;
     let others: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != leader).collect();
@@ -89,7 +112,7 @@ async fn a_wiped_voter_cannot_elect_a_leader_that_lacks_committed_writes() {
     assert_eq!(written.status(), 201, "committed by the leader and {wiped}");
 
     cluster.stop(wiped).await;
-    cluster.wipe(wiped);
+    lose(&cluster, wiped);
     cluster.faults.heal();
     cluster.faults.isolate(leader, &cluster.ids());
     // The wiped node starts on its old id and addresses and asks the lagging node to let it
@@ -133,7 +156,12 @@ async fn a_wiped_voter_cannot_elect_a_leader_that_lacks_committed_writes() {
         Err(refused) => {
             let message = format!("{refused:#}");
             assert!(message.contains("already a member"), "{message}");
-            cluster.restart(wiped).await;
+            let mut config = cluster.member_config(wiped);
+            config.cluster.join = vec![cluster.member(leader).grpc.to_string()];
+            let handle = rowcall_node::start_with(config, cluster.options())
+                .await
+                .expect("admitted once its old self is removed");
+            cluster.members[(wiped - 1) as usize].handle = Some(handle);
         }
     }
     let last = cluster.applied(leader);
@@ -448,5 +476,115 @@ async fn a_rolling_upgrade_loses_nothing_and_the_older_build_refuses_the_upgrade
         refused.contains("written by a newer rowcall") && refused.contains("--restore"),
         "{refused}"
     );
+    cluster.shutdown().await;
+}
+
+/// Copies a stopped node's data folder (as a volume snapshot or a machine backup would).
+fn copy_folder(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_folder(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Issue 29, item 1, the restore case: a voter's folder is replaced by an older copy of
+/// itself, identity and all. It acknowledged a write after the copy was taken; back on the
+/// copy it must not vote, take entries or serve reads (before, it rejoined as itself and
+/// served the old state: no `standing` was ever `behind`), and the operator's remedy —
+/// remove it, start it on an empty folder — brings it back with everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_voter_restored_from_an_older_copy_of_its_folder_stays_out_until_readmitted() {
+    let mut cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != leader).collect();
+    let (restored, other) = (others[0], others[1]);
+    assert_eq!(
+        insert(&cluster, leader, "BEFORE_THE_COPY").await.status(),
+        201
+    );
+    cluster.converge(cluster.applied(leader)).await;
+
+    let data = cluster.member_config(restored).node.data;
+    let copy = data.with_extension("copy");
+    cluster.stop(restored).await;
+    copy_folder(&data, &copy);
+    cluster.restart(restored).await;
+    // Committed with the restored node's acknowledgement: the other follower is cut off.
+    cluster.faults.isolate(other, &cluster.ids());
+    eventually(
+        Duration::from_secs(20),
+        "a write committed by the leader and the node about to be restored",
+        || {
+            let written = insert(&cluster, leader, "AFTER_THE_COPY");
+            async move { written.await.status() == 201 }
+        },
+    )
+    .await;
+    cluster.stop(restored).await;
+    cluster.faults.heal();
+    std::fs::remove_dir_all(&data).unwrap();
+    std::fs::rename(&copy, &data).unwrap();
+    cluster.restart(restored).await;
+
+    let url = cluster.url(restored);
+    eventually(
+        Duration::from_secs(20),
+        "the restored node finds itself behind",
+        || {
+            let status = cluster.get(restored, "/api/cluster");
+            async move { status.await.2["standing"] == "behind" }
+        },
+    )
+    .await;
+    let (_, _, status) = cluster.get(restored, "/api/cluster").await;
+    let reason = status["standing_reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        reason.contains(&format!("DELETE /api/cluster/members/{restored}")),
+        "{reason}"
+    );
+    let ready = cluster
+        .http
+        .get(format!("{url}/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+    let (code, _, body) = cluster
+        .get(restored, "/api/directory/BEFORE_THE_COPY")
+        .await;
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(body["error"]["code"], "state_behind", "{body}");
+    // It takes no part: the cluster keeps its leader, and a write still commits (with the
+    // other follower, not with the restored node's stale acknowledgement).
+    assert_eq!(
+        insert(&cluster, leader, "WHILE_IT_IS_OUT").await.status(),
+        201
+    );
+
+    assert_eq!(remove_member(&cluster, leader, restored).await, 200);
+    cluster.stop(restored).await;
+    cluster.wipe(restored);
+    let mut config = cluster.member_config(restored);
+    config.cluster.join = vec![cluster.member(leader).grpc.to_string()];
+    let handle = rowcall_node::start_with(config, cluster.options())
+        .await
+        .expect("re-admitted on an empty folder");
+    cluster.members[(restored - 1) as usize].handle = Some(handle);
+    cluster.converge(cluster.applied(leader)).await;
+    for key in ["BEFORE_THE_COPY", "AFTER_THE_COPY", "WHILE_IT_IS_OUT"] {
+        for id in cluster.ids() {
+            let (code, _, _) = cluster.get(id, &format!("/api/directory/{key}")).await;
+            assert_eq!(code, 200, "node {id} has {key}");
+        }
+    }
     cluster.shutdown().await;
 }

@@ -23,6 +23,7 @@ use crate::config::ClusterConfig;
 use crate::raft::calls::{JoinRequest, MembershipError};
 use crate::raft::identity::{new_cluster_id, IdentityError};
 use crate::raft::network::Dest;
+use crate::raft::standing::Progress;
 use crate::raft::NodeInfo;
 
 /// How long a fresh node keeps trying to join (or waits for its peers before founding)
@@ -94,6 +95,25 @@ pub enum EnterError {
     /// Raft refused to initialise.
     #[error("initialising the cluster: {0}")]
     Initialise(String),
+    /// The folder began joining a cluster and was never admitted: it must not found one.
+    #[error("node {id} began joining cluster {cluster} and was not admitted, so it does not found a cluster of its own: start it with --join <any member of cluster {cluster}> (or on an empty data folder to found a new cluster)")]
+    Unadmitted {
+        /// This node.
+        id: crate::raft::NodeId,
+        /// The cluster it asked to join.
+        cluster: String,
+    },
+    /// The folder's Raft state is gone but its identity survived: the node was a member and
+    /// must rejoin its cluster, never found one.
+    #[error("node {id} was a member of cluster {cluster} (incarnation {incarnation}) but its Raft state is gone, so it comes back as a new incarnation that must be re-admitted, and it must not found a cluster of its own. Remove the old member (DELETE /api/cluster/members/{id} with the admin key, on any member of cluster {cluster}), then start this node with --join <any member>")]
+    LostState {
+        /// This node.
+        id: crate::raft::NodeId,
+        /// The cluster it belonged to.
+        cluster: String,
+        /// The incarnation it was.
+        incarnation: String,
+    },
 }
 
 /// Brings a node on a fresh data folder into a cluster, by `plan`. `me` says how to reach
@@ -104,6 +124,23 @@ pub async fn enter(
     me: &NodeInfo,
     learner: bool,
 ) -> Result<Entered, EnterError> {
+    if let Some(lost) = app.identity.lost() {
+        // Whatever the start command says, such a node may only rejoin its own cluster.
+        let peers = match plan {
+            Plan::Found => &[][..],
+            Plan::Join(peers) | Plan::FoundWithPeers(peers) => peers.as_slice(),
+        };
+        if peers.is_empty() {
+            return Err(EnterError::LostState {
+                id: app.node_id,
+                cluster: lost.cluster_id.clone(),
+                incarnation: lost.incarnation.clone(),
+            });
+        }
+        return join(app, peers, me, learner)
+            .await
+            .map(|()| Entered::Joined);
+    }
     match plan {
         Plan::Found => found(app, me).await.map(|()| Entered::Founded),
         Plan::Join(peers) => join(app, peers, me, learner)
@@ -113,11 +150,18 @@ pub async fn enter(
     }
 }
 
-/// Founds a one-node cluster with a new cluster id (or the one stored by an attempt that
-/// did not finish), recorded in the data folder before Raft starts on it.
+/// Founds a one-node cluster with a new cluster id. The id is recorded in the identity only
+/// once Raft holds the founding membership (which carries it too, so a crash in between
+/// loses nothing: the start adopts it from there), so a stored cluster id on a folder
+/// without Raft state always means an unfinished *join*, never a founding.
 async fn found(app: &App, me: &NodeInfo) -> Result<(), EnterError> {
-    let cluster_id = app.identity.cluster_id().unwrap_or_else(new_cluster_id);
-    app.identity.set_cluster(&cluster_id, false)?;
+    if let Some(cluster) = app.identity.cluster_id() {
+        return Err(EnterError::Unadmitted {
+            id: app.node_id,
+            cluster,
+        });
+    }
+    let cluster_id = new_cluster_id();
     let me = NodeInfo {
         cluster_id: cluster_id.clone(),
         incarnation: app.identity.incarnation(),
@@ -127,6 +171,7 @@ async fn found(app: &App, me: &NodeInfo) -> Result<(), EnterError> {
         .initialize(BTreeMap::from([(app.node_id, me)]))
         .await
         .map_err(|e| EnterError::Initialise(e.to_string()))?;
+    app.identity.set_cluster(&cluster_id, false)?;
     tracing::info!(id = app.node_id, cluster = %cluster_id, "founded a new one-node cluster");
     Ok(())
 }
@@ -201,6 +246,16 @@ async fn join_through(
     me: &NodeInfo,
     learner: bool,
 ) -> Result<(), MembershipError> {
+    if let Some(lost) = app.identity.lost() {
+        if lost.cluster_id != cluster {
+            return Err(MembershipError::Rejected {
+                reason: format!(
+                    "this node belonged to cluster {}, and {target} belongs to cluster {cluster}",
+                    lost.cluster_id
+                ),
+            });
+        }
+    }
     app.identity
         .set_cluster(cluster, true)
         .map_err(|e| MembershipError::Unavailable {
@@ -214,12 +269,23 @@ async fn join_through(
             ..me.clone()
         },
         learner,
+        progress: Some(held(app)),
     };
     app.network
         .join(Dest::address(target), &request, JOIN_TIMEOUT)
         .await?;
     tracing::info!(target, cluster, learner, "joined the cluster");
     Ok(())
+}
+
+/// What this node's Raft state holds now: its vote's term and the end of its log.
+fn held(app: &App) -> Progress {
+    let metrics = app.raft.metrics();
+    let metrics = metrics.borrow();
+    Progress {
+        term: metrics.vote.leader_id().get_term(),
+        index: metrics.last_log_index,
+    }
 }
 
 /// Founds once every peer answers and none belongs to a cluster (and no peer with a lower

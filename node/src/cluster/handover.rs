@@ -196,6 +196,9 @@ impl App {
                 reason: "this node is not a voter".into(),
             });
         }
+        if let Some(reason) = self.standing().reason() {
+            return Err(MembershipError::Rejected { reason });
+        }
         tracing::info!(
             leader = asked_by,
             "the leader hands over: standing for election"

@@ -12,6 +12,7 @@ pub mod cosign;
 pub mod enter;
 pub mod handover;
 pub mod ranking;
+pub mod verify;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -71,15 +72,19 @@ impl App {
     /// contact with a leader backed by a quorum is older than the leader lease, so another
     /// leader may already have been elected elsewhere.
     pub fn is_stale(&self) -> bool {
-        self.contact_age()
-            .is_none_or(|age| age > self.liveness.stale_after())
+        !self.takes_part()
+            || self
+                .contact_age()
+                .is_none_or(|age| age > self.liveness.stale_after())
     }
 
     /// Whether this node is cut off for long enough that writes fail at once rather than
     /// wait for a quorum they will not get.
     pub fn is_cut_off(&self) -> bool {
-        self.contact_age()
-            .is_none_or(|age| age > self.liveness.cut_off_after())
+        !self.takes_part()
+            || self
+                .contact_age()
+                .is_none_or(|age| age > self.liveness.cut_off_after())
     }
 
     /// The leader and how to reach it, if known.
@@ -101,6 +106,12 @@ impl App {
 
     /// Who this node is, for a peer that asks.
     pub fn hello(&self) -> Hello {
+        self.hello_to(None)
+    }
+
+    /// Who this node is, for the peer `asker` (its id and incarnation, as its message says):
+    /// with what this node saw that incarnation promise.
+    pub fn hello_to(&self, asker: Option<(NodeId, &str)>) -> Hello {
         let identity = self.identity.get();
         let (member, leader) = {
             let metrics = self.raft.metrics();
@@ -122,6 +133,8 @@ impl App {
             founding: self.identity.founding(),
             signing_key: self.identity.signing_public(),
             ranking: Some(ranking::RankingSetup::of(self)),
+            seen_you: asker
+                .and_then(|(id, incarnation)| self.network.witness().of(id, incarnation)),
         }
     }
 
@@ -236,6 +249,7 @@ impl App {
         }
         let membership = self.membership();
         let is_voter = membership.voter_ids().any(|v| v == request.id);
+        let promised_more = self.promised_more(&request);
         match membership.get_node(&request.id) {
             Some(existing) if existing.incarnation != request.node.incarnation => {
                 return Err(MembershipError::Rejected {
@@ -258,6 +272,15 @@ impl App {
                     ),
                 })
             }
+            // The same incarnation again: harmless when it holds all it promised (a join
+            // retried after it went through); refused when this node saw it promise more
+            // than it now holds (its folder went back: restored from an older copy).
+            Some(_) if promised_more.is_some() => {
+                let (peer, contradiction) = promised_more.unwrap_or_default();
+                return Err(MembershipError::Rejected {
+                    reason: crate::raft::standing::behind_reason(request.id, peer, &contradiction),
+                });
+            }
             Some(_) if is_voter || request.learner => return Ok(()),
             Some(_) => {}
             None => {
@@ -279,6 +302,19 @@ impl App {
         }
         tracing::info!(id = request.id, learner = request.learner, node = %request.node, "member joined");
         Ok(())
+    }
+
+    /// Whether this node saw the joining incarnation promise more than the joiner says its
+    /// store holds: this node's id and what contradicts the joiner.
+    fn promised_more(&self, request: &JoinRequest) -> Option<(NodeId, String)> {
+        let holds = request.progress?;
+        let seen = self
+            .network
+            .witness()
+            .of(request.id, &request.node.incarnation)?;
+        holds
+            .contradicted_by(&seen)
+            .map(|contradiction| (self.node_id, contradiction))
     }
 
     /// Adds the node running at `grpc_addr` (an operator's request): it is asked who it is,
@@ -324,6 +360,7 @@ impl App {
                 signing_key: hello.signing_key,
             },
             learner,
+            progress: None,
         })
         .await
     }

@@ -79,6 +79,10 @@ pub struct Hello {
     /// How it ranks asks (none from a version that does not say).
     #[serde(default)]
     pub ranking: Option<crate::cluster::ranking::RankingSetup>,
+    /// What it saw the asking node's incarnation promise (see [`super::standing`]); none when
+    /// it saw nothing, or the asker did not say who it is.
+    #[serde(default)]
+    pub seen_you: Option<super::standing::Progress>,
 }
 
 /// A node asking to become a member.
@@ -90,6 +94,10 @@ pub struct JoinRequest {
     pub node: NodeInfo,
     /// Join as a learner (a read replica that never votes).
     pub learner: bool,
+    /// What the joining node's store holds (its vote's term, the end of its log), so a
+    /// leader that saw this incarnation promise more refuses it; none from older builds.
+    #[serde(default)]
+    pub progress: Option<super::standing::Progress>,
 }
 
 /// Why a membership change or a read index failed.

@@ -106,6 +106,7 @@ impl EarlyElections {
         raft: Raft,
         settle: Duration,
         leader_lost: impl Fn() -> bool,
+        may_campaign: impl Fn() -> bool,
         mut stop: watch::Receiver<bool>,
     ) {
         let mut split_vote = self.split_vote.subscribe();
@@ -134,7 +135,8 @@ impl EarlyElections {
                 None => true,
                 Some(_) => reason == Reason::ShorterLogCandidate && leader_lost(),
             };
-            if !leaderless || current > term {
+            // A node still checking what it promised its peers stands for nothing.
+            if !leaderless || current > term || !may_campaign() {
                 continue;
             }
             tracing::info!(term, reason = reason.label(), "standing for election early");

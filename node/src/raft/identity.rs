@@ -1,6 +1,18 @@
 //! Who a data folder is: the node id it was created for, its incarnation (a random id made
-//! with the folder, so a wiped folder is a different incarnation), and the cluster it founded
-//! or joined. Kept in `identity.json` beside the database, written atomically and synced.
+//! with the folder's Raft state, so lost state means a different incarnation), and the
+//! cluster it founded or joined.
+//!
+//! The identity lives **in the database, beside the Raft vote** (`m/identity` in the log
+//! tree), so the identity and the Raft state it vouches for are lost, kept and restored
+//! together; `identity.json` beside the database is a copy for operators and for the
+//! node id check. The database decides: a folder whose database lost its Raft state (the
+//! `sled/` folder removed or emptied) while `identity.json` survived comes back as a *new*
+//! incarnation, never as the member it was — that member acknowledged entries and cast
+//! votes this folder no longer holds. The old incarnation stays in the membership until an
+//! operator removes it, so the node cannot rejoin before then ([`crate::cluster`]), and its
+//! peers refuse every message addressed to the old incarnation ([`crate::raft::service`]).
+//! A folder restored whole from an older copy keeps a consistent (old) identity; that case
+//! is caught by asking the peers what this node told them ([`crate::raft::standing`]).
 //!
 //! The incarnation and the cluster id go into the membership and into every Raft message
 //! ([`crate::raft::network`]), so a node that lost its disk cannot pass for the member it
@@ -18,8 +30,11 @@ use serde::{Deserialize, Serialize};
 
 use super::NodeId;
 
-/// The file that holds a data folder's identity.
+/// The file that holds a copy of a data folder's identity.
 pub const IDENTITY_FILE: &str = "identity.json";
+/// The database tree and key that hold the identity, beside the Raft vote.
+const DB_TREE: &str = "log";
+const DB_KEY: &[u8] = b"m/identity";
 /// The file that holds the seed of the folder's Ed25519 key, which signs checkpoints of the
 /// receipt log (hex, readable by the node's user only).
 pub const SIGNING_KEY_FILE: &str = "signing.key";
@@ -76,6 +91,9 @@ pub enum IdentityError {
         /// Why.
         source: std::io::Error,
     },
+    /// The database failed while the identity was read or written.
+    #[error("reading or writing the identity in the database: {0}")]
+    Database(String),
     /// The file does not decode.
     #[error("{path} is damaged: {reason}")]
     Corrupt {
@@ -132,12 +150,26 @@ pub fn new_cluster_id() -> String {
     format!("{}{hi:016x}", random_id("c"))
 }
 
+/// What a folder's identity said when its Raft state turned out to be gone: the member it
+/// was, which the cluster still counts until an operator removes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostState {
+    /// The incarnation the folder had.
+    pub incarnation: String,
+    /// The cluster it belonged to.
+    pub cluster_id: String,
+}
+
 /// The identity of the data folder this node runs on; the cluster id is filled in once, when
 /// the node founds or joins a cluster.
 #[derive(Debug)]
 pub struct LocalIdentity {
     path: PathBuf,
+    /// Where the identity is kept in the database.
+    tree: sled::Tree,
     current: RwLock<Identity>,
+    /// Set when this start found the Raft state gone under a surviving identity.
+    lost: Option<LostState>,
     /// Waiting to found a cluster (not stored: told to peers that ask, so that of several
     /// nodes started with `--bootstrap` only the lowest id founds).
     founding: AtomicBool,
@@ -148,71 +180,97 @@ pub struct LocalIdentity {
 }
 
 impl LocalIdentity {
-    /// Reads the identity of `data`, or creates one for `node_id` when the folder is new.
-    /// `database` is the database folder inside it: a database without an identity is
-    /// refused rather than given a new incarnation that would pass for the old member.
-    pub fn open(data: &Path, database: &Path, node_id: NodeId) -> Result<Self, IdentityError> {
-        Self::open_as(data, database, node_id, DATA_FORMAT)
+    /// Reads the identity of the folder `data` whose database is `db`, or creates one for
+    /// `node_id` when the folder is new (see the module documentation for which copy wins).
+    pub fn open(data: &Path, db: &sled::Db, node_id: NodeId) -> Result<Self, IdentityError> {
+        Self::open_as(data, db, node_id, DATA_FORMAT)
     }
 
     /// [`LocalIdentity::open`] by a build whose data format is `format`: a folder of a newer
     /// format is refused.
     pub fn open_as(
         data: &Path,
-        database: &Path,
+        db: &sled::Db,
         node_id: NodeId,
         format: u32,
     ) -> Result<Self, IdentityError> {
         let path = data.join(IDENTITY_FILE);
-        let identity = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let identity: Identity =
-                    serde_json::from_slice(&bytes).map_err(|e| IdentityError::Corrupt {
-                        path: path.clone(),
-                        reason: e.to_string(),
-                    })?;
-                if identity.format > format {
-                    return Err(IdentityError::Newer {
-                        folder: data.to_owned(),
-                        found: identity.format,
-                        supported: format,
-                    });
+        let database = |e: sled::Error| IdentityError::Database(e.to_string());
+        let tree = db.open_tree(DB_TREE).map_err(database)?;
+        let in_file = read_file(&path)?;
+        let in_db = match tree.get(DB_KEY).map_err(database)? {
+            Some(bytes) => Some(decode(&bytes, &path)?),
+            None => None,
+        };
+        for found in in_db.iter().chain(in_file.iter()) {
+            accept(found, data, node_id, format)?;
+        }
+        let mut lost = None;
+        let identity = match (in_db, in_file) {
+            (Some(stored), copy) => {
+                if copy.as_ref() != Some(&stored) {
+                    if let Some(copy) = copy.filter(|c| c.incarnation != stored.incarnation) {
+                        tracing::warn!(file = %copy.incarnation, database = %stored.incarnation, "{IDENTITY_FILE} names another incarnation than the database; the database's stands");
+                    }
+                    write_synced(&path, &stored)?;
                 }
-                if identity.node_id != node_id {
-                    return Err(IdentityError::WrongNode {
-                        folder: data.to_owned(),
-                        stored: identity.node_id,
-                        given: node_id,
-                    });
-                }
-                identity
+                stored
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if database.exists() {
-                    return Err(IdentityError::Unidentified {
-                        folder: data.to_owned(),
-                    });
-                }
-                let identity = Identity {
-                    node_id,
+            // A database written before identities were kept in it: adopt the file's.
+            (None, Some(copy)) if holds_raft_state(db).map_err(database)? => copy,
+            (None, None) if holds_raft_state(db).map_err(database)? => {
+                return Err(IdentityError::Unidentified {
+                    folder: data.to_owned(),
+                })
+            }
+            // The file survived a database that did not: whatever that incarnation promised
+            // its peers is gone with it.
+            (None, Some(copy)) if copy.cluster_id.is_some() => {
+                let fresh = Identity {
                     incarnation: random_id("i"),
                     cluster_id: None,
-                    format,
+                    ..copy.clone()
                 };
-                write_synced(&path, &identity)?;
-                tracing::info!(incarnation = %identity.incarnation, "new data folder: created its identity");
-                identity
+                tracing::error!(
+                    node = node_id,
+                    old_incarnation = %copy.incarnation,
+                    incarnation = %fresh.incarnation,
+                    "this data folder's Raft state is gone but {IDENTITY_FILE} survived: the \
+                     node starts as a new incarnation and must be re-admitted (remove member \
+                     {node_id} on any member, then start it with --join)"
+                );
+                lost = Some(LostState {
+                    incarnation: copy.incarnation,
+                    cluster_id: copy.cluster_id.unwrap_or_default(),
+                });
+                fresh
             }
-            Err(source) => return Err(IdentityError::Io { path, source }),
+            // A fresh folder (or one whose first start never reached a cluster).
+            (None, copy) => copy.unwrap_or_else(|| Identity {
+                node_id,
+                incarnation: random_id("i"),
+                cluster_id: None,
+                format,
+            }),
         };
+        store(&tree, &identity, &path)?;
+        write_synced(&path, &identity)?;
         let signing_seed = signing_seed(&data.join(SIGNING_KEY_FILE))?;
         Ok(Self {
             path,
+            tree,
             current: RwLock::new(identity),
+            lost,
             founding: AtomicBool::new(false),
             protocol: PEER_PROTOCOL,
             signing_seed,
         })
+    }
+
+    /// The member this folder was before its Raft state was lost, when this start found it
+    /// so: such a node must never found a cluster, only rejoin its own once re-admitted.
+    pub fn lost(&self) -> Option<&LostState> {
+        self.lost.as_ref()
     }
 
     /// The key this node signs receipt-log checkpoints with, named for its cluster; `None`
@@ -294,6 +352,7 @@ impl LocalIdentity {
             format,
             ..current.clone()
         };
+        store(&self.tree, &next, &self.path)?;
         write_synced(&self.path, &next)?;
         tracing::info!(from = current.format, to = format, "data folder upgraded");
         *current = next;
@@ -319,10 +378,79 @@ impl LocalIdentity {
             cluster_id: Some(cluster_id.to_owned()),
             ..current.clone()
         };
+        store(&self.tree, &next, &self.path)?;
         write_synced(&self.path, &next)?;
         *current = next;
         Ok(())
     }
+}
+
+/// The identity in `path`, if the file exists.
+fn read_file(path: &Path) -> Result<Option<Identity>, IdentityError> {
+    match std::fs::read(path) {
+        Ok(bytes) => decode(&bytes, path).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(IdentityError::Io {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn decode(bytes: &[u8], path: &Path) -> Result<Identity, IdentityError> {
+    serde_json::from_slice(bytes).map_err(|e| IdentityError::Corrupt {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// Refuses an identity of another node id or of a newer format.
+fn accept(
+    identity: &Identity,
+    data: &Path,
+    node_id: NodeId,
+    format: u32,
+) -> Result<(), IdentityError> {
+    if identity.format > format {
+        return Err(IdentityError::Newer {
+            folder: data.to_owned(),
+            found: identity.format,
+            supported: format,
+        });
+    }
+    if identity.node_id != node_id {
+        return Err(IdentityError::WrongNode {
+            folder: data.to_owned(),
+            stored: identity.node_id,
+            given: node_id,
+        });
+    }
+    Ok(())
+}
+
+/// Whether the database holds any Raft state: a vote or log entries (the `log` tree, the
+/// identity record aside) or applied state (the state machine's `sm` tree).
+fn holds_raft_state(db: &sled::Db) -> Result<bool, sled::Error> {
+    let log = db.open_tree(DB_TREE)?;
+    for key in log.iter().keys() {
+        if key?.as_ref() != DB_KEY {
+            return Ok(true);
+        }
+    }
+    Ok(!db.open_tree(crate::store::state_machine::TREE)?.is_empty())
+}
+
+/// Writes `identity` into the database. Not synced on its own: the first sync of Raft state
+/// covers it (sled writes in order), and a crash before then leaves a folder without Raft
+/// state, which is safe to give a new incarnation.
+fn store(tree: &sled::Tree, identity: &Identity, path: &Path) -> Result<(), IdentityError> {
+    let bytes = serde_json::to_vec(identity).map_err(|e| IdentityError::Corrupt {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    tree.insert(DB_KEY, bytes)
+        .map_err(|e| IdentityError::Database(e.to_string()))?;
+    Ok(())
 }
 
 /// The signing key's seed stored at `path`, made (at random, durably) when there is none.
@@ -387,26 +515,130 @@ fn write_bytes_synced(path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
 mod tests {
     use super::*;
 
+    fn database(dir: &Path) -> sled::Db {
+        sled::Config::new().path(dir.join("sled")).open().unwrap()
+    }
+
+    /// Gives the database some Raft state (a vote), as a member's has.
+    fn vote(db: &sled::Db) {
+        db.open_tree("log").unwrap().insert("m/vote", "{}").unwrap();
+    }
+
     #[test]
     fn a_folder_keeps_its_incarnation_and_a_wiped_one_gets_a_new_one() {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("sled");
-        let first = LocalIdentity::open(dir.path(), &db, 2).unwrap();
-        first.set_cluster("c1", false).unwrap();
-        let again = LocalIdentity::open(dir.path(), &db, 2).unwrap();
-        assert_eq!(again.get(), first.get());
-        assert_eq!(again.cluster_id().as_deref(), Some("c1"));
+        let first = {
+            let db = database(dir.path());
+            let first = LocalIdentity::open(dir.path(), &db, 2).unwrap();
+            first.set_cluster("c1", false).unwrap();
+            vote(&db);
+            let again = LocalIdentity::open(dir.path(), &db, 2).unwrap();
+            assert_eq!(again.get(), first.get());
+            assert_eq!(again.cluster_id().as_deref(), Some("c1"));
+            assert_eq!(again.lost(), None);
+            first.get()
+        };
 
-        std::fs::remove_file(dir.path().join(IDENTITY_FILE)).unwrap();
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        std::fs::create_dir(dir.path()).unwrap();
+        let db = database(dir.path());
         let wiped = LocalIdentity::open(dir.path(), &db, 2).unwrap();
-        assert_ne!(wiped.incarnation(), first.incarnation());
+        assert_ne!(wiped.incarnation(), first.incarnation);
         assert_eq!(wiped.cluster_id(), None);
+    }
+
+    /// Issue 29, item 1: only the database was lost (`sled/` removed), `identity.json` kept.
+    /// Before, the node came back as its old incarnation and voted with an empty log.
+    #[test]
+    fn a_folder_whose_raft_state_is_gone_comes_back_as_a_new_incarnation() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = {
+            let db = database(dir.path());
+            let identity = LocalIdentity::open(dir.path(), &db, 3).unwrap();
+            identity.set_cluster("c1", false).unwrap();
+            vote(&db);
+            db.flush().unwrap();
+            identity.get()
+        };
+        std::fs::remove_dir_all(dir.path().join("sled")).unwrap();
+
+        let db = database(dir.path());
+        let reborn = LocalIdentity::open(dir.path(), &db, 3).unwrap();
+        assert_ne!(
+            reborn.incarnation(),
+            old.incarnation,
+            "the old incarnation is gone"
+        );
+        assert_eq!(reborn.cluster_id(), None, "it must be admitted again");
+        assert_eq!(
+            reborn.lost(),
+            Some(&LostState {
+                incarnation: old.incarnation.clone(),
+                cluster_id: "c1".into()
+            })
+        );
+        // The file follows the database, and the next start keeps the new incarnation.
+        let copy: Identity =
+            serde_json::from_slice(&std::fs::read(dir.path().join(IDENTITY_FILE)).unwrap())
+                .unwrap();
+        assert_eq!(copy.incarnation, reborn.incarnation());
+        drop(reborn);
+        let again = LocalIdentity::open(dir.path(), &db, 3).unwrap();
+        assert_eq!(again.incarnation(), copy.incarnation);
+        assert_eq!(again.lost(), None);
+    }
+
+    /// The database decides: an `identity.json` swapped for another copy is overwritten,
+    /// and one that is missing is written again.
+    #[test]
+    fn the_database_identity_stands_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = database(dir.path());
+        let identity = LocalIdentity::open(dir.path(), &db, 1).unwrap();
+        identity.set_cluster("c1", false).unwrap();
+        vote(&db);
+        let stored = identity.get();
+        drop(identity);
+
+        let other = Identity {
+            incarnation: "iother".into(),
+            ..stored.clone()
+        };
+        std::fs::write(
+            dir.path().join(IDENTITY_FILE),
+            serde_json::to_vec(&other).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            LocalIdentity::open(dir.path(), &db, 1).unwrap().get(),
+            stored
+        );
+        std::fs::remove_file(dir.path().join(IDENTITY_FILE)).unwrap();
+        assert_eq!(
+            LocalIdentity::open(dir.path(), &db, 1).unwrap().get(),
+            stored
+        );
+        assert!(dir.path().join(IDENTITY_FILE).exists());
+    }
+
+    /// A database written by a build that kept the identity only in the file adopts it.
+    #[test]
+    fn a_database_from_before_keeps_the_identity_of_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = database(dir.path());
+        vote(&db);
+        let old = r#"{"node_id": 1, "incarnation": "i1", "cluster_id": "c1", "format": 2}"#;
+        std::fs::write(dir.path().join(IDENTITY_FILE), old).unwrap();
+        let identity = LocalIdentity::open(dir.path(), &db, 1).unwrap();
+        assert_eq!(identity.incarnation(), "i1");
+        assert_eq!(identity.cluster_id().as_deref(), Some("c1"));
+        assert_eq!(identity.lost(), None);
     }
 
     #[test]
     fn a_folder_refuses_another_node_id_a_database_without_identity_and_a_second_cluster() {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("sled");
+        let db = database(dir.path());
         let identity = LocalIdentity::open(dir.path(), &db, 1).unwrap();
         let err = LocalIdentity::open(dir.path(), &db, 3).unwrap_err();
         assert!(err.to_string().contains("belongs to node 1"), "{err}");
@@ -418,15 +650,17 @@ mod tests {
         assert_eq!(identity.cluster_id().as_deref(), Some("c2"));
 
         let other = tempfile::tempdir().unwrap();
-        std::fs::create_dir(other.path().join("sled")).unwrap();
-        let err = LocalIdentity::open(other.path(), &other.path().join("sled"), 1).unwrap_err();
+        let db = database(other.path());
+        vote(&db);
+        let err = LocalIdentity::open(other.path(), &db, 1).unwrap_err();
         assert!(matches!(err, IdentityError::Unidentified { .. }), "{err}");
     }
 
     #[test]
     fn a_folder_from_before_formats_reads_as_the_first_and_is_upgraded_never_lowered() {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("sled");
+        let db = database(dir.path());
+        vote(&db);
         let old = r#"{"node_id": 1, "incarnation": "i1", "cluster_id": "c1"}"#;
         std::fs::write(dir.path().join(IDENTITY_FILE), old).unwrap();
         let identity = LocalIdentity::open_as(dir.path(), &db, 1, 2).unwrap();

@@ -13,6 +13,7 @@ pub mod identity;
 pub mod liveness;
 pub mod network;
 pub mod service;
+pub mod standing;
 pub mod tls;
 pub mod validate;
 

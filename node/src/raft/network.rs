@@ -35,6 +35,7 @@ use super::early_election::EarlyElections;
 use super::faults::{Faults, Verdict};
 use super::identity::LocalIdentity;
 use super::liveness::Liveness;
+use super::standing::Witness;
 use super::tls::{host_of, PeerTls};
 use super::{NodeId, NodeInfo, Request, TypeConfig};
 
@@ -142,6 +143,8 @@ pub struct Network {
     secret: Option<Arc<ClusterSecret>>,
     /// What calls for an early candidacy, seen in answers to this node's vote requests.
     early_elections: EarlyElections,
+    /// What each peer's incarnation promised this node (see [`super::standing`]).
+    witness: Arc<Witness>,
 }
 
 impl Network {
@@ -164,7 +167,13 @@ impl Network {
             tls_generation: Arc::default(),
             secret: None,
             early_elections: EarlyElections::default(),
+            witness: Arc::default(),
         }
+    }
+
+    /// What each peer's incarnation promised this node.
+    pub fn witness(&self) -> &Witness {
+        &self.witness
     }
 
     /// What calls for an early candidacy (see [`super::early_election`]).
@@ -562,6 +571,43 @@ impl Peer {
     }
 }
 
+impl Peer {
+    /// Records the term the peer's answer shows its vote at.
+    fn witness_term(&self, term: u64) {
+        self.network
+            .witness
+            .saw_term(self.target, &self.node.incarnation, term);
+    }
+
+    /// Records what an answer to an append shows the peer promised: its vote at the
+    /// append's term at least, and, when it took entries, that it holds them durably
+    /// (openraft answers an append only once its entries are flushed).
+    fn witness_append(
+        &self,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+        response: &AppendEntriesResponse<NodeId>,
+    ) {
+        let term = rpc.vote.leader_id().get_term();
+        match response {
+            AppendEntriesResponse::Success => match rpc.entries.last() {
+                Some(last) => self.network.witness.saw_ack(
+                    self.target,
+                    &self.node.incarnation,
+                    term,
+                    last.log_id.index,
+                ),
+                None => self.witness_term(term),
+            },
+            AppendEntriesResponse::PartialSuccess(_) | AppendEntriesResponse::Conflict => {
+                self.witness_term(term)
+            }
+            AppendEntriesResponse::HigherVote(vote) => {
+                self.witness_term(vote.leader_id().get_term())
+            }
+        }
+    }
+}
+
 impl RaftNetwork<TypeConfig> for Peer {
     async fn append_entries(
         &mut self,
@@ -578,6 +624,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         };
         let response = self.raft_call(Method::AppendEntries, &rpc, &option).await?;
         in_flight.answered = true;
+        self.witness_append(&rpc, &response);
         // Anything but a higher vote means the follower still takes us for its leader.
         if !matches!(response, AppendEntriesResponse::HigherVote(_)) {
             self.network.liveness.acknowledged(self.target, sent);
@@ -600,6 +647,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         if response.vote == rpc.vote {
             self.network.liveness.acknowledged(self.target, sent);
         }
+        self.witness_term(response.vote.leader_id().get_term());
         Ok(response)
     }
 
@@ -610,6 +658,8 @@ impl RaftNetwork<TypeConfig> for Peer {
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
         let sent = Instant::now();
         let response: VoteResponse<NodeId> = self.raft_call(Method::Vote, &rpc, &option).await?;
+        // Its vote is durable before it answers (granted or not).
+        self.witness_term(response.vote.leader_id().get_term());
         self.network
             .early_elections
             .answered(self.target, &rpc, &response);

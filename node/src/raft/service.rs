@@ -22,6 +22,7 @@ use openraft::raft::{
 
 use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
 use super::identity::protocols_talk;
+use super::standing::Standing;
 use super::{validate, NodeId, TypeConfig};
 use crate::app::{App, Proposal};
 use crate::model::time::now_ms;
@@ -232,6 +233,31 @@ impl RaftGrpc {
         }
     }
 
+    /// Refuses Raft traffic (votes, appends, snapshots) while this node does not take part:
+    /// restarted and still checking with its peers, or found behind what it promised them
+    /// ([`super::standing`]). The sender backs off as from an unreachable peer.
+    fn taking_part(&self) -> Result<(), Status> {
+        match self.app.standing() {
+            Standing::Ok => Ok(()),
+            Standing::Verifying => Err(Status::unavailable(format!(
+                "node {} restarted and is checking with its peers what it promised them",
+                self.app.node_id
+            ))),
+            Standing::Behind { reason } => Err(Status::failed_precondition(reason)),
+        }
+    }
+
+    /// Records the term a sender stated in a message: a candidate saved its vote for
+    /// itself, a leader holds its vote, before either sends.
+    fn witness_sender(&self, message: &RaftMessage, term: u64) {
+        if let Some(from) = &message.from {
+            self.app
+                .network
+                .witness()
+                .saw_term(from.node_id, &from.incarnation, term);
+        }
+    }
+
     /// Admits `request` and decodes its payload.
     fn open<T: DeserializeOwned>(
         &self,
@@ -264,7 +290,11 @@ impl RaftGrpc {
 #[tonic::async_trait]
 impl RaftService for RaftGrpc {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let vote: VoteRequest<NodeId> = self.open(request, Admission::Raft)?;
+        self.taking_part()?;
+        let message = request.into_inner();
+        self.admit(&message, Admission::Raft)?;
+        let vote: VoteRequest<NodeId> = decode(&message)?;
+        self.witness_sender(&message, vote.vote.leader_id().get_term());
         let result = self.app.raft.vote(vote.clone()).await;
         if let Ok(answer) = &result {
             self.app.network.early_elections().refused(&vote, answer);
@@ -276,9 +306,13 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let quorum_age = request.get_ref().leader_quorum_age_ms;
-        let append: AppendEntriesRequest<TypeConfig> = self.open(request, Admission::Raft)?;
+        self.taking_part()?;
+        let message = request.into_inner();
+        let quorum_age = message.leader_quorum_age_ms;
+        self.admit(&message, Admission::Raft)?;
+        let append: AppendEntriesRequest<TypeConfig> = decode(&message)?;
         let vote = append.vote;
+        self.witness_sender(&message, vote.leader_id().get_term());
         let result = self.app.raft.append_entries(append).await;
         if let Ok(response) = &result {
             if !matches!(response, AppendEntriesResponse::HigherVote(_)) {
@@ -292,6 +326,7 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        self.taking_part()?;
         let quorum_age = request.get_ref().leader_quorum_age_ms;
         let chunk: InstallSnapshotRequest<TypeConfig> = self.open(request, Admission::Raft)?;
         let vote = chunk.vote;
@@ -371,8 +406,17 @@ impl RaftService for RaftGrpc {
     }
 
     async fn hello(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        // Anyone who passed the transport's authentication may ask who is here.
-        let () = decode(request.get_ref())?;
-        self.encode(&self.app.hello())
+        // Anyone who passed the transport's authentication may ask who is here; a node of
+        // this cluster that says who it is also hears what it promised this node.
+        let message = request.into_inner();
+        let () = decode(&message)?;
+        let asker = message.from.as_ref().filter(|from| {
+            self.app.identity.cluster_id().as_deref() == Some(from.cluster_id.as_str())
+        });
+        self.encode(
+            &self
+                .app
+                .hello_to(asker.map(|from| (from.node_id, from.incarnation.as_str()))),
+        )
     }
 }

@@ -58,6 +58,12 @@ pub struct Status {
     pub purged_index: Option<u64>,
     /// Whether it is cut off from the leader or a quorum (answers are then stale).
     pub stale: bool,
+    /// Whether it takes part in Raft: `ok`; `verifying` (restarted, asking its peers what it
+    /// promised them); `behind` (its folder is older than what it promised: it stays out
+    /// until re-admitted). See `raft::standing`.
+    pub standing: &'static str,
+    /// Why it is not `ok`, and what to do.
+    pub standing_reason: Option<String>,
     /// Every member, voters and learners.
     pub members: Vec<Member>,
     /// The learners' ids.
@@ -160,6 +166,7 @@ pub fn status(app: &App) -> Status {
         })
         .unwrap_or_default();
     let identity = app.identity.get();
+    let standing = app.standing();
     Status {
         node_id: app.node_id,
         cluster_id: identity.cluster_id,
@@ -172,6 +179,8 @@ pub fn status(app: &App) -> Status {
         snapshot_index: metrics.snapshot.map(|s| s.index),
         purged_index: metrics.purged.map(|p| p.index),
         stale: app.is_stale(),
+        standing: standing.name(),
+        standing_reason: standing.reason(),
         members,
         learners: membership.learner_ids().collect(),
         follower_lag,
@@ -276,6 +285,8 @@ pub async fn promote(app: &App, _admin: &Admin, id: NodeId) -> Result<(), Servic
         id,
         node,
         learner: false,
+        // A promotion of a member, not a node asking with its own store.
+        progress: None,
     })
     .await?;
     Ok(())

@@ -164,6 +164,10 @@ pub enum ServiceError {
     /// A linearizable read could not get a read index from the leader.
     #[error("no linearizable read index: {0}")]
     NoReadIndex(String),
+    /// This node's data folder went back behind what it promised its peers: it serves
+    /// nothing from it until re-admitted (the message says what to do).
+    #[error("{0}")]
+    StateBehind(String),
     /// A membership change failed.
     #[error(transparent)]
     Membership(#[from] MembershipError),
@@ -325,6 +329,7 @@ impl ServiceError {
             Self::Membership(MembershipError::Rejected { .. }) => (S::Conflict, "membership_rejected", "see GET /api/cluster for the current members"),
             Self::Membership(_) => (S::Unavailable, "no_quorum", "the cluster has no leader or quorum right now; retry"),
             Self::Behind { .. } => (S::Unavailable, "behind", "retry, or ask a node that has caught up"),
+            Self::StateBehind(_) => (S::Unavailable, "state_behind", "ask another node; an operator must re-admit this one (the message says how)"),
             Self::Share(ShareRefusal::Unchecked(_)) => (S::Unavailable, "share_unchecked", "the node could not read its revocation list; retry"),
             Self::Share(ShareRefusal::Stale) => (S::Unavailable, "share_unchecked", "this node is cut off from the leader, so it may not know of a revocation; retry on another node"),
             Self::Share(_) => (S::Unauthenticated, "share_token_refused", "ask for a new link (an ask with an invoke key), or send Authorization: Bearer <invoke key>"),

@@ -74,7 +74,7 @@ use crate::raft::{
 };
 
 /// The sled tree of the state machine.
-const TREE: &str = "sm";
+pub(crate) const TREE: &str = "sm";
 const ROW: &[u8] = b"r/";
 pub(crate) const RECEIPT: &[u8] = b"i/";
 const RECEIPT_BY_KEY: &[u8] = b"k/";

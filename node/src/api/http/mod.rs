@@ -27,7 +27,7 @@ use axum::body::Body;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -175,6 +175,18 @@ async fn not_found() -> ServiceError {
     ServiceError::NotFound("no such endpoint; GET /api/openapi.json lists them".into())
 }
 
+/// What a node whose folder went back behind its promises answers instead of serving
+/// (`raft::standing`): everything but its health, readiness, metrics and cluster view,
+/// which an operator needs to see why.
+fn refused_while_behind(app: &App, route: &str) -> Option<ServiceError> {
+    let crate::raft::standing::Standing::Behind { reason } = app.standing() else {
+        return None;
+    };
+    let operator =
+        ["/healthz", "/readyz", "/metrics"].contains(&route) || route.starts_with("/api/cluster");
+    (!operator).then_some(ServiceError::StateBehind(reason))
+}
+
 /// Serves the request under its id ([`crate::trace`]), records request metrics, and stamps
 /// `x-request-id` and `x-rowcall-index` on the answer.
 async fn observe(State(http): State<Http>, request: Request, next: Next) -> Response {
@@ -190,11 +202,15 @@ async fn observe(State(http): State<Http>, request: Request, next: Next) -> Resp
     };
     let span = tracing::info_span!("http", request_id = %id, method, route);
     crate::telemetry::adopt_caller(&span, request.headers());
-    let mut response = id
-        .clone()
-        .scope(next.run(request))
-        .instrument(span.clone())
-        .await;
+    let mut response = match refused_while_behind(&http.app, &route) {
+        Some(refusal) => refusal.into_response(),
+        None => {
+            id.clone()
+                .scope(next.run(request))
+                .instrument(span.clone())
+                .await
+        }
+    };
     if let Ok(value) = HeaderValue::from_str(id.as_str()) {
         response.headers_mut().insert(trace::HEADER, value);
     }
