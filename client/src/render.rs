@@ -443,6 +443,7 @@ pub fn status_json(s: &proto::StatusResponse) -> Value {
         "unanswered_appends": s.unanswered_appends.iter().map(|(id, n)| (id.to_string(), json!(n)))
             .collect::<serde_json::Map<_, _>>(),
         "outbox": s.outbox,
+        "standing": s.standing, "standing_reason": s.standing_reason,
         "members_ranking_otherwise": s.resolver.iter()
             .flat_map(|r| &r.members_ranking_otherwise)
             .map(|(id, setup)| (id.to_string(), json!({"mode": setup.mode, "model": setup.model,
@@ -476,6 +477,10 @@ pub fn status_text(style: Style, s: &proto::StatusResponse) -> String {
             String::new()
         }
     );
+    if let Some(reason) = &s.standing_reason {
+        out.push_str(&style.bad(&format!("{}: {reason}", s.standing)));
+        out.push_str("\n\n");
+    }
     let rows: Vec<Vec<String>> = s
         .members
         .iter()

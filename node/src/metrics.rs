@@ -44,6 +44,9 @@ const LATENCY_BUCKETS: [f64; 16] = [
 pub const READY: &str = "rowcall_node_ready";
 /// 1 while this node cannot reach the leader or a quorum (its reads are marked stale).
 pub const STALE: &str = "rowcall_node_stale";
+/// 1 while this node's data folder is behind what it promised its peers (restored from an
+/// older copy): it takes no part until re-admitted (see `raft::standing`).
+pub const STATE_BEHIND: &str = "rowcall_node_state_behind";
 /// Receipts waiting in this node's outbox.
 pub const OUTBOX_RECEIPTS: &str = "rowcall_dispatch_outbox_receipts";
 /// Writes that asked storage to make them durable (see `store::durable`).
@@ -137,6 +140,10 @@ fn describe() {
         "The four counts of the directory (rows_total, enabled, planner_visible, mcp_projected)."
     );
     describe_gauge!(APPLIED_INDEX, "The Raft log index this node has applied.");
+    describe_gauge!(
+        STATE_BEHIND,
+        "1 while this node's data folder is older than what it promised its peers: it takes no part until re-admitted."
+    );
     describe_gauge!(RAFT_TERM, "The current Raft term.");
     describe_gauge!(RAFT_IS_LEADER, "1 if this node is the Raft leader.");
     describe_gauge!(

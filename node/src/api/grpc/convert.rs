@@ -270,6 +270,8 @@ impl From<Status> for v1::StatusResponse {
             members: s.members.into_iter().map(Into::into).collect(),
             follower_lag: s.follower_lag.into_iter().collect(),
             unanswered_appends: s.unanswered_appends.into_iter().collect(),
+            standing: s.standing.to_owned(),
+            standing_reason: s.standing_reason,
             outbox: s.outbox as u64,
             resolver: Some(s.resolver.into()),
         }

@@ -212,6 +212,15 @@ pub async fn metrics(State(http): State<Http>) -> Response {
     } else {
         0.0
     });
+    let behind = matches!(
+        app.standing(),
+        crate::raft::standing::Standing::Behind { .. }
+    );
+    metrics::gauge!(crate::metrics::STATE_BEHIND, "node" => node.clone()).set(if behind {
+        1.0
+    } else {
+        0.0
+    });
     metrics::gauge!(crate::metrics::OUTBOX_RECEIPTS, "node" => node).set(app.outbox.len() as f64);
     (
         [(
