@@ -864,6 +864,31 @@ impl Cluster {
             .find(|n| n.id != id && n.is_up() && !n.paused)
     }
 
+    /// Every node's log length now ([`Cluster::logged`]), to see later what each logged since.
+    pub fn log_marks(&self) -> BTreeMap<u64, u64> {
+        self.ids()
+            .into_iter()
+            .map(|id| (id, self.logged(id)))
+            .collect()
+    }
+
+    /// Nodes whose log shows a panic after `marks`, each with the panic's message (a Raft
+    /// core that panics leaves the process serving HTTP, never ready).
+    pub fn panicked_since(&self, marks: &BTreeMap<u64, u64>) -> Vec<(u64, String)> {
+        let mut out = Vec::new();
+        for (&id, &mark) in marks {
+            let log = std::fs::read(&self.node(id).log).unwrap_or_default();
+            let since =
+                String::from_utf8_lossy(log.get(mark as usize..).unwrap_or(&[])).into_owned();
+            let mut lines = since.lines();
+            if lines.any(|l| l.contains("panicked at")) {
+                let message = lines.next().unwrap_or("").trim().to_owned();
+                out.push((id, message));
+            }
+        }
+        out
+    }
+
     /// How many bytes node `id`'s log holds now: what a start logs after this counts.
     pub fn logged(&self, id: u64) -> u64 {
         std::fs::metadata(&self.node(id).log).map_or(0, |m| m.len())
@@ -1143,6 +1168,40 @@ impl Cluster {
             .json()
             .await
             .ok()
+    }
+
+    /// Every row's `updated_at` on node `id`, parsed (rows whose stamp does not parse are
+    /// left out); `None` when it did not answer.
+    pub async fn updated_at(&self, id: u64) -> Option<Vec<(String, std::time::SystemTime)>> {
+        let url = self.node(id).url();
+        let mut out = Vec::new();
+        let mut cursor = String::new();
+        // Bounded: at most 1,000 pages of 1,000 rows.
+        for _ in 0..1_000 {
+            let page: Value = self
+                .http
+                .get(format!("{url}/api/directory?limit=1000&cursor={cursor}"))
+                .header("x-terminal-key", ADMIN_KEY)
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            for row in page["rows"].as_array()? {
+                let stamp = row["updated_at"]
+                    .as_str()
+                    .map(humantime::parse_rfc3339_weak);
+                if let (Some(key), Some(Ok(at))) = (row["key"].as_str(), stamp) {
+                    out.push((key.to_owned(), at));
+                }
+            }
+            match page["next_cursor"].as_str() {
+                Some(next) if !next.is_empty() => cursor = next.to_owned(),
+                _ => break,
+            }
+        }
+        Some(out)
     }
 
     /// The cluster id each running, unpaused node reports (`None`: no answer, or in none).

@@ -193,6 +193,18 @@ pub enum ChaosError {
         /// Receipts dropped.
         dropped: u64,
     },
+    /// A leader with a clock jumped forward stamped rows in the future.
+    #[error("node {id}, leading with its clock ahead, left {rows} rows stamped more than {allowance_s} s past the real time (e.g. {example})")]
+    StampedAhead {
+        /// The node.
+        id: u64,
+        /// Rows stamped ahead.
+        rows: usize,
+        /// One of them.
+        example: String,
+        /// The allowance.
+        allowance_s: u64,
+    },
     /// A node restarted on lost or older state was neither refused nor let in.
     #[error("node {id} was neither refused nor let in within {waited_s} s; its log is {log}")]
     Undecided {

@@ -14,6 +14,7 @@
 //!                 └──── period ───────┘
 //! ```
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -795,9 +796,14 @@ async fn readmit(
     }
 }
 
-/// Says which nodes exited by themselves meanwhile (a crash the scenario provoked), as a
-/// problem and in the outcome's words.
-fn crashed(cluster: &mut Cluster, outcome: &mut Outcome, problems: &mut Vec<String>) {
+/// Says which nodes exited by themselves, or logged a panic, since `marks` (a crash the
+/// scenario provoked), as a problem and in the outcome's words.
+fn crashed(
+    cluster: &mut Cluster,
+    marks: &BTreeMap<u64, u64>,
+    outcome: &mut Outcome,
+    problems: &mut Vec<String>,
+) {
     let exited = cluster.exited();
     if !exited.is_empty() {
         outcome
@@ -806,6 +812,12 @@ fn crashed(cluster: &mut Cluster, outcome: &mut Outcome, problems: &mut Vec<Stri
         problems.push(format!(
             "nodes {exited:?} exited by themselves during the fault"
         ));
+    }
+    for (id, message) in cluster.panicked_since(marks) {
+        outcome
+            .detail
+            .push_str(&format!("; node {id} panicked: {message}"));
+        problems.push(format!("node {id} panicked during the fault: {message}"));
     }
 }
 
@@ -856,6 +868,7 @@ async fn lose_raft_state(
     sides: &LostStateSides,
     problems: &mut Vec<String>,
 ) -> Outcome {
+    let marks = cluster.log_marks();
     let LostStateSides {
         leader,
         paused,
@@ -898,7 +911,7 @@ async fn lose_raft_state(
         decided => decided,
     };
     let mut outcome = readmit(cluster, loser, "an empty Raft state", admission, problems).await;
-    crashed(cluster, &mut outcome, problems);
+    crashed(cluster, &marks, &mut outcome, problems);
     outcome
 }
 
@@ -910,6 +923,7 @@ async fn lose_folder(
     id: u64,
     problems: &mut Vec<String>,
 ) -> Outcome {
+    let marks = cluster.log_marks();
     let from = acknowledged(progress, Class::Write);
     if let Err(e) = await_acks(progress, Class::Write, from).await {
         problems.push(e.to_string());
@@ -932,7 +946,7 @@ async fn lose_folder(
         if let (Some(theirs), Some(ours)) = (theirs, ours) {
             if theirs != ours {
                 let detail = format!(
-                    "back on an empty data folder, node {id} founded cluster {theirs} and took writes; the others are in {ours}"
+                    "back on an empty data folder, node {id} founded cluster {theirs} of its own and is ready in it; the others are in {ours}"
                 );
                 problems.push(ChaosError::SecondCluster { id, theirs, ours }.to_string());
                 return Outcome::new(Reaction::SecondCluster, detail);
@@ -940,7 +954,7 @@ async fn lose_folder(
         }
     }
     let mut outcome = readmit(cluster, id, "an empty data folder", admission, problems).await;
-    crashed(cluster, &mut outcome, problems);
+    crashed(cluster, &marks, &mut outcome, problems);
     outcome
 }
 
@@ -956,6 +970,7 @@ async fn restore_old_copy(
     id: u64,
     problems: &mut Vec<String>,
 ) -> Outcome {
+    let marks = cluster.log_marks();
     let applied = |status: Option<serde_json::Value>| {
         status.and_then(|s| s["last_applied"].as_u64()).unwrap_or(0)
     };
@@ -993,9 +1008,14 @@ async fn restore_old_copy(
         "copy at applied index {at_copy}, restored at {now}; {}",
         outcome.detail
     );
-    crashed(cluster, &mut outcome, problems);
+    crashed(cluster, &marks, &mut outcome, problems);
     outcome
 }
+
+/// How far past the real time a row's `updated_at` may be when the leader's clock runs
+/// ahead: the time a write takes, plus what a leader that clamps stamps to the log's
+/// newest time allows; a clock trusted as it is shows days.
+const FUTURE_STAMP_ALLOWANCE: Duration = Duration::from_secs(5);
 
 /// The counter of receipts retention dropped (node/src/metrics.rs).
 const PRUNED_METRIC: &str = "rowcall_receipts_pruned_total";
@@ -1010,6 +1030,7 @@ async fn leader_clock_jump(
     hold: Duration,
     problems: &mut Vec<String>,
 ) -> Outcome {
+    let marks = cluster.log_marks();
     let mut note = |r: Result<(), ChaosError>| {
         if let Err(e) = r {
             problems.push(e.to_string());
@@ -1033,6 +1054,17 @@ async fn leader_clock_jump(
         .is_some_and(|s| s["role"].as_str() == Some("leader"));
     let pruned = cluster.metric(leader, PRUNED_METRIC).await.unwrap_or(0.0) - pruned_before;
     let receipts_after = receipts(cluster.digest(leader).await);
+    // Rows stamped later than the real time (with room for the request and a clamp's
+    // allowance): the leader's clock reached the catalogue.
+    let real = std::time::SystemTime::now() + FUTURE_STAMP_ALLOWANCE;
+    let ahead: Vec<String> = cluster
+        .updated_at(leader)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, at)| *at > real)
+        .map(|(key, _)| key)
+        .collect();
     // The counter says what retention dropped; fewer receipts than before says it too, for
     // a build that counts otherwise.
     let shrank = match (receipts_before, receipts_after) {
@@ -1052,6 +1084,23 @@ async fn leader_clock_jump(
         writes_after - writes_before,
         invokes_after - invokes_before,
     );
+    if !ahead.is_empty() {
+        problems.push(
+            ChaosError::StampedAhead {
+                id: leader,
+                rows: ahead.len(),
+                example: ahead[0].clone(),
+                allowance_s: FUTURE_STAMP_ALLOWANCE.as_secs(),
+            }
+            .to_string(),
+        );
+    }
+    let stamps = if ahead.is_empty() {
+        "no row stamped ahead of the real time".to_owned()
+    } else {
+        format!("{} rows stamped ahead of the real time", ahead.len())
+    };
+    let served = format!("{served}; {stamps}");
     let mut outcome = if dropped > 0 {
         problems.push(
             ChaosError::ClockJumpPruned {
@@ -1071,7 +1120,7 @@ async fn leader_clock_jump(
             format!("{served}; it dropped no receipt"),
         )
     };
-    crashed(cluster, &mut outcome, problems);
+    crashed(cluster, &marks, &mut outcome, problems);
     outcome
 }
 

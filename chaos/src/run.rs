@@ -469,3 +469,39 @@ fn progress_line(
     }
     let _ = err.flush();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_all_table_says_what_the_cluster_did_per_scenario() {
+        let rows = [
+            json!({"scenario": "kill-leader", "passed": true, "lost_writes": 0,
+                   "lost_receipts": 0, "diverged": false, "cluster_did": []}),
+            json!({"scenario": "lose-folder", "passed": true, "lost_writes": 0,
+                   "lost_receipts": 0, "diverged": false,
+                   "cluster_did": [{"did": "refused-readmitted", "detail": "node 3 exited"}]}),
+            json!({"scenario": "lose-raft-state", "passed": false, "lost_writes": 1,
+                   "lost_receipts": 8, "diverged": true,
+                   "cluster_did": [{"did": "accepted-unsafely", "detail": "node 3 let in"}]}),
+            json!({"scenario": "minority-stale", "skipped": "needs 5 nodes"}),
+        ];
+        let table = all_table(&rows);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].ends_with("what the cluster did"), "{table}");
+        assert!(
+            lines[1].starts_with("kill-leader") && lines[1].ends_with(" -"),
+            "{table}"
+        );
+        assert!(
+            lines[2].contains("pass") && lines[2].ends_with("refused-readmitted: node 3 exited"),
+            "{table}"
+        );
+        assert!(
+            lines[3].contains("FAIL") && lines[3].contains("accepted-unsafely"),
+            "{table}"
+        );
+        assert!(lines[4].contains("skipped (needs 5 nodes)"), "{table}");
+    }
+}
