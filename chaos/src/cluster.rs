@@ -63,14 +63,6 @@ pub enum Admission {
 }
 
 impl Admission {
-    /// Whether the node was refused or kept out (the operator's steps come next).
-    pub fn refused(&self) -> bool {
-        matches!(
-            self,
-            Self::RefusedWithAdvice | Self::RefusedSilently | Self::KeptOut { .. }
-        )
-    }
-
     /// What the node did, in a few words, for the report.
     pub fn describe(&self, id: u64) -> String {
         match self {

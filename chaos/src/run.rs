@@ -246,10 +246,11 @@ async fn run_one(
         tls: options.tls,
     };
     eprintln!(
-        "== {}: {} nodes{}, {} s, {} sessions at {} ops/s via {} (logs under {})",
+        "== {}: {} nodes{} started {}, {} s, {} sessions at {} ops/s via {} (logs under {})",
         scenario.name,
         options.nodes,
         if options.tls { " (peer mTLS)" } else { "" },
+        options.start_form.name(),
         options.duration.as_secs(),
         options.sessions,
         options.rate,
@@ -374,6 +375,8 @@ async fn drive(
     label: &str,
 ) -> Result<(Vec<Event>, Vec<FaultWindow>, FinalState, Vec<String>), ChaosError> {
     let mut cluster = Cluster::start_with(cluster_options, setup).await?;
+    // What each node's log holds before the run: a panic logged after it fails the run.
+    let marks = cluster.log_marks();
     let progress = Arc::new(Progress::default());
     let epoch = Instant::now();
     let target = Target {
@@ -424,6 +427,11 @@ async fn drive(
             .collect::<Vec<_>>()
             .join(", ");
         heal_problems.push(ChaosError::ClusterIdsDiffer { ids }.to_string());
+    }
+    // No input ever panics a node (DESIGN §3); a Raft core that panicked leaves its process
+    // up and serving HTTP, so only its log tells.
+    for (id, message) in cluster.panicked_since(&marks) {
+        heal_problems.push(format!("node {id} panicked during the run: {message}"));
     }
     for problem in &heal_problems {
         eprintln!("heal: {problem}");
