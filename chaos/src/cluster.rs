@@ -1497,6 +1497,112 @@ mod tests {
         remove_dir(&root).unwrap();
     }
 
+    /// A stand-in node: a process that stays up (`sleep`) and an HTTP listener answering
+    /// `/api/cluster` with `status` and `/readyz` with `ready`.
+    async fn stand_in(status: Value, ready: u16) -> Cluster {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let http = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let status = status.clone();
+                tokio::spawn(async move {
+                    let mut request = vec![0; 4096];
+                    let n = socket.read(&mut request).await.unwrap_or(0);
+                    let request = String::from_utf8_lossy(&request[..n]);
+                    let (code, body) = if request.starts_with("GET /readyz") {
+                        (ready, String::new())
+                    } else {
+                        (200, status.to_string())
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        let root = std::env::temp_dir().join(format!("rowcall-chaos-stand-in-{}", http.port()));
+        let child = Command::new("sleep").arg("30").spawn().unwrap();
+        Cluster {
+            bin: PathBuf::from("sleep"),
+            snapshot_every: 0,
+            storm: None,
+            peer_tls: None,
+            ca: None,
+            nodes: vec![Node {
+                id: 1,
+                http,
+                grpc: http,
+                data: root.join("data"),
+                log: root.join("node.log"),
+                child: Some(child),
+                paused: false,
+            }],
+            links: Vec::new(),
+            incarnations: Arc::new(vec![AtomicU32::new(0)]),
+            learners: Vec::new(),
+            form: StartForm::Peers,
+            config_file: None,
+            env: BTreeMap::new(),
+            http: control_client(),
+            started: Instant::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_node_that_stays_up_behind_is_kept_out_and_a_ready_one_let_in() {
+        let within = Duration::from_secs(5);
+        // The lead's contract: standing behind, with a reason, and /readyz failing.
+        let mut behind = stand_in(
+            json!({"node_id": 1, "standing": "behind", "standing_reason": "older than it told its peers"}),
+            503,
+        )
+        .await;
+        assert_eq!(
+            behind.admission(1, 0, within).await,
+            Admission::KeptOut {
+                reason: "older than it told its peers".into()
+            }
+        );
+        // Ready as itself (today's node code has no standing at all).
+        let mut accepted = stand_in(json!({"node_id": 1}), 200).await;
+        assert_eq!(accepted.admission(1, 0, within).await, Admission::Accepted);
+        let mut ok = stand_in(json!({"node_id": 1, "standing": "ok"}), 200).await;
+        assert_eq!(ok.admission(1, 0, within).await, Admission::Accepted);
+        // Still verifying (even if it said ready), or ready as another node: not decided.
+        let short = Duration::from_millis(300);
+        let mut verifying = stand_in(json!({"node_id": 1, "standing": "verifying"}), 200).await;
+        assert_eq!(verifying.admission(1, 0, short).await, Admission::Undecided);
+        let mut other = stand_in(json!({"node_id": 2}), 200).await;
+        assert_eq!(other.admission(1, 0, short).await, Admission::Undecided);
+        // A node that exited, its log naming the removal it needs.
+        let mut exited = stand_in(json!({"node_id": 1}), 503).await;
+        std::fs::create_dir_all(exited.node(1).log.parent().unwrap()).unwrap();
+        std::fs::write(&exited.node(1).log, "old\n").unwrap();
+        let mark = exited.logged(1);
+        std::fs::write(
+            &exited.node(1).log,
+            "old\nrefused: remove the old member first: DELETE /api/cluster/members/1\n",
+        )
+        .unwrap();
+        exited.kill(1);
+        // kill() forgets the child; a real exit is noticed by check_alive: start one that ends.
+        exited.nodes[0].child = Some(Command::new("true").spawn().unwrap());
+        assert_eq!(
+            exited.admission(1, mark, within).await,
+            Admission::RefusedWithAdvice
+        );
+        exited.nodes[0].child = Some(Command::new("true").spawn().unwrap());
+        let end = exited.logged(1);
+        assert_eq!(
+            exited.admission(1, end, within).await,
+            Admission::RefusedSilently
+        );
+        let _ = std::fs::remove_dir_all(exited.node(1).log.parent().unwrap());
+    }
+
     #[test]
     fn node_ports_are_distinct_and_below_the_outgoing_range() {
         let ports = free_ports(6).unwrap();

@@ -778,15 +778,18 @@ async fn readmit(
                     .to_string(),
                 );
             }
-            let steps = match cluster.wipe_and_rejoin(id).await {
-                Ok(()) => format!("removed, wiped and rejoined: node {id} is a member again"),
+            let (readmitted, steps) = match cluster.wipe_and_rejoin(id).await {
+                Ok(()) => (
+                    true,
+                    format!("removed, wiped and rejoined: node {id} is a member again"),
+                ),
                 Err(e) => {
                     let said = format!("re-admission failed: {e}");
                     problems.push(e.to_string());
-                    said
+                    (false, said)
                 }
             };
-            let did = match (undecided, steps.starts_with("removed")) {
+            let did = match (undecided, readmitted) {
                 (true, _) => Reaction::Undecided,
                 (false, true) => Reaction::RefusedReadmitted,
                 (false, false) => Reaction::Refused,
