@@ -1,10 +1,17 @@
 //! Real `rowcall-node` processes on loopback: start, SIGKILL, SIGSTOP/SIGCONT, SIGTERM,
-//! restart, wipe and rejoin; and the link proxies between them. Every child is killed when
-//! the [`Cluster`] is dropped (also on error, panic or Ctrl-C).
+//! restart, wipe and rejoin, lose or restore part of a data folder; and the link proxies
+//! between them. Every child is killed when the [`Cluster`] is dropped (also on error, panic
+//! or Ctrl-C).
 //!
 //! Ports are chosen up front (bind port 0, note it, release it) because a node keeps its
 //! addresses across restarts and every other node must know them to route through proxies.
+//!
+//! Every node is started, and started again, with one command of its own, as a service
+//! manager would: the [`StartForm`] the documentation recommends (every voter
+//! `--bootstrap --join <the other initial voters>`), so a scenario that restarts a node on a
+//! lost or older folder tests the command an operator really runs.
 
+use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::net::{SocketAddr, TcpListener};
@@ -36,18 +43,91 @@ pub struct SnapshotStorm {
     pub keep: u64,
 }
 
-/// How a wiped node that asked to rejoin under its old id ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnsafeRejoin {
+/// How a node that came back on a lost, wiped or older data folder was received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
     /// It exited, and its log names the removal that has to come first.
     RefusedWithAdvice,
     /// It exited without saying how to proceed.
     RefusedSilently,
-    /// It became ready: the cluster let it in.
+    /// It keeps running but stays out: `GET /api/cluster` says `"standing": "behind"`, and
+    /// `/readyz` fails.
+    KeptOut {
+        /// Its `standing_reason`.
+        reason: String,
+    },
+    /// It became ready: the cluster let it in as what it was.
     Accepted,
     /// Neither within the time allowed.
     Undecided,
 }
+
+impl Admission {
+    /// What the node did, in a few words, for the report.
+    pub fn describe(&self, id: u64) -> String {
+        match self {
+            Self::RefusedWithAdvice => {
+                format!("node {id} exited, its log naming DELETE /api/cluster/members/{id}")
+            }
+            Self::RefusedSilently => {
+                format!("node {id} exited without naming the removal it needs")
+            }
+            Self::KeptOut { reason } => {
+                format!("node {id} kept running but stayed out (standing behind: {reason})")
+            }
+            Self::Accepted => format!("node {id} was let in as itself"),
+            Self::Undecided => format!("node {id} was neither refused nor let in"),
+        }
+    }
+}
+
+/// How nodes are started, and started again (every start of a node uses the same command).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum StartForm {
+    /// Every voter `--bootstrap --join <the other initial voters>` (the lowest id founds once
+    /// every peer answers, the others join it; a node that lost its folder finds its peers in
+    /// a cluster and asks to rejoin); learners `--join <node 1> --learner`. The form the
+    /// README recommends.
+    #[default]
+    Peers,
+    /// Node 1 `--bootstrap` alone, the others `--join <node 1>`: the form before issue 29,
+    /// kept to show what it does when the founder loses its folder.
+    FounderAlone,
+}
+
+impl StartForm {
+    /// Its name in flags and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Peers => "peers",
+            Self::FounderAlone => "founder-alone",
+        }
+    }
+}
+
+/// What a cluster is started with besides its [`ClusterOptions`].
+#[derive(Debug, Clone, Default)]
+pub struct Setup {
+    /// Nodes that join as learners (read replicas that never vote), never node 1.
+    pub learners: Vec<u64>,
+    /// How nodes are started.
+    pub form: StartForm,
+    /// A TOML configuration every node is started with (`--config`), e.g. receipt retention.
+    pub config: Option<String>,
+}
+
+/// Which command starts a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Launch {
+    /// Its own command (see [`StartForm`]).
+    Original,
+    /// On a fresh folder, re-admitted through a live member after the old one was removed: its
+    /// own command when that names peers to join through, else `--join <via>`.
+    Rejoin(SocketAddr),
+}
+
+/// The folder inside a node's data folder that holds its Raft log, vote and state machine.
+pub const RAFT_STATE_DIR: &str = "sled";
 
 /// The name of a shared row.
 pub fn shared_row(i: usize) -> String {
@@ -195,6 +275,12 @@ pub struct Cluster {
     pub incarnations: Arc<Vec<AtomicU32>>,
     /// Nodes that join as learners (read replicas that never vote).
     learners: Vec<u64>,
+    /// How nodes are started.
+    form: StartForm,
+    /// The configuration file every node is started with, if any.
+    config_file: Option<PathBuf>,
+    /// Per node: environment variables it is started with from now on (a test clock offset).
+    env: BTreeMap<u64, Vec<(String, String)>>,
     http: reqwest::Client,
     started: Instant,
 }
@@ -298,10 +384,10 @@ fn signal(pid: u32, signal: &str, id: u64) -> Result<(), ChaosError> {
 }
 
 impl Cluster {
-    /// Starts `options.nodes` nodes: node 1 initialises the cluster, the others join it,
-    /// then the shared rows are written. Returns once every node is ready.
+    /// Starts `options.nodes` nodes in the [`StartForm`] the README recommends, then writes
+    /// the shared rows. Returns once every node is ready and a member.
     pub async fn start(options: &ClusterOptions) -> Result<Cluster, ChaosError> {
-        Self::start_with_learners(options, &[]).await
+        Self::start_with(options, &Setup::default()).await
     }
 
     /// [`Cluster::start`], with the nodes in `learners` (never node 1, which founds the
@@ -310,6 +396,19 @@ impl Cluster {
         options: &ClusterOptions,
         learners: &[u64],
     ) -> Result<Cluster, ChaosError> {
+        let setup = Setup {
+            learners: learners.to_vec(),
+            ..Setup::default()
+        };
+        Self::start_with(options, &setup).await
+    }
+
+    /// [`Cluster::start`] as `setup` says: learners, start form, configuration file.
+    pub async fn start_with(
+        options: &ClusterOptions,
+        setup: &Setup,
+    ) -> Result<Cluster, ChaosError> {
+        let learners = &setup.learners[..];
         if learners.contains(&1) {
             return Err(ChaosError::setup(
                 "the cluster",
@@ -364,6 +463,17 @@ impl Cluster {
             ),
             None => None,
         };
+        let config_file = match &setup.config {
+            Some(toml) => {
+                std::fs::create_dir_all(&options.root)
+                    .map_err(|e| ChaosError::io(format!("create {}", options.root.display()), e))?;
+                let path = options.root.join("rowcall.toml");
+                std::fs::write(&path, toml)
+                    .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
+                Some(path)
+            }
+            None => None,
+        };
         let mut cluster = Cluster {
             bin: options.bin.clone(),
             snapshot_every: options.snapshot_every,
@@ -374,14 +484,28 @@ impl Cluster {
             nodes,
             links,
             learners: learners.to_vec(),
+            form: setup.form,
+            config_file,
+            env: BTreeMap::new(),
             http: control_client(),
             started: Instant::now(),
         };
-        cluster.spawn(1, None)?;
-        cluster.wait_ready(1).await?;
-        let join = cluster.nodes[0].grpc;
-        for id in 2..=n as u64 {
-            cluster.join(id, join).await?;
+        match setup.form {
+            // Every node at once: the founder waits until every peer answers.
+            StartForm::Peers => {
+                for id in cluster.ids() {
+                    cluster.spawn(id, Launch::Original)?;
+                }
+            }
+            StartForm::FounderAlone => {
+                cluster.spawn(1, Launch::Original)?;
+                cluster.wait_ready(1).await?;
+            }
+        }
+        // One at a time, each until every member sees it (a node whose concurrent join was
+        // refused exits, and is started again).
+        for id in cluster.ids() {
+            cluster.join(id, Launch::Original).await?;
         }
         let members = cluster.members(1).await.map_or(0, |m| m.len());
         if members != n {
@@ -429,9 +553,22 @@ impl Cluster {
         }
     }
 
-    /// Starts node `id`'s process (fresh with `join`, or on its existing data folder).
-    fn spawn(&mut self, id: u64, join: Option<SocketAddr>) -> Result<(), ChaosError> {
-        self.log_line(id, &format!("start (join {join:?})"));
+    /// The flags that say how node `id` enters a cluster when started by `launch`.
+    fn entry_flags(&self, id: u64, launch: Launch) -> Vec<String> {
+        let nodes: Vec<(u64, SocketAddr)> = self.nodes.iter().map(|n| (n.id, n.grpc)).collect();
+        entry_flags(self.form, &nodes, &self.learners, id, launch)
+    }
+
+    /// Starts node `id`'s process with its own command, on whatever its data folder holds:
+    /// what a service manager does after a crash or a reboot.
+    pub fn launch(&mut self, id: u64) -> Result<(), ChaosError> {
+        self.spawn(id, Launch::Original)
+    }
+
+    /// Starts node `id`'s process by `launch`.
+    fn spawn(&mut self, id: u64, launch: Launch) -> Result<(), ChaosError> {
+        let entry = self.entry_flags(id, launch);
+        self.log_line(id, &format!("start {}", entry.join(" ")));
         let routes: Vec<String> = self
             .links
             .iter()
@@ -457,12 +594,13 @@ impl Cluster {
             .arg(node.grpc.to_string())
             .arg("--data")
             .arg(&node.data)
-            .arg("--no-demo");
-        if let Some(join) = join {
-            command.arg("--join").arg(join.to_string());
-            if self.learners.contains(&id) {
-                command.arg("--learner");
-            }
+            .arg("--no-demo")
+            .args(&entry);
+        if let Some(file) = &self.config_file {
+            command.arg("--config").arg(file);
+        }
+        for (name, value) in self.env.get(&id).into_iter().flatten() {
+            command.env(name, value);
         }
         for route in routes {
             command.arg("--peer-route").arg(route);
@@ -610,10 +748,11 @@ impl Cluster {
         Ok(())
     }
 
-    /// Starts a stopped node on its data folder and waits until it is ready.
+    /// Starts a stopped node on its data folder (with its own command) and waits until it
+    /// is ready.
     pub async fn restart(&mut self, id: u64) -> Result<(), ChaosError> {
         if self.node(id).child.is_none() {
-            self.spawn(id, None)?;
+            self.spawn(id, Launch::Original)?;
         }
         self.wait_ready(id).await
     }
@@ -624,71 +763,183 @@ impl Cluster {
         self.storm = Some(storm);
     }
 
+    /// Node `id` is started from now on with the environment variable `name` set to
+    /// `value` (`None`: no longer set). Running processes keep theirs until restarted.
+    pub fn set_env(&mut self, id: u64, name: &str, value: Option<String>) {
+        let vars = self.env.entry(id).or_default();
+        vars.retain(|(n, _)| n != name);
+        if let Some(value) = value {
+            vars.push((name.to_owned(), value));
+        }
+    }
+
+    /// The history's incarnation of node `id` starts over: its data went backwards, so the
+    /// indexes it answers with may too.
+    fn new_incarnation(&self, id: u64) {
+        self.incarnations[(id - 1) as usize].fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Kills node `id` and wipes its data folder (its incarnation is gone).
-    fn kill_and_wipe(&mut self, id: u64) -> Result<(), ChaosError> {
+    pub fn kill_and_wipe(&mut self, id: u64) -> Result<(), ChaosError> {
         self.kill(id);
         let data = self.node(id).data.clone();
         self.log_line(id, "wipe data folder");
-        if data.exists() {
-            std::fs::remove_dir_all(&data)
-                .map_err(|e| ChaosError::io(format!("wipe {}", data.display()), e))?;
-        }
-        self.incarnations[(id - 1) as usize].fetch_add(1, Ordering::SeqCst);
+        remove_dir(&data)?;
+        self.new_incarnation(id);
+        Ok(())
+    }
+
+    /// Node `id`, stopped, loses its Raft state only: the [`RAFT_STATE_DIR`] folder is
+    /// removed, and everything else in its data folder (`identity.json`, `signing.key`,
+    /// snapshots) is kept, as after a lost volume that held only the database.
+    pub fn lose_raft_state(&mut self, id: u64) -> Result<(), ChaosError> {
+        let raft = self.node(id).data.join(RAFT_STATE_DIR);
+        self.log_line(id, &format!("remove {}", raft.display()));
+        remove_dir(&raft)?;
+        self.new_incarnation(id);
+        Ok(())
+    }
+
+    /// A copy of node `id`'s data folder as a crash at this moment would leave it: the
+    /// process is frozen (SIGSTOP) while the folder is copied to `to`, then continues.
+    pub fn copy_folder(&mut self, id: u64, to: &Path) -> Result<(), ChaosError> {
+        let data = self.node(id).data.clone();
+        self.log_line(id, &format!("copy data folder to {}", to.display()));
+        remove_dir(to)?;
+        self.pause(id)?;
+        let copied = copy_dir(&data, to);
+        // Continue it whatever the copy did.
+        self.resume(id)?;
+        copied
+    }
+
+    /// Kills node `id` and puts `copy` (from [`Cluster::copy_folder`]) in place of its data
+    /// folder, as a restore from a backup or a volume snapshot would. The node is left
+    /// stopped.
+    pub fn restore_folder(&mut self, id: u64, copy: &Path) -> Result<(), ChaosError> {
+        self.kill(id);
+        let data = self.node(id).data.clone();
+        self.log_line(id, &format!("restore data folder from {}", copy.display()));
+        remove_dir(&data)?;
+        copy_dir(copy, &data)?;
+        self.new_incarnation(id);
         Ok(())
     }
 
     /// The unsafe procedure an operator (or a StatefulSet) might follow: node `id` is
-    /// killed, wiped and started again with `--join` under its old id, its old self never
-    /// removed. Waits (bounded) to see whether the cluster refused it; the node is left
-    /// stopped either way.
-    pub async fn wipe_and_rejoin_unsafely(&mut self, id: u64) -> Result<UnsafeRejoin, ChaosError> {
+    /// killed, wiped and started again under its old id, its old self never removed: with
+    /// `--join <a live member>`, or (`original`) with its own command. Waits (bounded) to
+    /// see whether the cluster refused it; the node is left as it is (running if let in).
+    pub async fn wipe_and_rejoin_unsafely(
+        &mut self,
+        id: u64,
+        original: bool,
+    ) -> Result<Admission, ChaosError> {
         self.kill_and_wipe(id)?;
-        let Some(via) = self
-            .nodes
+        let launch = if original {
+            Launch::Original
+        } else {
+            let Some(via) = self.live_member_other_than(id).map(|n| n.grpc) else {
+                return Ok(Admission::Undecided);
+            };
+            Launch::Rejoin(via)
+        };
+        let logged_before = self.logged(id);
+        self.spawn(id, launch)?;
+        Ok(self.admission(id, logged_before, READY_WITHIN).await)
+    }
+
+    /// A running node other than `id`, not paused.
+    fn live_member_other_than(&self, id: u64) -> Option<&Node> {
+        self.nodes
             .iter()
             .find(|n| n.id != id && n.is_up() && !n.paused)
-            .map(|n| n.grpc)
-        else {
-            return Ok(UnsafeRejoin::Undecided);
-        };
-        let logged_before = std::fs::metadata(&self.node(id).log).map_or(0, |m| m.len());
-        self.spawn(id, Some(via))?;
-        let deadline = Instant::now() + READY_WITHIN;
-        let outcome = loop {
+    }
+
+    /// Every node's log length now ([`Cluster::logged`]), to see later what each logged since.
+    pub fn log_marks(&self) -> BTreeMap<u64, u64> {
+        self.ids()
+            .into_iter()
+            .map(|id| (id, self.logged(id)))
+            .collect()
+    }
+
+    /// Nodes whose log shows a panic after `marks`, each with the panic's message (a Raft
+    /// core that panics leaves the process serving HTTP, never ready).
+    pub fn panicked_since(&self, marks: &BTreeMap<u64, u64>) -> Vec<(u64, String)> {
+        let mut out = Vec::new();
+        for (&id, &mark) in marks {
+            let log = std::fs::read(&self.node(id).log).unwrap_or_default();
+            let since =
+                String::from_utf8_lossy(log.get(mark as usize..).unwrap_or(&[])).into_owned();
+            let mut lines = since.lines();
+            if lines.any(|l| l.contains("panicked at")) {
+                let message = lines.next().unwrap_or("").trim().to_owned();
+                out.push((id, message));
+            }
+        }
+        out
+    }
+
+    /// How many bytes node `id`'s log holds now: what a start logs after this counts.
+    pub fn logged(&self, id: u64) -> u64 {
+        std::fs::metadata(&self.node(id).log).map_or(0, |m| m.len())
+    }
+
+    /// Watches node `id`, just started on a lost, wiped or older folder, for up to `within`:
+    /// until it exits (with or without advice in what it logged after `logged_before`), is
+    /// kept out (`standing: behind`), or becomes ready as itself. A node still `verifying`
+    /// its standing is not decided yet. The node is left as it is.
+    pub async fn admission(&mut self, id: u64, logged_before: u64, within: Duration) -> Admission {
+        let deadline = Instant::now() + within;
+        loop {
             if self.check_alive(id).is_err() {
-                // Only what this attempt logged counts.
+                // Only what this start logged counts.
                 let log = std::fs::read(&self.node(id).log).unwrap_or_default();
                 let said =
                     String::from_utf8_lossy(log.get(logged_before as usize..).unwrap_or(&[]))
                         .contains(&format!("DELETE /api/cluster/members/{id}"));
-                break if said {
-                    UnsafeRejoin::RefusedWithAdvice
+                return if said {
+                    Admission::RefusedWithAdvice
                 } else {
-                    UnsafeRejoin::RefusedSilently
+                    Admission::RefusedSilently
                 };
             }
-            if self.is_ready(id).await {
-                break UnsafeRejoin::Accepted;
+            let status = self.status(id).await;
+            let standing = status
+                .as_ref()
+                .and_then(|s| s["standing"].as_str().map(str::to_owned));
+            match standing.as_deref() {
+                Some("behind") if !self.is_ready(id).await => {
+                    let reason = status
+                        .as_ref()
+                        .and_then(|s| s["standing_reason"].as_str())
+                        .unwrap_or("no reason given")
+                        .to_owned();
+                    return Admission::KeptOut { reason };
+                }
+                // Still checking with its peers: wait for the verdict.
+                Some("verifying") => {}
+                _ => {
+                    let itself = status.and_then(|s| s["node_id"].as_u64()) == Some(id);
+                    if itself && self.is_ready(id).await {
+                        return Admission::Accepted;
+                    }
+                }
             }
             if Instant::now() >= deadline {
-                break UnsafeRejoin::Undecided;
+                return Admission::Undecided;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        self.kill(id);
-        Ok(outcome)
+        }
     }
 
     /// Node `id` loses its disk: killed, removed from the membership, its data folder
-    /// wiped, then started fresh with `--join` and waited for.
+    /// wiped, then started fresh (with `--join`) and waited for until it is a member again.
     pub async fn wipe_and_rejoin(&mut self, id: u64) -> Result<(), ChaosError> {
         self.kill(id);
-        let other = self
-            .nodes
-            .iter()
-            .find(|n| n.id != id && n.is_up() && !n.paused)
-            .map(|n| (n.url(), n.grpc));
-        let Some((other_url, join)) = other else {
+        let Some((other_url, via)) = self.live_member_other_than(id).map(|n| (n.url(), n.grpc))
+        else {
             return Ok(());
         };
         // Remove it (retry while the cluster elects or reconfigures).
@@ -711,18 +962,18 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         self.kill_and_wipe(id)?;
-        self.join(id, join).await
+        self.join(id, Launch::Rejoin(via)).await
     }
 
-    /// Starts node `id` fresh with `--join`, and waits until it is ready and a voter (or a
-    /// learner, if it is one) in the membership every other member sees. A join refused
-    /// because another membership change is still under way makes the node exit; it is
-    /// retried on a clean folder.
-    async fn join(&mut self, id: u64, via: SocketAddr) -> Result<(), ChaosError> {
+    /// Starts node `id` fresh by `launch` (unless it runs), and waits until it is ready and
+    /// a voter (or a learner, if it is one) in the membership every other member sees. A
+    /// join refused because another membership change is still under way makes the node
+    /// exit; it is retried on a clean folder.
+    async fn join(&mut self, id: u64, launch: Launch) -> Result<(), ChaosError> {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            match self.join_once(id, via).await {
+            match self.join_once(id, launch).await {
                 Ok(()) => return Ok(()),
                 Err(ChaosError::Exited { .. }) if attempts < 5 => {
                     let data = self.node(id).data.clone();
@@ -734,9 +985,9 @@ impl Cluster {
         }
     }
 
-    async fn join_once(&mut self, id: u64, via: SocketAddr) -> Result<(), ChaosError> {
+    async fn join_once(&mut self, id: u64, launch: Launch) -> Result<(), ChaosError> {
         if self.node(id).child.is_none() {
-            self.spawn(id, Some(via))?;
+            self.spawn(id, launch)?;
         }
         self.wait_ready(id).await?;
         // The next membership change may start only when this one is committed everywhere.
@@ -867,6 +1118,139 @@ impl Cluster {
         }
     }
 
+    /// Nodes whose process exited by itself since the harness last looked (they are then
+    /// known as stopped, and healing starts them again).
+    pub fn exited(&mut self) -> Vec<u64> {
+        self.ids()
+            .into_iter()
+            .filter(|&id| self.check_alive(id).is_err())
+            .collect()
+    }
+
+    /// The value of the counter or gauge `name` (without labels) on node `id`'s `/metrics`;
+    /// 0 when the node has not reported it yet, `None` when it did not answer.
+    pub async fn metric(&self, id: u64, name: &str) -> Option<f64> {
+        let text = self
+            .http
+            .get(format!("{}/metrics", self.node(id).url()))
+            .header("x-terminal-key", ADMIN_KEY)
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let value = text
+            .lines()
+            .filter_map(|line| line.strip_prefix(name))
+            .find_map(|rest| rest.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok());
+        Some(value.unwrap_or(0.0))
+    }
+
+    /// Node `id`'s convergence digest (`/api/cluster/digest`: applied index, row and receipt
+    /// counts and hashes).
+    pub async fn digest(&self, id: u64) -> Option<Value> {
+        self.http
+            .get(format!("{}/api/cluster/digest", self.node(id).url()))
+            .header("x-terminal-key", ADMIN_KEY)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()
+    }
+
+    /// Every row's `updated_at` on node `id`, parsed (rows whose stamp does not parse are
+    /// left out); `None` when it did not answer.
+    pub async fn updated_at(&self, id: u64) -> Option<Vec<(String, std::time::SystemTime)>> {
+        let url = self.node(id).url();
+        let mut out = Vec::new();
+        let mut cursor = String::new();
+        // Bounded: at most 1,000 pages of 1,000 rows.
+        for _ in 0..1_000 {
+            let page: Value = self
+                .http
+                .get(format!("{url}/api/directory?limit=1000&cursor={cursor}"))
+                .header("x-terminal-key", ADMIN_KEY)
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            for row in page["rows"].as_array()? {
+                let stamp = row["updated_at"]
+                    .as_str()
+                    .map(humantime::parse_rfc3339_weak);
+                if let (Some(key), Some(Ok(at))) = (row["key"].as_str(), stamp) {
+                    out.push((key.to_owned(), at));
+                }
+            }
+            match page["next_cursor"].as_str() {
+                Some(next) if !next.is_empty() => cursor = next.to_owned(),
+                _ => break,
+            }
+        }
+        Some(out)
+    }
+
+    /// The cluster id each running, unpaused node reports (`None`: no answer, or in none).
+    pub async fn cluster_ids(&self) -> BTreeMap<u64, Option<String>> {
+        let mut ids = BTreeMap::new();
+        for id in self.ids() {
+            if self.node(id).is_up() && !self.node(id).paused {
+                let cluster = self
+                    .status(id)
+                    .await
+                    .and_then(|s| s["cluster_id"].as_str().map(str::to_owned));
+                ids.insert(id, cluster);
+            }
+        }
+        ids
+    }
+
+    /// Makes node `target` the leader. The other nodes' outgoing links are cut, so none of
+    /// them can stand for election while all still answer the target; the leader is
+    /// stopped with SIGTERM (its handover cannot go elsewhere), the target wins the
+    /// election, the links heal and the old leader starts again. A few tries.
+    pub async fn make_leader(&mut self, target: u64) -> Result<(), ChaosError> {
+        const TRIES: usize = 3;
+        for _ in 0..TRIES {
+            let Some(leader) = self.await_leader(Duration::from_secs(5)).await else {
+                continue;
+            };
+            if leader == target {
+                return Ok(());
+            }
+            self.set_links(|from, _| (from != target).then(LinkState::blackhole));
+            let stopped = self.terminate(leader).await;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                let leads = self
+                    .status(target)
+                    .await
+                    .is_some_and(|s| s["role"].as_str() == Some("leader"));
+                if leads {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            self.heal_links();
+            stopped?;
+            self.restart(leader).await?;
+        }
+        match self.await_leader(Duration::from_secs(5)).await {
+            Some(leader) if leader == target => Ok(()),
+            found => Err(ChaosError::NotMadeLeader {
+                id: target,
+                tries: TRIES,
+                leader: found,
+            }),
+        }
+    }
+
     /// Sets every link for which `state` answers.
     pub fn set_links(&self, mut state: impl FnMut(u64, u64) -> Option<LinkState>) {
         for link in &self.links {
@@ -935,6 +1319,81 @@ impl Cluster {
     }
 }
 
+/// The flags that say how node `id` of `nodes` (id, gRPC address) enters a cluster when
+/// started by `launch`, in `form`.
+fn entry_flags(
+    form: StartForm,
+    nodes: &[(u64, SocketAddr)],
+    learners: &[u64],
+    id: u64,
+    launch: Launch,
+) -> Vec<String> {
+    let learner = learners.contains(&id);
+    let joins = |peers: Vec<SocketAddr>| {
+        let list: Vec<String> = peers.iter().map(SocketAddr::to_string).collect();
+        let mut flags = vec!["--join".to_owned(), list.join(",")];
+        if learner {
+            flags.push("--learner".to_owned());
+        }
+        flags
+    };
+    let Some(&(_, node1)) = nodes.first() else {
+        return Vec::new();
+    };
+    match (form, launch) {
+        // The same command on every start: it names every other initial voter, so a node
+        // on a fresh folder finds its peers' cluster (or founds it with them, once).
+        (StartForm::Peers, _) if !learner => {
+            let voters: Vec<SocketAddr> = nodes
+                .iter()
+                .filter(|(other, _)| *other != id && !learners.contains(other))
+                .map(|&(_, grpc)| grpc)
+                .collect();
+            let mut flags = vec!["--bootstrap".to_owned()];
+            if !voters.is_empty() {
+                flags.extend(joins(voters));
+            }
+            flags
+        }
+        (StartForm::FounderAlone, Launch::Original) if id == 1 => vec!["--bootstrap".to_owned()],
+        (_, Launch::Original) => joins(vec![node1]),
+        (_, Launch::Rejoin(via)) => joins(vec![via]),
+    }
+}
+
+/// Removes `path` and everything under it; nothing to do if it is not there.
+fn remove_dir(path: &Path) -> Result<(), ChaosError> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(ChaosError::io(format!("remove {}", path.display()), e)),
+    }
+}
+
+/// Copies the folder `from` to `to` (which must not exist), files and sub-folders, keeping
+/// the permissions (a data folder is readable by its user only).
+fn copy_dir(from: &Path, to: &Path) -> Result<(), ChaosError> {
+    let io = |what: &str, path: &Path| {
+        let what = format!("{what} {}", path.display());
+        move |e| ChaosError::io(what, e)
+    };
+    std::fs::create_dir_all(to).map_err(io("create", to))?;
+    let permissions = std::fs::metadata(from)
+        .map_err(io("read", from))?
+        .permissions();
+    std::fs::set_permissions(to, permissions).map_err(io("set permissions of", to))?;
+    for entry in std::fs::read_dir(from).map_err(io("list", from))? {
+        let entry = entry.map_err(io("list", from))?;
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        if entry.file_type().map_err(io("read", &source))?.is_dir() {
+            copy_dir(&source, &target)?;
+        } else {
+            std::fs::copy(&source, &target).map_err(io("copy", &source))?;
+        }
+    }
+    Ok(())
+}
+
 /// The node binary next to this executable (`target/<profile>/rowcall-node`), or `given`.
 pub fn node_binary(given: Option<&Path>) -> Result<PathBuf, ChaosError> {
     let path = match given {
@@ -963,6 +1422,186 @@ pub fn node_binary(given: Option<&Path>) -> Result<PathBuf, ChaosError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_start_of_a_node_uses_the_command_of_its_start_form() {
+        let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        let nodes = [
+            (1, addr(9081)),
+            (2, addr(9082)),
+            (3, addr(9083)),
+            (4, addr(9084)),
+        ];
+        let learners = [4];
+        let flags = |form, id, launch| entry_flags(form, &nodes, &learners, id, launch).join(" ");
+        // Peers: every voter names every other initial voter, on any start.
+        let peers = StartForm::Peers;
+        assert_eq!(
+            flags(peers, 1, Launch::Original),
+            "--bootstrap --join 127.0.0.1:9082,127.0.0.1:9083"
+        );
+        assert_eq!(
+            flags(peers, 3, Launch::Original),
+            "--bootstrap --join 127.0.0.1:9081,127.0.0.1:9082"
+        );
+        assert_eq!(
+            flags(peers, 1, Launch::Rejoin(addr(9082))),
+            flags(peers, 1, Launch::Original)
+        );
+        assert_eq!(
+            flags(peers, 4, Launch::Original),
+            "--join 127.0.0.1:9081 --learner"
+        );
+        assert_eq!(
+            flags(peers, 4, Launch::Rejoin(addr(9083))),
+            "--join 127.0.0.1:9083 --learner"
+        );
+        // One node alone: founds, no peers.
+        assert_eq!(
+            entry_flags(peers, &nodes[..1], &[], 1, Launch::Original),
+            ["--bootstrap"]
+        );
+        // Founder alone: the older form.
+        let alone = StartForm::FounderAlone;
+        assert_eq!(flags(alone, 1, Launch::Original), "--bootstrap");
+        assert_eq!(flags(alone, 2, Launch::Original), "--join 127.0.0.1:9081");
+        assert_eq!(
+            flags(alone, 1, Launch::Rejoin(addr(9083))),
+            "--join 127.0.0.1:9083"
+        );
+    }
+
+    #[test]
+    fn a_copied_folder_holds_every_file_and_a_restore_replaces_the_folder() {
+        let root = std::env::temp_dir().join(format!("rowcall-chaos-copy-{}", std::process::id()));
+        let data = root.join("data");
+        std::fs::create_dir_all(data.join("sled/blobs")).unwrap();
+        std::fs::write(data.join("identity.json"), "{}").unwrap();
+        std::fs::write(data.join("sled/db"), "old").unwrap();
+        std::fs::write(data.join("sled/blobs/1"), "blob").unwrap();
+        let copy = root.join("data-copy");
+        copy_dir(&data, &copy).unwrap();
+        std::fs::write(data.join("sled/db"), "new").unwrap();
+        remove_dir(&data).unwrap();
+        copy_dir(&copy, &data).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(data.join("sled/db")).unwrap(),
+            "old"
+        );
+        assert_eq!(
+            std::fs::read_to_string(data.join("sled/blobs/1")).unwrap(),
+            "blob"
+        );
+        assert!(data.join("identity.json").is_file());
+        remove_dir(&root).unwrap();
+        remove_dir(&root).unwrap();
+    }
+
+    /// A stand-in node: a process that stays up (`sleep`) and an HTTP listener answering
+    /// `/api/cluster` with `status` and `/readyz` with `ready`.
+    async fn stand_in(status: Value, ready: u16) -> Cluster {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let http = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let status = status.clone();
+                tokio::spawn(async move {
+                    let mut request = vec![0; 4096];
+                    let n = socket.read(&mut request).await.unwrap_or(0);
+                    let request = String::from_utf8_lossy(&request[..n]);
+                    let (code, body) = if request.starts_with("GET /readyz") {
+                        (ready, String::new())
+                    } else {
+                        (200, status.to_string())
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        let root = std::env::temp_dir().join(format!("rowcall-chaos-stand-in-{}", http.port()));
+        let child = Command::new("sleep").arg("30").spawn().unwrap();
+        Cluster {
+            bin: PathBuf::from("sleep"),
+            snapshot_every: 0,
+            storm: None,
+            peer_tls: None,
+            ca: None,
+            nodes: vec![Node {
+                id: 1,
+                http,
+                grpc: http,
+                data: root.join("data"),
+                log: root.join("node.log"),
+                child: Some(child),
+                paused: false,
+            }],
+            links: Vec::new(),
+            incarnations: Arc::new(vec![AtomicU32::new(0)]),
+            learners: Vec::new(),
+            form: StartForm::Peers,
+            config_file: None,
+            env: BTreeMap::new(),
+            http: control_client(),
+            started: Instant::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_node_that_stays_up_behind_is_kept_out_and_a_ready_one_let_in() {
+        let within = Duration::from_secs(5);
+        // The lead's contract: standing behind, with a reason, and /readyz failing.
+        let mut behind = stand_in(
+            json!({"node_id": 1, "standing": "behind", "standing_reason": "older than it told its peers"}),
+            503,
+        )
+        .await;
+        assert_eq!(
+            behind.admission(1, 0, within).await,
+            Admission::KeptOut {
+                reason: "older than it told its peers".into()
+            }
+        );
+        // Ready as itself (today's node code has no standing at all).
+        let mut accepted = stand_in(json!({"node_id": 1}), 200).await;
+        assert_eq!(accepted.admission(1, 0, within).await, Admission::Accepted);
+        let mut ok = stand_in(json!({"node_id": 1, "standing": "ok"}), 200).await;
+        assert_eq!(ok.admission(1, 0, within).await, Admission::Accepted);
+        // Still verifying (even if it said ready), or ready as another node: not decided.
+        let short = Duration::from_millis(300);
+        let mut verifying = stand_in(json!({"node_id": 1, "standing": "verifying"}), 200).await;
+        assert_eq!(verifying.admission(1, 0, short).await, Admission::Undecided);
+        let mut other = stand_in(json!({"node_id": 2}), 200).await;
+        assert_eq!(other.admission(1, 0, short).await, Admission::Undecided);
+        // A node that exited, its log naming the removal it needs.
+        let mut exited = stand_in(json!({"node_id": 1}), 503).await;
+        std::fs::create_dir_all(exited.node(1).log.parent().unwrap()).unwrap();
+        std::fs::write(&exited.node(1).log, "old\n").unwrap();
+        let mark = exited.logged(1);
+        std::fs::write(
+            &exited.node(1).log,
+            "old\nrefused: remove the old member first: DELETE /api/cluster/members/1\n",
+        )
+        .unwrap();
+        exited.kill(1);
+        // kill() forgets the child; a real exit is noticed by check_alive: start one that ends.
+        exited.nodes[0].child = Some(Command::new("true").spawn().unwrap());
+        assert_eq!(
+            exited.admission(1, mark, within).await,
+            Admission::RefusedWithAdvice
+        );
+        exited.nodes[0].child = Some(Command::new("true").spawn().unwrap());
+        let end = exited.logged(1);
+        assert_eq!(
+            exited.admission(1, end, within).await,
+            Admission::RefusedSilently
+        );
+        let _ = std::fs::remove_dir_all(exited.node(1).log.parent().unwrap());
+    }
 
     #[test]
     fn node_ports_are_distinct_and_below_the_outgoing_range() {

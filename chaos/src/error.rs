@@ -134,6 +134,87 @@ pub enum ChaosError {
         /// The indexes seen.
         detail: String,
     },
+    /// The harness could not make a node the leader.
+    #[error("node {id} did not become the leader in {tries} tries (leader: {leader:?})")]
+    NotMadeLeader {
+        /// The node.
+        id: u64,
+        /// Elections forced.
+        tries: usize,
+        /// The leader at the end.
+        leader: Option<u64>,
+    },
+    /// Too few acknowledged operations at the moment a fault was to strike: it would test
+    /// nothing acknowledged.
+    #[error("only {got} of {wanted} {what} acknowledged within {waited_s} s before the fault")]
+    TooFewAcknowledged {
+        /// Writes or receipts.
+        what: &'static str,
+        /// How many were acknowledged.
+        got: u64,
+        /// How many were wanted.
+        wanted: u64,
+        /// How long we waited.
+        waited_s: u64,
+    },
+    /// A node came back on lost or older state and the cluster let it in as itself.
+    #[error(
+        "node {id} came back on {state} and the cluster let it in as itself, with what it had lost"
+    )]
+    AcceptedUnsafely {
+        /// The node.
+        id: u64,
+        /// What it came back on.
+        state: &'static str,
+    },
+    /// A founder restarted on a lost folder founded a cluster of its own.
+    #[error("node {id} founded a second cluster ({theirs}; the others are in {ours})")]
+    SecondCluster {
+        /// The node.
+        id: u64,
+        /// Its new cluster id.
+        theirs: String,
+        /// The cluster id of the others.
+        ours: String,
+    },
+    /// Nodes at the end reported different cluster ids.
+    #[error("nodes report different cluster ids: {ids}")]
+    ClusterIdsDiffer {
+        /// Per node.
+        ids: String,
+    },
+    /// A leader with a clock jumped forward dropped receipts.
+    #[error("node {id}, leading with its clock {offset_ms} ms ahead, dropped {dropped} receipts")]
+    ClockJumpPruned {
+        /// The node.
+        id: u64,
+        /// Its clock offset.
+        offset_ms: u64,
+        /// Receipts dropped.
+        dropped: u64,
+    },
+    /// A leader with a clock jumped forward stamped rows in the future.
+    #[error("node {id}, leading with its clock ahead, left {rows} rows stamped more than {allowance_s} s past the real time (e.g. {example})")]
+    StampedAhead {
+        /// The node.
+        id: u64,
+        /// Rows stamped ahead.
+        rows: usize,
+        /// One of them.
+        example: String,
+        /// The allowance.
+        allowance_s: u64,
+    },
+    /// A node restarted on lost or older state was neither refused nor let in.
+    #[error("node {id} was neither refused nor let in within {waited_s} s; its log is {log}")]
+    Undecided {
+        /// The node.
+        id: u64,
+        /// How long we watched.
+        waited_s: u64,
+        /// Its log file.
+        log: PathBuf,
+    },
     /// Encoding the report.
     #[error("encoding JSON: {0}")]
     Json(#[from] serde_json::Error),

@@ -1,10 +1,13 @@
 //! rowcall-chaos: measures the availability a rowcall cluster buys, and checks that it
-//! keeps DESIGN §3.1–3.2 through crashes, pauses and partitions (DESIGN §8).
+//! keeps DESIGN §3.1–3.2 through crashes, pauses and partitions (DESIGN §8), and §7's
+//! "never with state it has lost" through lost, wiped and restored folders and a jumped
+//! clock.
 //!
 //! ```text
 //!                 sessions (workload.rs)              faults (faults.rs)
 //!          ask/contract/read/confirm/invoke/       kill -9, SIGSTOP, SIGTERM,
-//!          insert/update/delete, min-index         wipe + rejoin, link states
+//!          insert/update/delete, min-index         wipe + rejoin, lost Raft state,
+//!                    │                             old copy, clock offset, link states
 //!                    │ HTTP                                 │
 //!      ┌─────────────┼───────────────┐          ┌───────────┴──────────┐
 //!      ▼             ▼               ▼          ▼                      ▼

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use rowcall_chaos::cluster::StartForm;
 use rowcall_chaos::workload::Via;
 use rowcall_chaos::RunOptions;
 
@@ -15,8 +16,9 @@ use rowcall_chaos::RunOptions;
 struct Flags {
     /// Scenario: kill-leader, kill-follower, pause-leader, pause-follower, isolate-leader,
     /// split, one-way, lost-answers, slow, lossy, rolling-restart, wipe-rejoin,
-    /// wipe-rejoin-unsafe, minority-stale (5 nodes), snapshot-storm, ci; a comma-separated
-    /// combination; or all.
+    /// wipe-rejoin-unsafe, minority-stale (5 nodes), snapshot-storm, lose-raft-state,
+    /// lose-folder, restore-old-copy, founder-loses-folder, leader-clock-jump, ci; a
+    /// comma-separated combination; or all.
     #[arg(long)]
     scenario: String,
     /// Cluster size.
@@ -61,6 +63,12 @@ struct Flags {
     /// failover, leader hints), or raw HTTP with the harness's own failover.
     #[arg(long, value_enum, default_value_t = Via::Client)]
     via: Via,
+    /// How every node is started, and started again: `peers` (every voter `--bootstrap
+    /// --join <the other voters>`, as the README recommends) or `founder-alone` (node 1
+    /// `--bootstrap` alone, the others `--join <node 1>`: the older form, to show what it
+    /// does when the founder loses its folder).
+    #[arg(long, value_enum, default_value_t = StartForm::Peers)]
+    start_form: StartForm,
 }
 
 #[tokio::main]
@@ -81,6 +89,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         slo: Duration::from_millis(flags.slo_ms.max(1)),
         tls: flags.tls,
         via: flags.via,
+        start_form: flags.start_form,
     };
     // Ctrl-C drops the run, and with it every node process (the cluster's Drop kills them).
     let passed = tokio::select! {

@@ -628,7 +628,7 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "faults (recovery from injection, and the longest wait: write / read / invoke):"
+            "faults (recovery from injection, and the longest wait: write / read / invoke; what the cluster did):"
         );
         for f in &c.faults {
             let r = |k: &str| {
@@ -638,9 +638,10 @@ impl Report {
                     .map_or("never".into(), |ms| format!("{:.2}s", ms / 1000.0));
                 format!("{recovered} ({:.2}s)", r.longest_ms / 1000.0)
             };
+            let did = f.window.outcome.as_ref().map_or("-", |o| o.did.name());
             let _ = writeln!(
                 s,
-                "  {:>6.1}s {:<16} nodes {:<8} healed +{:<5.1}s  {} / {} / {}{}",
+                "  {:>6.1}s {:<16} nodes {:<8} healed +{:<5.1}s  {} / {} / {}  {did}{}",
                 f.window.injected_s,
                 f.window.name,
                 format!("{:?}", f.window.targets),
@@ -654,6 +655,9 @@ impl Report {
                     format!("  ({})", f.window.problems.join("; "))
                 }
             );
+            if let Some(outcome) = &f.window.outcome {
+                let _ = writeln!(s, "           {}", outcome.detail);
+            }
         }
         checks_lines(&mut s, "cluster", c);
         if let Some(b) = &self.baseline {
@@ -857,6 +861,7 @@ mod tests {
             injected_s: 5.0,
             healed_s: 8.0,
             problems: problems.iter().map(|p| p.to_string()).collect(),
+            outcome: None,
         }
     }
 

@@ -11,7 +11,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::check::check;
-use crate::cluster::{node_binary, Cluster, ClusterOptions};
+use crate::cluster::{node_binary, Cluster, ClusterOptions, Setup, StartForm};
 use crate::error::ChaosError;
 use crate::faults::{self, FaultWindow, Scenario, Schedule};
 use crate::history::{Event, FinalState};
@@ -50,6 +50,8 @@ pub struct RunOptions {
     pub tls: bool,
     /// How the sessions reach the nodes.
     pub via: Via,
+    /// How nodes are started (and started again).
+    pub start_form: StartForm,
 }
 
 /// What drives a run's faults.
@@ -94,8 +96,15 @@ pub async fn run(options: &RunOptions) -> Result<bool, ChaosError> {
             }
         };
         passed &= report.passed();
+        let did: Vec<_> = report
+            .cluster
+            .faults
+            .iter()
+            .filter_map(|f| f.window.outcome.as_ref())
+            .collect();
         rows.push(json!({
             "scenario": scenario.name,
+            "cluster_did": did,
             "nodes": report.cluster.nodes,
             "duration_s": report.cluster.duration_s,
             "availability": report.cluster.availability,
@@ -122,8 +131,62 @@ pub async fn run(options: &RunOptions) -> Result<bool, ChaosError> {
         &path,
         serde_json::to_vec_pretty(&json!({ "scenarios": rows }))?,
     )?;
+    println!("{}", all_table(&rows));
     eprintln!("all scenarios: {}", path.display());
     Ok(passed)
+}
+
+/// The `all` run in one table: per scenario, whether it passed, what was lost, and what
+/// the cluster did (for the scenarios that bring a node back on lost or older state).
+pub fn all_table(rows: &[serde_json::Value]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<22} {:<6} {:>6} {:>8} {:>8}  what the cluster did",
+        "scenario", "passed", "lost w", "lost rcp", "diverged"
+    );
+    for row in rows {
+        let name = row["scenario"].as_str().unwrap_or("?");
+        if let Some(why) = row["skipped"].as_str() {
+            let _ = writeln!(s, "{name:<22} skipped ({why})");
+            continue;
+        }
+        if let Some(error) = row["error"].as_str() {
+            let _ = writeln!(s, "{name:<22} FAIL   could not run: {error}");
+            continue;
+        }
+        let did = row["cluster_did"]
+            .as_array()
+            .map(|outcomes| {
+                outcomes
+                    .iter()
+                    .map(|o| {
+                        format!(
+                            "{}: {}",
+                            o["did"].as_str().unwrap_or("?"),
+                            o["detail"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            })
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            s,
+            "{name:<22} {:<6} {:>6} {:>8} {:>8}  {did}",
+            if row["passed"] == true {
+                "pass"
+            } else {
+                "FAIL"
+            },
+            row["lost_writes"],
+            row["lost_receipts"],
+            row["diverged"],
+        );
+    }
+    s
 }
 
 fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), ChaosError> {
@@ -183,10 +246,11 @@ async fn run_one(
         tls: options.tls,
     };
     eprintln!(
-        "== {}: {} nodes{}, {} s, {} sessions at {} ops/s via {} (logs under {})",
+        "== {}: {} nodes{} started {}, {} s, {} sessions at {} ops/s via {} (logs under {})",
         scenario.name,
         options.nodes,
         if options.tls { " (peer mTLS)" } else { "" },
+        options.start_form.name(),
         options.duration.as_secs(),
         options.sessions,
         options.rate,
@@ -196,8 +260,21 @@ async fn run_one(
     let schedule = schedule(options.duration, options.period);
     let planned = schedule.planned(&scenario.faults);
     let faults = Faults::Schedule(&scenario.faults, schedule);
+    // Settings a fault needs for the whole run (receipt retention for a clock jump).
+    let config: Vec<&str> = scenario
+        .faults
+        .iter()
+        .filter_map(|k| k.config())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let setup = Setup {
+        form: options.start_form,
+        config: (!config.is_empty()).then(|| config.concat()),
+        ..Setup::default()
+    };
     let (events, windows, end, heal_problems) =
-        drive(&cluster_options, &workload, faults, "cluster").await?;
+        drive(&cluster_options, &setup, &workload, faults, "cluster").await?;
     write_history(&out.join("history.jsonl"), &events)?;
     write(&out.join("final.json"), serde_json::to_vec(&end)?)?;
     let verdict = check(&events, &end);
@@ -227,8 +304,14 @@ async fn run_one(
             "== {} baseline: one node, killed and restarted on the same schedule",
             scenario.name
         );
-        let (events, replayed, end, heal_problems) =
-            drive(&single, &workload, Faults::Replay(&windows), "baseline").await?;
+        let (events, replayed, end, heal_problems) = drive(
+            &single,
+            &setup,
+            &workload,
+            Faults::Replay(&windows),
+            "baseline",
+        )
+        .await?;
         write_history(&out.join("baseline-history.jsonl"), &events)?;
         write(&out.join("baseline-final.json"), serde_json::to_vec(&end)?)?;
         let verdict = check(&events, &end);
@@ -286,11 +369,14 @@ async fn run_one(
 /// healing everything before the end state was collected.
 async fn drive(
     cluster_options: &ClusterOptions,
+    setup: &Setup,
     workload: &WorkloadOptions,
     plan: Faults<'_>,
     label: &str,
 ) -> Result<(Vec<Event>, Vec<FaultWindow>, FinalState, Vec<String>), ChaosError> {
-    let mut cluster = Cluster::start(cluster_options).await?;
+    let mut cluster = Cluster::start_with(cluster_options, setup).await?;
+    // What each node's log holds before the run: a panic logged after it fails the run.
+    let marks = cluster.log_marks();
     let progress = Arc::new(Progress::default());
     let epoch = Instant::now();
     let target = Target {
@@ -307,7 +393,7 @@ async fn drive(
         let faults = async {
             match plan {
                 Faults::Schedule(kinds, schedule) => {
-                    faults::run(&mut cluster, kinds, schedule, epoch).await
+                    faults::run(&mut cluster, kinds, schedule, epoch, &progress).await
                 }
                 Faults::Replay(windows) => {
                     faults::replay_on_single(&mut cluster, windows, epoch).await
@@ -329,7 +415,24 @@ async fn drive(
         eprintln!();
     }
     // The schedule healed everything; make sure before judging (a failure fails the run).
-    let heal_problems = cluster.heal_all().await;
+    let mut heal_problems = cluster.heal_all().await;
+    // One cluster at the end: a node that founded another (after losing its folder) took
+    // writes the others never saw.
+    let ids = cluster.cluster_ids().await;
+    let distinct: std::collections::BTreeSet<_> = ids.values().collect();
+    if distinct.len() > 1 {
+        let ids = ids
+            .iter()
+            .map(|(id, c)| format!("node {id}: {}", c.as_deref().unwrap_or("none")))
+            .collect::<Vec<_>>()
+            .join(", ");
+        heal_problems.push(ChaosError::ClusterIdsDiffer { ids }.to_string());
+    }
+    // No input ever panics a node (DESIGN §3); a Raft core that panicked leaves its process
+    // up and serving HTTP, so only its log tells.
+    for (id, message) in cluster.panicked_since(&marks) {
+        heal_problems.push(format!("node {id} panicked during the run: {message}"));
+    }
     for problem in &heal_problems {
         eprintln!("heal: {problem}");
     }
@@ -373,4 +476,40 @@ fn progress_line(
         let _ = writeln!(err, "{line}");
     }
     let _ = err.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_all_table_says_what_the_cluster_did_per_scenario() {
+        let rows = [
+            json!({"scenario": "kill-leader", "passed": true, "lost_writes": 0,
+                   "lost_receipts": 0, "diverged": false, "cluster_did": []}),
+            json!({"scenario": "lose-folder", "passed": true, "lost_writes": 0,
+                   "lost_receipts": 0, "diverged": false,
+                   "cluster_did": [{"did": "refused-readmitted", "detail": "node 3 exited"}]}),
+            json!({"scenario": "lose-raft-state", "passed": false, "lost_writes": 1,
+                   "lost_receipts": 8, "diverged": true,
+                   "cluster_did": [{"did": "accepted-unsafely", "detail": "node 3 let in"}]}),
+            json!({"scenario": "minority-stale", "skipped": "needs 5 nodes"}),
+        ];
+        let table = all_table(&rows);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].ends_with("what the cluster did"), "{table}");
+        assert!(
+            lines[1].starts_with("kill-leader") && lines[1].ends_with(" -"),
+            "{table}"
+        );
+        assert!(
+            lines[2].contains("pass") && lines[2].ends_with("refused-readmitted: node 3 exited"),
+            "{table}"
+        );
+        assert!(
+            lines[3].contains("FAIL") && lines[3].contains("accepted-unsafely"),
+            "{table}"
+        );
+        assert!(lines[4].contains("skipped (needs 5 nodes)"), "{table}");
+    }
 }
