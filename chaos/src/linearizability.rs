@@ -20,22 +20,33 @@
 //!   none succeeded) never returns: it stays in flight for ever, so the tester may place it
 //!   anywhere after its invocation, or nowhere. The session goes on as a fresh thread (a
 //!   tester thread has one operation in flight at most), still after it in real time. A
-//!   definite failure (refused before anything was proposed: 4xx, 429, 503 `no_quorum`)
-//!   had no effect and is left out, as are failed reads.
+//!   definite failure had no effect and is left out, as are failed reads: a refusal (4xx,
+//!   429), or `no_quorum` (503 / `Unavailable`), which the node answers only when nothing
+//!   was proposed (`WriteError::Unavailable`; a write that was proposed and not answered
+//!   is `outcome_unknown`) — the workload's own bookkeeping counts it ambiguous, to be
+//!   safe; this checker holds the node to its word.
 //! - **Which reads.** DESIGN §3.1 promises linearizability only to `consistency=linearizable`
-//!   reads, and to a session read-your-writes across nodes. This workload makes no
-//!   linearizable reads, and a session reads only its own rows; every such read either
-//!   carried the session's highest index as `x-rowcall-min-index` (the client library
-//!   always does), or went to a node that had already answered the session at that index
-//!   (the HTTP sessions' same-node promise, per node incarnation). So the reads that enter
-//!   the model are the directory reads and contracts of a row by the session that writes
-//!   it — stale (`x-rowcall-stale`) ones included, which the barrier makes safe for that
-//!   session. Reads of a row by another session are left out: served without a read-index
-//!   check, they are allowed to lag, and would make false alarms. Asks are not reads of
-//!   the register (a ranked candidate list cut at a score shows no token, and a missing
-//!   candidate is not a missing row; `check.rs` judges them), nor are invocations (§3.1
-//!   does not promise they run the newest row). Rows no operation of the history wrote
-//!   (the harness's shared rows) are not checked here.
+//!   reads, and to a session read-your-writes across nodes. So two kinds of reads enter,
+//!   and each row has two histories, each checked by the tester (a row fails if either
+//!   does):
+//!   - *the session view*: the row's writes and the directory reads and contracts of the
+//!     session that writes it. Each of these carried the session's highest index as
+//!     `x-rowcall-min-index` (the client library always sends it), or went to a node that
+//!     had already answered the session at that index (the HTTP sessions' same-node
+//!     promise, per node incarnation), so they are linearizable with respect to that
+//!     session — stale (`x-rowcall-stale`) answers included. Only with respect to it: such
+//!     a read may still miss a write of the session that is in flight and that someone
+//!     else has already seen, hence a history of its own.
+//!   - *the linearizable view*: the row's writes and the workload's `consistency=
+//!     linearizable` reads of it by other sessions (a share of directory reads, see
+//!     `workload.rs`), where real-time order across sessions counts.
+//!
+//!   Other sessions' plain reads (no read-index check, allowed to lag) are left out: they
+//!   would make false alarms. Asks are not reads of the register (a ranked candidate list
+//!   cut at a score shows no token, and a missing candidate is not a missing row;
+//!   `check.rs` judges them), nor are invocations (§3.1 does not promise they run the
+//!   newest row). Rows no operation of the history wrote (the harness's shared rows) are
+//!   not checked here.
 //! - **The end.** After the run healed and settled, every reachable node's copy of the row
 //!   is one more read, invoked after everything else returned, all nodes concurrently. So
 //!   an acknowledged write that is missing at the end (a lost write) is a violation here
@@ -64,8 +75,9 @@ pub const CHECKER: &str = "consistency_model 0.0.0 LinearizabilityTester";
 
 /// The specification it checks against, as the report names it.
 pub const MODEL: &str = "per-row register of the row's token: insert/update write it, delete \
-                         writes none; the writing session's directory reads and contracts, and \
-                         every node's copy at the end, read it";
+                         writes none; read by the writing session's directory reads and \
+                         contracts (one history), by other sessions' linearizable reads \
+                         (another), and by every node's copy at the end (both)";
 
 /// A row with more operations than this is reported unchecked, not searched.
 pub const MAX_OPERATIONS: usize = 400;
@@ -109,8 +121,10 @@ pub struct Linearizability {
     pub operations: usize,
     /// Of those, operations left in flight (ambiguous writes).
     pub in_flight: usize,
-    /// Of those, reads the sessions made (the end reads not counted).
+    /// Of those, reads by the session that writes the row (the end reads not counted).
     pub reads: usize,
+    /// Of those, `consistency=linearizable` reads by other sessions.
+    pub linearizable_reads: usize,
     /// The verdict.
     pub verdict: Judgement,
     /// Rows that are not linearizable: how many.
@@ -136,6 +150,7 @@ impl Default for Linearizability {
             operations: 0,
             in_flight: 0,
             reads: 0,
+            linearizable_reads: 0,
             verdict: Judgement::Linearizable,
             violating_keys: 0,
             violations: Vec::new(),
@@ -172,6 +187,23 @@ struct Op {
     returned: Option<(u64, RegisterRet<Value>)>,
     /// For a violation's description.
     what: String,
+    /// Which of the row's two histories it belongs to.
+    view: View,
+}
+
+/// A row's history is checked twice, as two sessions' reads of it are promised different
+/// things: the writing session's reads with its barrier are linearizable only with respect
+/// to that session (they may lag a write of it that is still in flight and that another
+/// session's linearizable read has already seen), `consistency=linearizable` reads with
+/// respect to everyone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum View {
+    /// Writes and the end reads: in both histories.
+    Both,
+    /// The writing session's own reads.
+    Session,
+    /// Linearizable reads, by any session.
+    Linearizable,
 }
 
 /// Checks `history` and `end` row by row.
@@ -184,12 +216,9 @@ pub fn check(history: &[Event], end: &FinalState) -> Linearizability {
         result.operations += ops.len();
         let in_flight = ops.iter().filter(|o| o.returned.is_none()).count();
         result.in_flight += in_flight;
-        result.reads += ops
-            .iter()
-            .filter(|o| {
-                matches!(o.op, RegisterOp::Read) && matches!(o.caller, Caller::Session { .. })
-            })
-            .count();
+        result.reads += ops.iter().filter(|o| o.view == View::Session).count();
+        let linearizable = ops.iter().filter(|o| o.view == View::Linearizable).count();
+        result.linearizable_reads += linearizable;
         if ops.len() > MAX_OPERATIONS || in_flight > MAX_IN_FLIGHT {
             result.unchecked.push(format!(
                 "{key}: {} operations, {in_flight} in flight (bounds {MAX_OPERATIONS}, \
@@ -199,16 +228,29 @@ pub fn check(history: &[Event], end: &FinalState) -> Linearizability {
             continue;
         }
         let timer = Instant::now();
-        let judged = judge(&ops);
+        let view = |v: View| -> Vec<Op> {
+            let keep = |o: &&Op| o.view == View::Both || o.view == v;
+            ops.iter().filter(keep).cloned().collect()
+        };
+        let mut judged = vec![("session view", judge(&view(View::Session)))];
+        if linearizable > 0 {
+            judged.push(("linearizable reads", judge(&view(View::Linearizable))));
+        }
         result.slowest_key_seconds = result
             .slowest_key_seconds
             .max(timer.elapsed().as_secs_f64());
-        match judged {
-            Judged::Linearizable => {}
-            Judged::Violation(why) => violating.push(format!("{key}: {why}")),
-            Judged::Invalid(why) => result
-                .unchecked
-                .push(format!("{key}: the tester refused the history: {why}")),
+        // A row counts once, by the first of its histories that fails.
+        let failed = judged.into_iter().find_map(|(name, j)| match j {
+            Judged::Linearizable => None,
+            Judged::Violation(why) => Some(Err(format!("{key} ({name}): {why}"))),
+            Judged::Invalid(why) => Some(Ok(format!(
+                "{key} ({name}): the tester refused the history: {why}"
+            ))),
+        });
+        match failed {
+            None => {}
+            Some(Err(violation)) => violating.push(violation),
+            Some(Ok(unchecked)) => result.unchecked.push(unchecked),
         }
     }
     result.violating_keys = violating.len();
@@ -384,7 +426,13 @@ fn per_key(history: &[Event], end: &FinalState) -> BTreeMap<String, Vec<Op>> {
                 }
                 (key.as_str(), RegisterOp::Read)
             }
+            (None, Request::LinearizableRead { key }) => (key.as_str(), RegisterOp::Read),
             (None, _) => continue,
+        };
+        let view = match (m.request, &op) {
+            (Request::LinearizableRead { .. }, _) => View::Linearizable,
+            (_, RegisterOp::Read) => View::Session,
+            (_, RegisterOp::Write(_)) => View::Both,
         };
         let returned = match (m.answered, &op) {
             (Some((at, _, _)), RegisterOp::Write(_)) => Some((at, RegisterRet::WriteOk)),
@@ -415,6 +463,7 @@ fn per_key(history: &[Event], end: &FinalState) -> BTreeMap<String, Vec<Op>> {
             invoked_us: m.invoked_us,
             returned,
             what,
+            view,
         });
     }
     // A session's next operation never starts before its previous answer (as fed: the
@@ -441,6 +490,7 @@ fn per_key(history: &[Event], end: &FinalState) -> BTreeMap<String, Vec<Op>> {
                 invoked_us: at,
                 returned: Some((at + 1, RegisterRet::ReadOk(value.clone()))),
                 what: format!("node {}'s copy at the end ({})", node.id, show(&value)),
+                view: View::Both,
             });
         }
     }
@@ -488,14 +538,9 @@ fn operations<'a>(events: &[&'a Event]) -> Vec<Made<'a>> {
                 Outcome::Ok(seen) => Some((ended(e).saturating_add(SLACK_US), seen, *e)),
                 Outcome::Failed { .. } => None,
             });
-            let ambiguous = group.iter().any(|e| {
-                matches!(
-                    e.outcome,
-                    Outcome::Failed {
-                        ambiguous: true,
-                        ..
-                    }
-                )
+            let ambiguous = group.iter().any(|e| match &e.outcome {
+                Outcome::Failed { ambiguous, error } => *ambiguous && !nothing_proposed(error),
+                Outcome::Ok(_) => false,
             });
             Made {
                 session: first.session,
@@ -507,6 +552,12 @@ fn operations<'a>(events: &[&'a Event]) -> Vec<Made<'a>> {
             }
         })
         .collect()
+}
+
+/// Whether a failed write's error says the node proposed nothing: `no_quorum`, over HTTP
+/// (`http_503:no_quorum`) or gRPC (`grpc_Unavailable:no_quorum`).
+fn nothing_proposed(error: &str) -> bool {
+    error.rsplit(':').next() == Some("no_quorum")
 }
 
 fn show(value: &Value) -> String {
@@ -591,6 +642,15 @@ mod tests {
                 ms,
                 Outcome::Ok(seen),
             );
+        }
+        /// A `consistency=linearizable` read of `K` by `session`.
+        fn linearizable(&mut self, session: u32, token: Option<&str>, ms: (u64, u64)) {
+            let seen = Seen::Row {
+                token: token.map(Into::into),
+                version: None,
+            };
+            let op = Request::LinearizableRead { key: K.into() };
+            self.push(session, op, ms, Outcome::Ok(seen));
         }
         fn check(&self, end: &[Option<&str>]) -> Linearizability {
             check(&self.events, &at_end(end))
@@ -727,13 +787,35 @@ mod tests {
 
     #[test]
     fn a_refused_write_never_takes_effect() {
+        // A 4xx; and `no_quorum`, which the workload records as ambiguous to be safe but
+        // the node answers only when it proposed nothing.
+        let no_quorum = |error: &str| Outcome::Failed {
+            error: error.into(),
+            ambiguous: true,
+        };
+        for refusal in [
+            refused(),
+            no_quorum("http_503:no_quorum"),
+            no_quorum("grpc_Unavailable:no_quorum"),
+        ] {
+            let mut h = H::default();
+            h.acked(1, "a", (0, 10));
+            h.write(1, "b", (20, 30), refusal.clone());
+            h.read(1, Some("a"), (40, 50));
+            let found = h.check(&[Some("a")]);
+            assert!(
+                found.holds() && found.in_flight == 0,
+                "{refusal:?}: {found:?}"
+            );
+            h.read(1, Some("b"), (60, 70));
+            assert_eq!(h.check(&[Some("a")]).verdict, Judgement::Violation);
+        }
+        // Any other 5xx may have taken effect.
         let mut h = H::default();
         h.acked(1, "a", (0, 10));
-        h.write(1, "b", (20, 30), refused());
-        h.read(1, Some("a"), (40, 50));
-        assert!(h.check(&[Some("a")]).holds());
+        h.write(1, "b", (20, 30), no_quorum("http_503:outcome_unknown"));
         h.read(1, Some("b"), (60, 70));
-        assert_eq!(h.check(&[Some("a")]).verdict, Judgement::Violation);
+        assert!(h.check(&[Some("b")]).holds());
     }
 
     #[test]
@@ -776,6 +858,45 @@ mod tests {
         // Without the operation's latency, `c` ended before `b` began: `b` must win.
         h.events[0].operation = None;
         assert_eq!(h.check(&[Some("c")]).verdict, Judgement::Violation);
+    }
+
+    #[test]
+    fn linearizable_reads_of_other_sessions_follow_real_time() {
+        let mut h = H::default();
+        h.acked(1, "a", (0, 10));
+        // Concurrent with the update: either value.
+        h.write(1, "b", (20, 30), Outcome::Ok(Seen::Written));
+        h.linearizable(2, Some("a"), (25, 26));
+        h.linearizable(3, Some("b"), (27, 28));
+        let found = h.check(&[Some("b")]);
+        assert!(found.holds(), "{found:?}");
+        assert_eq!((found.reads, found.linearizable_reads), (0, 2));
+        // After it was acknowledged, a linearizable read by anyone must see it.
+        h.linearizable(2, Some("a"), (40, 41));
+        let found = h.check(&[Some("b")]);
+        assert_eq!(found.verdict, Judgement::Violation);
+        assert!(
+            found.violations[0].contains("(linearizable reads)")
+                && found.violations[0].contains("session 2 linearizable_read"),
+            "{:?}",
+            found.violations
+        );
+    }
+
+    #[test]
+    fn an_in_flight_write_seen_by_a_linearizable_read_stays_seen_for_everyone() {
+        let mut h = H::default();
+        h.acked(1, "a", (0, 10));
+        h.write(1, "b", (20, 2020), timeout());
+        h.linearizable(2, Some("b"), (100, 110));
+        // The writer's own later read, with its barrier, may still miss `b`: its session
+        // never saw `b`'s index. That is its promise (a history of its own), not a violation.
+        h.read(1, Some("a"), (2100, 2110));
+        let found = h.check(&[Some("b")]);
+        assert!(found.holds(), "{found:?}");
+        // But a linearizable read after one that saw `b` cannot go back to `a`.
+        h.linearizable(3, Some("a"), (200, 210));
+        assert_eq!(h.check(&[Some("b")]).verdict, Judgement::Violation);
     }
 
     #[test]
