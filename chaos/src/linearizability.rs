@@ -307,17 +307,22 @@ fn judge(ops: &[Op]) -> Judged {
             _ => bad = mid,
         }
     }
-    let culprit = &ops[points[bad - 1].op];
-    let before: Vec<&str> = ops
+    // The point whose addition broke it (an empty history is linearizable, so there is one).
+    let Some(culprit) = bad
+        .checked_sub(1)
+        .and_then(|i| points.get(i))
+        .and_then(|p| ops.get(p.op))
+    else {
+        return Judged::Violation("no linearization".into());
+    };
+    let before = ops
         .iter()
-        .filter(|o| {
-            matches!(o.op, RegisterOp::Write(_))
-                && o.returned
-                    .as_ref()
-                    .is_some_and(|(at, _)| *at < culprit.invoked_us)
+        .filter_map(|o| match (&o.op, &o.returned) {
+            (RegisterOp::Write(_), Some((at, _))) if *at < culprit.invoked_us => Some((at, o)),
+            _ => None,
         })
-        .map(|o| o.what.as_str())
-        .collect();
+        .max_by_key(|(at, _)| **at)
+        .map(|(_, o)| o.what.as_str());
     let in_flight: Vec<&str> = ops
         .iter()
         .filter(|o| o.returned.is_none() && o.invoked_us < culprit.invoked_us)
@@ -326,7 +331,7 @@ fn judge(ops: &[Op]) -> Judged {
     Judged::Violation(format!(
         "no linearization once {} returned; last acknowledged write before it: {}; in flight: {}",
         culprit.what,
-        before.last().copied().unwrap_or("none"),
+        before.unwrap_or("none"),
         if in_flight.is_empty() {
             "none".to_owned()
         } else {
@@ -573,7 +578,7 @@ fn describe(m: &Made<'_>, op: &RegisterOp<Value>, ret: Option<&RegisterRet<Value
     let what = match (op, ret) {
         (RegisterOp::Write(v), Some(_)) => format!("wrote {}", show(v)),
         (RegisterOp::Write(v), None) => format!("wrote {} (outcome unknown)", show(v)),
-        (RegisterOp::Read, Some(RegisterRet::ReadOk(v))) => format!("read {}", show(v)),
+        (RegisterOp::Read, Some(RegisterRet::ReadOk(v))) => format!("saw {}", show(v)),
         (RegisterOp::Read, _) => "read".to_owned(),
     };
     format!(
@@ -729,7 +734,8 @@ mod tests {
         assert_eq!(found.verdict, Judgement::Violation, "{found:?}");
         assert_eq!(found.violating_keys, 1);
         assert!(
-            found.violations[0].contains("read a") && found.violations[0].contains("wrote b"),
+            found.violations[0].contains("read on node 1 [0.040s–0.050s] saw a")
+                && found.violations[0].contains("wrote b"),
             "{:?}",
             found.violations
         );
