@@ -56,15 +56,19 @@
 //!   They are truncated, so a return is moved [`SLACK_US`] later: two operations closer
 //!   than that count as concurrent (never a false order).
 //! - **Bounded.** The tester's search is exponential in the worst case. A row with more than
-//!   [`MAX_OPERATIONS`] operations or [`MAX_IN_FLIGHT`] in flight is not searched: it is
-//!   reported `unchecked`, and the verdict is then `incomplete`, which fails the run like a
-//!   violation (nothing passes silently).
+//!   [`MAX_OPERATIONS`] operations or [`MAX_IN_FLIGHT`] in flight is not searched, and a
+//!   search that takes more than [`SEARCH_BUDGET`] steps (counted by a meter around the
+//!   crate's `Register`, which answers "invalid" once it is spent, so the search unwinds) is
+//!   given up: the row is reported `unchecked`, and the verdict is then `incomplete`, which
+//!   fails the run like a violation (nothing passes silently).
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::time::Instant;
 
 use consistency_model::{
-    ConsistencyTester, LinearizabilityTester, Register, RegisterOp, RegisterRet,
+    ConsistencyTester, LinearizabilityTester, Register, RegisterOp, RegisterRet, SequentialSpec,
 };
 use serde::Serialize;
 
@@ -84,6 +88,12 @@ pub const MAX_OPERATIONS: usize = 400;
 
 /// A row with more operations in flight than this is reported unchecked, not searched.
 pub const MAX_IN_FLIGHT: usize = 8;
+
+/// Steps (calls into the register specification) one search of one row's history may
+/// take before it is given up and the row reported unchecked: the bounds above limit the
+/// size of a history, this its shape (many overlapping operations). A linearizable row of
+/// a chaos run takes a few dozen.
+pub const SEARCH_BUDGET: u64 = 100_000;
 
 /// Microseconds added to every return: times are truncated to whole microseconds, so an
 /// operation that seems to end 1–2 µs before another began may in fact overlap it.
@@ -232,9 +242,10 @@ pub fn check(history: &[Event], end: &FinalState) -> Linearizability {
             let keep = |o: &&Op| o.view == View::Both || o.view == v;
             ops.iter().filter(keep).cloned().collect()
         };
-        let mut judged = vec![("session view", judge(&view(View::Session)))];
+        let mut judged = vec![("session view", judge(&view(View::Session), SEARCH_BUDGET))];
         if linearizable > 0 {
-            judged.push(("linearizable reads", judge(&view(View::Linearizable))));
+            let lin = judge(&view(View::Linearizable), SEARCH_BUDGET);
+            judged.push(("linearizable reads", lin));
         }
         result.slowest_key_seconds = result
             .slowest_key_seconds
@@ -243,9 +254,7 @@ pub fn check(history: &[Event], end: &FinalState) -> Linearizability {
         let failed = judged.into_iter().find_map(|(name, j)| match j {
             Judged::Linearizable => None,
             Judged::Violation(why) => Some(Err(format!("{key} ({name}): {why}"))),
-            Judged::Invalid(why) => Some(Ok(format!(
-                "{key} ({name}): the tester refused the history: {why}"
-            ))),
+            Judged::Unchecked(why) => Some(Ok(format!("{key} ({name}): {why}"))),
         });
         match failed {
             None => {}
@@ -275,9 +284,52 @@ enum Judged {
     Linearizable,
     /// Not linearizable: the operation that first made it so, and what came before.
     Violation(String),
-    /// The tester refused to take the history (a thread with two operations in flight):
-    /// a fault of this adapter, reported as unchecked, never as a pass.
-    Invalid(String),
+    /// Not decided: the search ran out of its budget, or the tester refused the history (a
+    /// thread with two operations in flight: a fault of this adapter). Reported as
+    /// unchecked, never as a pass.
+    Unchecked(String),
+}
+
+/// What one search found.
+#[derive(Debug, PartialEq)]
+enum Search {
+    Linearizable,
+    NotLinearizable,
+    /// The budget ran out first.
+    Exhausted,
+}
+
+/// `consistency_model`'s register, metered: each call spends a step of a budget shared by
+/// every copy the search makes; once it is spent, every step is invalid, so the search
+/// unwinds at once and the caller learns it was cut short.
+#[derive(Debug, Clone)]
+struct Metered {
+    register: Register<Value>,
+    spent: Rc<Cell<u64>>,
+    budget: u64,
+}
+
+impl Metered {
+    /// Spends a step; whether it was within the budget.
+    fn spend(&self) -> bool {
+        let spent = self.spent.get().saturating_add(1);
+        self.spent.set(spent);
+        spent <= self.budget
+    }
+}
+
+impl SequentialSpec for Metered {
+    type Op = RegisterOp<Value>;
+    type Ret = RegisterRet<Value>;
+
+    fn invoke(&mut self, op: &Self::Op) -> Self::Ret {
+        self.spend();
+        self.register.invoke(op)
+    }
+
+    fn is_valid_step(&mut self, op: &Self::Op, ret: &Self::Ret) -> bool {
+        self.spend() && self.register.is_valid_step(op, ret)
+    }
 }
 
 /// One invocation or return, in the order the tester is fed.
@@ -291,19 +343,26 @@ struct Point {
 
 /// Feeds the tester in real-time order and asks whether a linearization exists; on a
 /// violation, finds the first return after which none does.
-fn judge(ops: &[Op]) -> Judged {
+fn judge(ops: &[Op], budget: u64) -> Judged {
     let points = points(ops);
-    match linearizable(ops, &points) {
-        Ok(true) => return Judged::Linearizable,
-        Ok(false) => {}
-        Err(why) => return Judged::Invalid(why),
+    match search(ops, &points, budget) {
+        Ok(Search::Linearizable) => return Judged::Linearizable,
+        Ok(Search::NotLinearizable) => {}
+        Ok(Search::Exhausted) => {
+            return Judged::Unchecked(format!(
+                "the search took more than {budget} steps: given up"
+            ))
+        }
+        Err(why) => return Judged::Unchecked(format!("the tester refused the history: {why}")),
     }
     // Linearizability is prefix-closed: find the shortest prefix that is not (a return).
+    // A prefix whose search is cut short counts as not, which at worst names a later
+    // operation than the first that broke it.
     let (mut good, mut bad) = (0, points.len());
     while bad - good > 1 {
         let mid = (good + bad) / 2;
-        match linearizable(ops, &points[..mid]) {
-            Ok(true) => good = mid,
+        match search(ops, &points[..mid], budget) {
+            Ok(Search::Linearizable) => good = mid,
             _ => bad = mid,
         }
     }
@@ -341,9 +400,14 @@ fn judge(ops: &[Op]) -> Judged {
 }
 
 /// Runs the tester over `points` (a prefix of the row's history; operations invoked and
-/// not yet returned in it are in flight).
-fn linearizable(ops: &[Op], points: &[Point]) -> Result<bool, String> {
-    let mut tester = LinearizabilityTester::new(Register::<Value>::new(None));
+/// not yet returned in it are in flight), within `budget` steps.
+fn search(ops: &[Op], points: &[Point], budget: u64) -> Result<Search, String> {
+    let spent = Rc::new(Cell::new(0));
+    let mut tester = LinearizabilityTester::new(Metered {
+        register: Register::new(None),
+        spent: spent.clone(),
+        budget,
+    });
     for p in points {
         let op = &ops[p.op];
         match (&op.returned, p.is_return) {
@@ -356,7 +420,15 @@ fn linearizable(ops: &[Op], points: &[Point]) -> Result<bool, String> {
             (None, true) => {}
         }
     }
-    Ok(tester.is_consistent())
+    // A linearization found is proof (a spent budget only prunes, never admits a step);
+    // none found is proof only if the budget lasted.
+    Ok(if tester.is_consistent() {
+        Search::Linearizable
+    } else if spent.get() > budget {
+        Search::Exhausted
+    } else {
+        Search::NotLinearizable
+    })
 }
 
 /// Every invocation and return of `ops`, in real-time order.
@@ -903,6 +975,33 @@ mod tests {
         // But a linearizable read after one that saw `b` cannot go back to `a`.
         h.linearizable(3, Some("a"), (200, 210));
         assert_eq!(h.check(&[Some("b")]).verdict, Judgement::Violation);
+    }
+
+    #[test]
+    fn a_search_over_its_budget_is_unchecked_not_a_pass_or_a_violation() {
+        // Five readers overlapping a write and each other, and a stale one after it.
+        let mut h = H::default();
+        h.acked(1, "a", (0, 10));
+        h.acked(1, "b", (20, 100));
+        for s in 2..7 {
+            h.linearizable(s, Some("a"), (30 + u64::from(s), 90 + u64::from(s)));
+        }
+        h.linearizable(10, Some("a"), (200, 210));
+        let rows = per_key(&h.events, &at_end(&[Some("b")]));
+        let ops: Vec<Op> = rows[K]
+            .iter()
+            .filter(|o| o.view != View::Session)
+            .cloned()
+            .collect();
+        assert!(matches!(judge(&ops, SEARCH_BUDGET), Judged::Violation(_)));
+        assert!(
+            matches!(judge(&ops, 50), Judged::Unchecked(ref why) if why.contains("more than 50 steps")),
+            "{:?}",
+            judge(&ops, 50)
+        );
+        // A linearization found within the budget is a pass whatever was spent.
+        let fine: Vec<Op> = ops.iter().take(ops.len() - 2).cloned().collect();
+        assert_eq!(judge(&fine, 1_000), Judged::Linearizable);
     }
 
     #[test]
