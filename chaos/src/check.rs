@@ -113,12 +113,18 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// Every check held: no lost write or receipt, no phantom row, no RYW violation (a
-    /// broken `min_index` barrier is one), no index regression, no history error, and an
-    /// end state that vouches for it (at least one node, every node reachable, settled, not
-    /// diverged). Whether the run did enough to count as evidence is judged beside this
-    /// (`report::RunReport::evidence`).
+    /// Every check held, this checker's ([`Verdict::harness_passed`]) and the outside
+    /// checker's (every row linearizable, none unchecked). Whether the run did enough to
+    /// count as evidence is judged beside this (`report::RunReport::evidence`).
     pub fn passed(&self) -> bool {
+        self.harness_passed() && self.linearizability.holds()
+    }
+
+    /// This checker's own checks held: no lost write or receipt, no phantom row, no RYW
+    /// violation (a broken `min_index` barrier is one), no index regression, no history
+    /// error, and an end state that vouches for it (at least one node, every node
+    /// reachable, settled, not diverged).
+    pub fn harness_passed(&self) -> bool {
         self.lost_writes == 0
             && self.lost_receipts == 0
             && self.phantom_rows == 0
@@ -130,7 +136,6 @@ impl Verdict {
             && self.unreachable_nodes.is_empty()
             && self.settled
             && !self.diverged
-            && self.linearizability.holds()
     }
 
     /// What failed, each named with the checker that found it (empty when all held).

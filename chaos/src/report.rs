@@ -693,7 +693,7 @@ fn checks_lines(s: &mut String, label: &str, r: &RunReport) {
         v.pending_receipts_given,
         v.nodes_checked,
         v.settled,
-        if r.passed { "pass" } else { "FAIL" }
+        if v.harness_passed() { "pass" } else { "FAIL" }
     );
     let _ = writeln!(
         s,
@@ -1024,14 +1024,16 @@ mod tests {
         verdict.linearizability.violating_keys = 1;
         verdict.linearizability.violations = vec!["CH01_00001: no linearization".into()];
         let r = report(verdict, &windows, &plan);
-        assert!(!r.passed);
+        assert!(!r.passed && r.checks.harness_passed());
         assert_eq!(
             r.failed_checks,
             ["consistency_model 0.0.0 LinearizabilityTester: 1 rows not linearizable"]
         );
         let summary = Report::new("ci".into(), 1, 4, 10.0, 1000, r, None).summary();
         assert!(
-            summary.contains("VIOLATION") && summary.contains("not linearizable: CH01_00001"),
+            summary.contains("VIOLATION")
+                && summary.contains("not linearizable: CH01_00001")
+                && summary.contains("settled true: pass"),
             "{summary}"
         );
         assert!(summary.ends_with("FAIL\n"));
