@@ -43,6 +43,10 @@
 //!   or absent node vouches for nothing), the cluster settled (outboxes drained, digests
 //!   agreed), and the nodes' digests (directory and receipt log) are equal at one index;
 //!   otherwise the run fails.
+//!
+//! Beside these, the same history goes through an outside checker (`linearizability.rs`:
+//! a linearizability tester nobody here wrote, over a per-row register); its verdict is
+//! part of this one, and a row it finds not linearizable fails the run too.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -50,6 +54,10 @@ use serde::Serialize;
 
 use crate::cluster::{shared_row, SHARED_ROWS};
 use crate::history::{Event, FinalState, Op, Outcome, Seen};
+use crate::linearizability::{self, Linearizability};
+
+/// This checker, as the report names it beside the outside one.
+pub const CHECKER: &str = "rowcall-chaos check.rs";
 
 /// At most this many examples of each problem are kept in the report.
 const EXAMPLES: usize = 12;
@@ -98,15 +106,25 @@ pub struct Verdict {
     pub invoke_stale: usize,
     /// Examples of each problem found.
     pub examples: BTreeMap<String, Vec<String>>,
+    /// The outside checker's verdict on the same history (reported on its own, beside
+    /// this one: see `report::RunReport::linearizability`).
+    #[serde(skip)]
+    pub linearizability: Linearizability,
 }
 
 impl Verdict {
-    /// Every check held: no lost write or receipt, no phantom row, no RYW violation (a
-    /// broken `min_index` barrier is one), no index regression, no history error, and an
-    /// end state that vouches for it (at least one node, every node reachable, settled, not
-    /// diverged). Whether the run did enough to count as evidence is judged beside this
-    /// (`report::RunReport::evidence`).
+    /// Every check held, this checker's ([`Verdict::harness_passed`]) and the outside
+    /// checker's (every row linearizable, none unchecked). Whether the run did enough to
+    /// count as evidence is judged beside this (`report::RunReport::evidence`).
     pub fn passed(&self) -> bool {
+        self.harness_passed() && self.linearizability.holds()
+    }
+
+    /// This checker's own checks held: no lost write or receipt, no phantom row, no RYW
+    /// violation (a broken `min_index` barrier is one), no index regression, no history
+    /// error, and an end state that vouches for it (at least one node, every node
+    /// reachable, settled, not diverged).
+    pub fn harness_passed(&self) -> bool {
         self.lost_writes == 0
             && self.lost_receipts == 0
             && self.phantom_rows == 0
@@ -118,6 +136,45 @@ impl Verdict {
             && self.unreachable_nodes.is_empty()
             && self.settled
             && !self.diverged
+    }
+
+    /// What failed, each named with the checker that found it (empty when all held).
+    pub fn failures(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        let counts = [
+            (self.lost_writes, "lost writes"),
+            (self.lost_receipts, "lost receipts"),
+            (self.phantom_rows, "phantom rows"),
+            (self.ryw_violations, "read-your-writes violations"),
+            (self.barrier_violations, "min-index barrier violations"),
+            (self.index_regressions, "index regressions"),
+            (self.history_errors, "history errors"),
+        ];
+        for (n, what) in counts {
+            if n > 0 {
+                found.push(format!("{CHECKER}: {n} {what}"));
+            }
+        }
+        if self.nodes_checked == 0 || !self.unreachable_nodes.is_empty() || !self.settled {
+            found.push(format!("{CHECKER}: the end state vouches for nothing"));
+        }
+        if self.diverged {
+            found.push(format!("{CHECKER}: the nodes diverged"));
+        }
+        let lin = &self.linearizability;
+        if lin.violating_keys > 0 {
+            found.push(format!(
+                "{}: {} rows not linearizable",
+                lin.checker, lin.violating_keys
+            ));
+        }
+        if lin.unchecked_keys > 0 {
+            found.push(format!(
+                "{}: {} rows unchecked",
+                lin.checker, lin.unchecked_keys
+            ));
+        }
+        found
     }
 
     fn note(&mut self, kind: &str, example: String) {
@@ -259,6 +316,7 @@ pub fn check(history: &[Event], end: &FinalState) -> Verdict {
     final_rows(&known.rows, end, &mut verdict);
     final_receipts(&known.receipts, end, &mut verdict);
     divergence(end, &mut verdict);
+    verdict.linearizability = linearizability::check(history, end);
     verdict
 }
 
@@ -978,7 +1036,13 @@ mod tests {
             (1, 0),
             "{verdict:#?}"
         );
-        assert!(verdict.passed());
+        // This checker calls it late (reported, not gated). The outside checker holds an
+        // operation's retries to one effect, as they share one idempotency key: the
+        // acknowledged update took effect before its answer, so the row coming back after
+        // the acknowledged delete is not linearizable, and the run fails there.
+        assert_eq!(verdict.linearizability.violating_keys, 1);
+        assert!(!verdict.passed());
+        assert_eq!(verdict.failures().len(), 1, "{:?}", verdict.failures());
         // The same value at version 10 means the acknowledged delete never applied: lost.
         for node in &mut end.nodes {
             node.rows.insert("CH01_00001".into(), stored("s1w2", 10));

@@ -18,6 +18,8 @@
 //!   events (history.rs) ──► settle.rs: heal, drain outboxes, same index,
 //!                             rows + confirmations + digests of every node
 //!                        ──► check.rs: lost writes / receipts, RYW, index order, divergence
+//!                        ──► linearizability.rs: each row's history through an outside
+//!                            linearizability tester (consistency_model)
 //!                        ──► report.rs + svg.rs: report.json, chart.svg, summary.txt
 //! ```
 //!
@@ -37,6 +39,7 @@ pub mod error;
 pub mod etcd;
 pub mod faults;
 pub mod history;
+pub mod linearizability;
 pub mod proxy;
 pub mod report;
 pub mod rng;

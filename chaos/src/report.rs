@@ -17,9 +17,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::check::Verdict;
+use crate::check::{Verdict, CHECKER};
 use crate::faults::FaultWindow;
 use crate::history::{Class, Event, FinalState, Op};
+use crate::linearizability::{Judgement, Linearizability};
 use crate::workload::Via;
 
 /// Share of each class's operations that must have succeeded (acknowledged writes, receipts
@@ -228,6 +229,12 @@ pub struct RunReport {
     pub evidence: Vec<String>,
     /// Every check held and the run is evidence.
     pub passed: bool,
+    /// What failed, each named with the checker that found it: the harness's own
+    /// (`rowcall-chaos check.rs`) or the outside linearizability checker.
+    pub failed_checks: Vec<String>,
+    /// The outside checker's verdict: every row's history through a linearizability tester
+    /// nobody here wrote (`linearizability.rs`).
+    pub linearizability: Linearizability,
     /// Per class totals.
     pub classes: BTreeMap<&'static str, Stats>,
     /// Per operation totals.
@@ -413,6 +420,14 @@ pub fn run_report(
     verdict: Verdict,
     end: &FinalState,
 ) -> RunReport {
+    // Linearizable reads are judged, not counted: availability is of what §3.2 promises.
+    let all = events;
+    let gated: Vec<Event> = events
+        .iter()
+        .filter(|e| e.op.counts_for_availability())
+        .cloned()
+        .collect();
+    let events = gated.as_slice();
     let classes = class_stats(events);
     let evidence = evidence(&verdict, &classes, windows, plan);
     let availability = Availability {
@@ -473,9 +488,11 @@ pub fn run_report(
         phantom_rows: verdict.phantom_rows,
         diverged: verdict.diverged,
         passed: verdict.passed() && evidence.is_empty(),
+        failed_checks: verdict.failures(),
+        linearizability: verdict.linearizability.clone(),
         evidence,
         classes,
-        operations: op_stats(events),
+        operations: op_stats(all),
         faults,
         checks: verdict,
         end: FinalSummary {
@@ -673,14 +690,14 @@ fn checks_lines(s: &mut String, label: &str, r: &RunReport) {
     let v = &r.checks;
     let _ = writeln!(
         s,
-        "{label} checks: {} acknowledged writes ({} ambiguous), {} receipts ({} pending), {} nodes checked, settled {}: {}",
+        "{label} checks by {CHECKER}: {} acknowledged writes ({} ambiguous), {} receipts ({} pending), {} nodes checked, settled {}: {}",
         v.acknowledged_writes,
         v.ambiguous_writes,
         v.receipts_given,
         v.pending_receipts_given,
         v.nodes_checked,
         v.settled,
-        if r.passed { "pass" } else { "FAIL" }
+        if v.harness_passed() { "pass" } else { "FAIL" }
     );
     let _ = writeln!(
         s,
@@ -700,6 +717,32 @@ fn checks_lines(s: &mut String, label: &str, r: &RunReport) {
         for e in examples.iter().take(3) {
             let _ = writeln!(s, "    {kind}: {e}");
         }
+    }
+    let lin = &r.linearizability;
+    let _ = writeln!(
+        s,
+        "{label} linearizability by {}: {} ({} rows, {} operations: {} session reads, {} linearizable reads, {} in flight; {} not linearizable, {} unchecked; {:.3} s, slowest row {:.3} s)",
+        lin.checker,
+        match lin.verdict {
+            Judgement::Linearizable => "linearizable",
+            Judgement::Violation => "VIOLATION",
+            Judgement::Incomplete => "INCOMPLETE",
+        },
+        lin.keys,
+        lin.operations,
+        lin.reads,
+        lin.linearizable_reads,
+        lin.in_flight,
+        lin.violating_keys,
+        lin.unchecked_keys,
+        lin.seconds,
+        lin.slowest_key_seconds
+    );
+    for v in lin.violations.iter().take(3) {
+        let _ = writeln!(s, "    not linearizable: {v}");
+    }
+    for u in lin.unchecked.iter().take(3) {
+        let _ = writeln!(s, "    unchecked: {u}");
     }
     for problem in &r.evidence {
         let _ = writeln!(s, "  not evidence: {problem}");
@@ -966,6 +1009,39 @@ mod tests {
         let mut unhealed = plan.clone();
         unhealed.heal_problems = vec!["node 3 exited unexpectedly".into()];
         assert!(!report(clean_verdict(100, 100), &both, &unhealed).passed);
+    }
+
+    #[test]
+    fn the_report_names_which_checker_found_what() {
+        let windows = [window("kill-leader", &[2], &[])];
+        let plan = plan(&["kill-leader"]);
+        let good = report(clean_verdict(100, 100), &windows, &plan);
+        assert!(good.passed && good.failed_checks.is_empty());
+        let summary = Report::new("ci".into(), 1, 4, 10.0, 1000, good, None).summary();
+        assert!(
+            summary.contains("checks by rowcall-chaos check.rs")
+                && summary.contains("linearizability by consistency_model"),
+            "{summary}"
+        );
+        // One row the outside checker cannot linearize, nothing the harness's checks see.
+        let mut verdict = clean_verdict(100, 100);
+        verdict.linearizability.verdict = Judgement::Violation;
+        verdict.linearizability.violating_keys = 1;
+        verdict.linearizability.violations = vec!["CH01_00001: no linearization".into()];
+        let r = report(verdict, &windows, &plan);
+        assert!(!r.passed && r.checks.harness_passed());
+        assert_eq!(
+            r.failed_checks,
+            ["consistency_model 0.0.0 LinearizabilityTester: 1 rows not linearizable"]
+        );
+        let summary = Report::new("ci".into(), 1, 4, 10.0, 1000, r, None).summary();
+        assert!(
+            summary.contains("VIOLATION")
+                && summary.contains("not linearizable: CH01_00001")
+                && summary.contains("settled true: pass"),
+            "{summary}"
+        );
+        assert!(summary.ends_with("FAIL\n"));
     }
 
     #[test]

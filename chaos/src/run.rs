@@ -121,6 +121,7 @@ pub async fn run(options: &RunOptions) -> Result<bool, ChaosError> {
             "index_regressions": report.cluster.index_regressions,
             "phantom_rows": report.cluster.phantom_rows,
             "diverged": report.cluster.diverged,
+            "linearizability": report.cluster.linearizability.verdict,
             "evidence": report.cluster.evidence,
             "baseline_passed": report.baseline.as_ref().map(|b| b.passed),
             "passed": report.passed(),

@@ -54,6 +54,11 @@ const MOVE_CHANCE: f64 = 0.08;
 
 /// Operation weights (ask, contract, read, confirm, invoke, insert, update, delete).
 const WEIGHTS: [u64; 8] = [16, 10, 14, 14, 16, 12, 11, 7];
+/// Share of directory reads that are instead a `consistency=linearizable` read of another
+/// session's row: reads across sessions that DESIGN §3.1 promises to be linearizable, so
+/// the outside checker judges real-time order between sessions, not only each session's
+/// view of its own rows (about 4% of operations).
+const LINEARIZABLE_SHARE: f64 = 0.3;
 
 /// How sessions reach the nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -168,13 +173,19 @@ struct Session {
     idempotency_key: Option<String>,
     target: Target,
     via: Transport,
+    /// For linearizable reads, which go over HTTP either way (the client library has no
+    /// per-call consistency), and for every request of an HTTP session.
+    http: reqwest::Client,
+    /// Per session: how many rows it has begun to insert (its keys are `row_key(s, 1..=n)`),
+    /// so other sessions can read them.
+    inserted: Arc<Vec<AtomicU32>>,
     events: Vec<Event>,
 }
 
 /// A session's way to the nodes.
 #[derive(Debug)]
 enum Transport {
-    Http(reqwest::Client),
+    Http,
     Client {
         client: Client,
         /// What the client's observer reported since the last call was recorded.
@@ -188,6 +199,7 @@ enum Call {
     Ask { word: String },
     Contract { key: String },
     Read { key: String },
+    LinearizableRead { key: String },
     Confirm { id: String },
     Invoke { key: String },
     Put { row: Value },
@@ -211,6 +223,11 @@ impl Call {
             ),
             Self::Contract { key } => (Method::GET, format!("/api/dispatch?key={key}"), None),
             Self::Read { key } => (Method::GET, format!("/api/directory/{key}"), None),
+            Self::LinearizableRead { key } => (
+                Method::GET,
+                format!("/api/directory/{key}?consistency=linearizable"),
+                None,
+            ),
             Self::Confirm { id } => (Method::GET, format!("/api/dispatch?confirm={id}"), None),
             Self::Invoke { key } => (
                 Method::POST,
@@ -235,18 +252,20 @@ impl Call {
                     })
                     .unwrap_or_default(),
             }),
-            Self::Contract { .. } | Self::Read { .. } => match a.status {
-                StatusCode::OK => {
-                    let what = if matches!(self, Self::Contract { .. }) {
-                        a.body["what"].as_str()
-                    } else {
-                        a.body["content"].as_str().and_then(what_of_content)
-                    };
-                    Some(row_seen(what, a.body["version"].as_u64()))
+            Self::Contract { .. } | Self::Read { .. } | Self::LinearizableRead { .. } => {
+                match a.status {
+                    StatusCode::OK => {
+                        let what = if matches!(self, Self::Contract { .. }) {
+                            a.body["what"].as_str()
+                        } else {
+                            a.body["content"].as_str().and_then(what_of_content)
+                        };
+                        Some(row_seen(what, a.body["version"].as_u64()))
+                    }
+                    StatusCode::NOT_FOUND => Some(row_seen(None, None)),
+                    _ => None,
                 }
-                StatusCode::NOT_FOUND => Some(row_seen(None, None)),
-                _ => None,
-            },
+            }
             Self::Confirm { .. } => matches!(a.status, StatusCode::OK | StatusCode::NOT_FOUND)
                 .then(|| Seen::Confirm {
                     confirmed: a.body["confirmed"].as_bool() == Some(true),
@@ -281,7 +300,8 @@ impl Call {
                 Ok(c) => Ok(row_seen(c["what"].as_str(), c["version"].as_u64())),
                 Err(e) => absent(e).map(|()| row_seen(None, None)),
             },
-            Self::Read { key } => match client.get(key).await {
+            // Linearizable reads never come here: `exchange` sends them over HTTP.
+            Self::Read { key } | Self::LinearizableRead { key } => match client.get(key).await {
                 Ok(row) => Ok(row_seen(what_of_content(&row.content), Some(row.version))),
                 Err(e) => absent(e).map(|()| row_seen(None, None)),
             },
@@ -346,11 +366,13 @@ pub async fn run(options: &WorkloadOptions, target: Target) -> Vec<Event> {
     let mut seeds = Rng::new(options.seed);
     let period = Duration::from_secs_f64(f64::from(options.sessions) / options.rate.max(0.1));
     let mut tasks = Vec::new();
+    let inserted: Arc<Vec<AtomicU32>> =
+        Arc::new((0..options.sessions).map(|_| AtomicU32::new(0)).collect());
     for id in 0..options.sessions {
         let mut rng = seeds.fork(u64::from(id));
         let node = rng.below(target.urls.len() as u64) as usize;
         let via = match options.via {
-            Via::Http => Transport::Http(http.clone()),
+            Via::Http => Transport::Http,
             Via::Client => client_transport(&target, node),
         };
         let session = Session {
@@ -366,6 +388,8 @@ pub async fn run(options: &WorkloadOptions, target: Target) -> Vec<Event> {
             idempotency_key: None,
             target: target.clone(),
             via,
+            http: http.clone(),
+            inserted: inserted.clone(),
             events: Vec::new(),
             rng,
         };
@@ -546,6 +570,7 @@ impl Session {
         match self.pick_op() {
             0 => self.ask().await,
             1 => self.read(true).await,
+            2 if self.rng.chance(LINEARIZABLE_SHARE) => self.linearizable_read().await,
             2 => self.read(false).await,
             3 => self.confirm().await,
             4 => self.invoke().await,
@@ -575,6 +600,32 @@ impl Session {
             (Op::Read { key: key.clone() }, Call::Read { key })
         };
         self.exchange(op, call).await;
+    }
+
+    /// A `consistency=linearizable` read of a recent row of another session (any session's
+    /// own read when no other has a row yet).
+    async fn linearizable_read(&mut self) {
+        let sessions = self.inserted.len() as u64;
+        let other = if sessions > 1 {
+            (u64::from(self.id) + 1 + self.rng.below(sessions - 1)) % sessions
+        } else {
+            u64::from(self.id)
+        };
+        let count = self
+            .inserted
+            .get(other as usize)
+            .map_or(0, |n| u64::from(n.load(Ordering::Relaxed)));
+        if count == 0 {
+            return self.read(false).await;
+        }
+        let back = if self.rng.chance(0.6) {
+            self.rng.below(count.min(3))
+        } else {
+            self.rng.below(count)
+        };
+        let key = row_key(other as u32, (count - back) as usize);
+        let call = Call::LinearizableRead { key: key.clone() };
+        self.exchange(Op::LinearizableRead { key }, call).await;
     }
 
     async fn confirm(&mut self) {
@@ -608,7 +659,7 @@ impl Session {
     }
 
     async fn insert(&mut self) {
-        let key = format!("CH{:02}_{:05}", self.id, self.rows.len() + 1);
+        let key = row_key(self.id, self.rows.len() + 1);
         let word = letters(&mut self.rng, 9);
         let token = self.token();
         let row = json!({"key": key, "type": "static", "auth": "public", "category": "chaos",
@@ -620,6 +671,10 @@ impl Session {
             frozen: false,
         });
         let i = self.rows.len() - 1;
+        // Readable by others from now on: a read concurrent with the insert is judged too.
+        if let Some(n) = self.inserted.get(self.id as usize) {
+            n.store(self.rows.len() as u32, Ordering::Relaxed);
+        }
         self.write(i, Op::Insert { key, token }, Call::Put { row }, true)
             .await;
     }
@@ -670,7 +725,10 @@ impl Session {
         let first = self.events.len();
         let started = Instant::now();
         let seen = match &self.via {
-            Transport::Http(_) => self.exchange_http(&op, &call).await,
+            _ if matches!(call, Call::LinearizableRead { .. }) => {
+                self.exchange_http(&op, &call).await
+            }
+            Transport::Http => self.exchange_http(&op, &call).await,
             Transport::Client { client, attempts } => {
                 let (client, attempts) = (client.clone(), attempts.clone());
                 let result = call.through(&client).await;
@@ -780,6 +838,7 @@ impl Session {
         self.idempotency_key =
             (op.class() == Class::Write).then(|| format!("s{}-op{first}", self.id));
         let mut seen = None;
+        let started = Instant::now();
         for attempt in 0..attempts {
             seen = self.attempt(op.clone(), call, attempt as u8).await;
             let retry = match self.events.last().map(|e| &e.outcome) {
@@ -788,7 +847,11 @@ impl Session {
                 }
                 _ => false,
             };
-            if seen.is_some() || !retry {
+            // A linearizable read keeps to the client library's deadline for one call (it
+            // may wait for a read index on every node while no leader is elected).
+            let late =
+                matches!(op, Op::LinearizableRead { .. }) && started.elapsed() >= CLIENT_DEADLINE;
+            if seen.is_some() || !retry || late {
                 break;
             }
         }
@@ -797,9 +860,7 @@ impl Session {
 
     /// Sends one HTTP request, records its event, and returns what it showed.
     async fn attempt(&mut self, op: Op, call: &Call, attempt: u8) -> Option<Seen> {
-        let Transport::Http(http) = &self.via else {
-            return None;
-        };
+        let http = &self.http;
         let (method, path, body) = call.http();
         let node = self.node;
         let incarnation = self.target.incarnations[node].load(Ordering::SeqCst);
@@ -878,7 +939,9 @@ impl Session {
             self.failed[node] = Some(Instant::now());
             self.fail_over();
         }
-        self.target.progress.record(class, ok);
+        if op.counts_for_availability() {
+            self.target.progress.record(class, ok);
+        }
         self.events.push(Event {
             session: self.id,
             node: self.target.ids[node],
@@ -962,6 +1025,11 @@ fn transport_kind(e: &reqwest::Error) -> &'static str {
     } else {
         "transport"
     }
+}
+
+/// The key of session `session`'s `n`th row (from 1).
+fn row_key(session: u32, n: usize) -> String {
+    format!("CH{session:02}_{n:05}")
 }
 
 /// `n` random lowercase letters: a word no other row has, so an ask for it must find the
