@@ -183,6 +183,8 @@ pub struct StateMachine {
     membership: Membership,
     /// Leaves of the receipt log as of the published index.
     log_published: Arc<std::sync::atomic::AtomicU64>,
+    /// Snapshot builds under way, holding the receipts pruned since their cut.
+    holds: snapshot::Holds,
 }
 
 /// Read access to what the state machine stores but does not keep in memory. Receipts are
@@ -438,6 +440,7 @@ impl StateMachine {
             last_applied,
             membership,
             log_published,
+            holds: snapshot::Holds::default(),
         })
     }
 
@@ -478,11 +481,15 @@ impl StateMachine {
             return self.apply_command(command, index, stage);
         };
         let fingerprint = command.fingerprint();
-        let earlier = match stage.requests.get(&id) {
-            Some(record) => Some(record.clone()),
-            None => requests::latest(&self.tree, &id)?,
+        // A record staged at this same index is an earlier write of the same batched entry
+        // (the batcher groups writes from many clients, and a retry can meet its first
+        // attempt in one batch): it is a repeat too, though the window counts from the next
+        // entry. A stored record at this index is never one: an entry is applied once.
+        let (earlier, same_entry) = match stage.requests.get(&id) {
+            Some(record) => (Some(record.clone()), record.index == index),
+            None => (requests::latest(&self.tree, &id)?, false),
         };
-        if let Some(first) = earlier.filter(|r| r.remembered_at(index)) {
+        if let Some(first) = earlier.filter(|r| same_entry || r.remembered_at(index)) {
             return Ok(if first.fingerprint == fingerprint {
                 CommandResult::Replayed {
                     index: first.index,
@@ -742,6 +749,9 @@ impl StateMachine {
             let Ok(receipt) = serde_json::from_slice::<Receipt>(&bytes) else {
                 continue;
             };
+            // Before the batch that deletes it is written: a build whose cut holds it may
+            // not have read it yet (see `snapshot`, "A consistent cut").
+            self.holds.hold(&receipt.id, receipt.index, &bytes);
             drop_receipt(&mut stage.batch, &receipt);
             if let Some(asked) = &receipt.asked {
                 stage.changes.push(Change::Learn {
@@ -865,6 +875,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             last_applied: self.last_applied,
             membership: self.membership.clone(),
             rows: self.catalogue.read().all_rows(),
+            // Registered while apply cannot run (`&mut self`): every prune after the cut
+            // holds what it deletes for this build.
+            hold: self
+                .holds
+                .register(self.last_applied.map_or(0, |l| l.index)),
         }
     }
 

@@ -1296,3 +1296,95 @@ mod receipt_log {
         assert_eq!(sm.log().root(7).unwrap(), root);
     }
 }
+
+#[tokio::test]
+async fn a_request_id_used_twice_in_one_batched_entry_applies_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, catalogue, _) = machine(dir.path());
+    let write =
+        |content: &str| Request::with_id(id("twice"), put(1_000, vec![input("TWICE", content)]));
+    let results = sm
+        .apply([entry(
+            1,
+            Request {
+                request_id: None,
+                command: Command::Batch {
+                    requests: vec![write("a"), write("a"), write("b")],
+                },
+                trace: None,
+                trace_context: Default::default(),
+            },
+        )])
+        .await
+        .unwrap();
+    let CommandResult::Batch { results } = &results[0] else {
+        panic!("{results:?}");
+    };
+    assert!(
+        matches!(results[0], CommandResult::Put { .. }),
+        "{results:?}"
+    );
+    assert_eq!(
+        results[1],
+        CommandResult::Replayed {
+            index: 1,
+            first: Box::new(results[0].clone())
+        },
+        "the second use of the key in the same entry replays the first outcome"
+    );
+    assert_eq!(
+        results[2],
+        CommandResult::RequestIdReused {
+            request_id: id("twice"),
+            index: 1
+        },
+        "a different write under the same key in the same entry is refused"
+    );
+    assert_eq!(catalogue.read().get("TWICE").unwrap().content, "a");
+}
+
+#[tokio::test]
+async fn a_prune_applied_while_a_snapshot_is_built_leaves_the_snapshot_at_its_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut leader, _, _) = machine(&dir.path().join("leader"));
+    receipts_at(&mut leader, 1, 5).await;
+    let prune = Request::new(Command::PruneReceipts {
+        before_ms: 1_000_000,
+        keep_per_key: 0,
+        limit: 2,
+    });
+    // The build's cut is index 5; the prune at 6 applies before the build reads sled.
+    let mut builder = leader.get_snapshot_builder().await;
+    let pruned = leader.apply([entry(6, prune.clone())]).await.unwrap();
+    assert_eq!(
+        pruned[0],
+        CommandResult::Pruned {
+            dropped: 2,
+            more: true
+        }
+    );
+    let snapshot = builder.build_snapshot().await.unwrap();
+    assert_eq!(snapshot.meta.last_log_id.map(|l| l.index), Some(5));
+    let held: Vec<u64> = contents(snapshot.snapshot.path())
+        .receipts
+        .iter()
+        .map(|r| r.index)
+        .collect();
+    assert_eq!(
+        held,
+        [1, 2, 3, 4, 5],
+        "the snapshot holds the state at its cut"
+    );
+    // A follower that installs it and applies the same prune ends as the leader.
+    let (mut follower, _, _) = machine(&dir.path().join("follower"));
+    follower
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    follower.apply([entry(6, prune)]).await.unwrap();
+    assert_eq!(
+        follower.receipts().digest().unwrap(),
+        leader.receipts().digest().unwrap()
+    );
+    assert_eq!(follower.receipts().count(), 3);
+}
