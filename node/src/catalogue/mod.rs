@@ -115,9 +115,10 @@ impl Catalogue {
             self.resolver.set_synonyms(&groups);
         } else if row.suggestible() {
             let vector = self.semantic.as_ref().and_then(|s| s.vector_for(&row));
-            index_row(&mut self.resolver, &row, vector.as_deref());
+            let indexed = index_row(&mut self.resolver, &row, vector.as_deref());
+            unpublishable(&row.key, row.version, indexed);
         } else {
-            self.resolver.remove(&row.key);
+            unpublishable(&row.key, row.version, self.resolver.remove(&row.key));
         }
         self.rows.insert(row.key.clone(), Arc::new(row));
     }
@@ -137,7 +138,7 @@ impl Catalogue {
         if key == SYNONYMS_KEY {
             self.resolver.set_synonyms(&[]);
         } else {
-            self.resolver.remove(key);
+            unpublishable(key, index, self.resolver.remove(key));
         }
         Some(old)
     }
@@ -361,8 +362,23 @@ fn operator_synonyms(row: &Row) -> Vec<Vec<String>> {
     }
 }
 
+/// Logs and counts a row the resolver could not index whole. Publishing runs inside the
+/// state machine's apply and again at every start, on every node: a panic here would be a
+/// crash loop of the whole cluster, so the row stays stored and readable, askable as far
+/// as the index allows, and the operator hears of it.
+fn unpublishable(key: &str, version: u64, outcome: Result<(), resolver::Inconsistent>) {
+    if let Err(error) = outcome {
+        tracing::error!(key, version, %error, "a row could not be indexed whole; it stays stored");
+        metrics::counter!(crate::metrics::ROWS_UNPUBLISHABLE_TOTAL).increment(1);
+    }
+}
+
 /// Hands the resolver what it indexes of a row.
-fn index_row(resolver: &mut Resolver, row: &Row, vector: Option<&[f32]>) {
+fn index_row(
+    resolver: &mut Resolver,
+    row: &Row,
+    vector: Option<&[f32]>,
+) -> Result<(), resolver::Inconsistent> {
     let docs = row.docs();
     let doc = docs
         .fields
@@ -400,7 +416,7 @@ fn index_row(resolver: &mut Resolver, row: &Row, vector: Option<&[f32]>) {
             demote: row.demote,
         },
         vector,
-    );
+    )
 }
 
 /// The text a model embeds for a row (see [`semantic::embed_text`]).

@@ -415,8 +415,19 @@ impl StateMachine {
         };
         let mut rows = Vec::new();
         for item in tree.scan_prefix(ROW) {
-            let (_, bytes) = item.map_err(|e| read_err(&e))?;
-            rows.push(serde_json::from_slice::<Row>(&bytes).map_err(|e| read_err(&e))?);
+            let (key, bytes) = item.map_err(|e| read_err(&e))?;
+            match serde_json::from_slice::<Row>(&bytes) {
+                Ok(row) => rows.push(row),
+                // Re-publishing at start runs on every node: a stored row that no longer
+                // decodes (written by another version, or damaged) must not stop every node
+                // from starting. It stays stored (a later write of the key replaces it) and
+                // the operator hears of it.
+                Err(error) => {
+                    let key = String::from_utf8_lossy(key.get(ROW.len()..).unwrap_or_default());
+                    tracing::error!(%key, %error, "a stored row does not decode; it is not published");
+                    metrics::counter!(crate::metrics::ROWS_UNPUBLISHABLE_TOTAL).increment(1);
+                }
+            }
         }
         let applied_index = last_applied.map_or(0, |l| l.index);
         let log_published = Arc::new(std::sync::atomic::AtomicU64::new(
