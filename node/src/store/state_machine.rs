@@ -323,8 +323,8 @@ struct Stage {
     receipts: HashMap<String, Receipt>,
     /// The share secret written earlier in the batch, if any.
     secret: Option<ShareSecret>,
-    /// Request ids applied earlier in the batch.
-    requests: HashMap<RequestId, Record>,
+    /// Request ids applied earlier in the batch, by caller.
+    requests: HashMap<(Option<String>, RequestId), Record>,
     /// Receipts dropped earlier in the batch (still in the tree until it is written).
     dropped: std::collections::HashSet<String>,
     /// The receipt log's leaves and signatures staged in the batch.
@@ -485,6 +485,7 @@ impl StateMachine {
     ) -> Result<CommandResult, StorageError> {
         let Request {
             request_id,
+            caller,
             command,
             ..
         } = request;
@@ -492,13 +493,23 @@ impl StateMachine {
             return self.apply_command(command, index, stage);
         };
         let fingerprint = command.fingerprint();
+        let scoped = (caller.clone(), id.clone());
+        // A caller's key that has no record of its own may have one from before callers
+        // were carried (see `requests`, "Scoped per caller"): staged ones too.
+        let unscoped = (None, id.clone());
+        let staged = stage.requests.get(&scoped).or_else(|| {
+            caller
+                .is_some()
+                .then(|| stage.requests.get(&unscoped))
+                .flatten()
+        });
         // A record staged at this same index is an earlier write of the same batched entry
         // (the batcher groups writes from many clients, and a retry can meet its first
         // attempt in one batch): it is a repeat too, though the window counts from the next
         // entry. A stored record at this index is never one: an entry is applied once.
-        let (earlier, same_entry) = match stage.requests.get(&id) {
+        let (earlier, same_entry) = match staged {
             Some(record) => (Some(record.clone()), record.index == index),
-            None => (requests::latest(&self.tree, &id)?, false),
+            None => (requests::latest(&self.tree, caller.as_deref(), &id)?, false),
         };
         if let Some(first) = earlier.filter(|r| same_entry || r.remembered_at(index)) {
             return Ok(if first.fingerprint == fingerprint {
@@ -515,13 +526,14 @@ impl StateMachine {
         }
         let result = self.apply_command(command, index, stage)?;
         let record = Record {
-            id: id.clone(),
+            id,
+            caller,
             index,
             fingerprint,
             result: result.clone(),
         };
         requests::remember(&mut stage.batch, &record)?;
-        stage.requests.insert(id, record);
+        stage.requests.insert(scoped, record);
         Ok(result)
     }
 

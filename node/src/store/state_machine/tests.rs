@@ -827,7 +827,7 @@ async fn a_data_folder_with_the_snapshot_in_one_sled_value_opens_and_moves_it_to
         "receipts": sm.receipts().by_key("ECHO", 10).unwrap(),
         "share_secret": null,
         "revoked": [],
-        "requests": [requests::latest(&sm.tree, &id("old-layout")).unwrap().unwrap()],
+        "requests": [requests::latest(&sm.tree, None, &id("old-layout")).unwrap().unwrap()],
     });
     let meta_json = serde_json::to_vec(&meta).unwrap();
     let mut framed = (meta_json.len() as u64).to_be_bytes().to_vec();
@@ -1308,6 +1308,7 @@ async fn a_request_id_used_twice_in_one_batched_entry_applies_once() {
             1,
             Request {
                 request_id: None,
+                caller: None,
                 command: Command::Batch {
                     requests: vec![write("a"), write("a"), write("b")],
                 },
@@ -1496,9 +1497,14 @@ mod totality {
         ]
     }
 
+    fn caller() -> impl Strategy<Value = Option<String>> {
+        prop::sample::select(vec![None, Some("admin".to_owned()), Some("ci".to_owned())])
+    }
+
     fn request(command: impl Strategy<Value = Command>) -> impl Strategy<Value = Request> {
-        (request_id(), command).prop_map(|(request_id, command)| Request {
+        (request_id(), caller(), command).prop_map(|(request_id, caller, command)| Request {
             request_id,
+            caller,
             command,
             trace: None,
             trace_context: Default::default(),
@@ -1636,4 +1642,51 @@ async fn a_stored_row_that_does_not_decode_is_skipped_at_open_not_a_crash_loop()
     assert!(catalogue.read().get("KEPT").is_some());
     assert!(catalogue.read().get("BROKEN").is_none());
     assert_eq!(catalogue.index(), 1);
+}
+
+#[tokio::test]
+async fn an_idempotency_key_is_recognised_only_for_the_caller_that_sent_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, catalogue, _) = machine(dir.path());
+    let write = |caller: &str, key: &str| {
+        Request::with_id(id("shared-key"), put(1_000, vec![input(key, "")])).by(caller)
+    };
+    let first = sm.apply([entry(1, write("ci", "CI_ROW"))]).await.unwrap();
+    // Another credential picks the same key for its own, different write.
+    let other = sm
+        .apply([entry(2, write("deploy", "DEPLOY_ROW"))])
+        .await
+        .unwrap();
+    assert!(
+        matches!(other[0], CommandResult::Put { .. }),
+        "another caller's key is its own: {other:?}"
+    );
+    assert!(catalogue.read().get("DEPLOY_ROW").is_some());
+    // The first caller's retry still replays its own outcome.
+    let retry = sm.apply([entry(3, write("ci", "CI_ROW"))]).await.unwrap();
+    assert_eq!(
+        retry[0],
+        CommandResult::Replayed {
+            index: 1,
+            first: Box::new(first[0].clone())
+        }
+    );
+    // A record from before callers were carried is still recognised by a scoped retry.
+    sm.apply([entry(
+        4,
+        Request::with_id(id("old-key"), put(1_000, vec![input("OLD", "")])),
+    )])
+    .await
+    .unwrap();
+    let again = sm
+        .apply([entry(
+            5,
+            Request::with_id(id("old-key"), put(2_000, vec![input("OLD", "")])).by("admin"),
+        )])
+        .await
+        .unwrap();
+    assert!(
+        matches!(again[0], CommandResult::Replayed { index: 4, .. }),
+        "{again:?}"
+    );
 }
