@@ -98,6 +98,9 @@ impl Catalogue {
     /// Inserts or replaces a row, keeping counts and the resolver current, and publishes the
     /// change on the feed (at the row's version, the index of the write).
     pub fn put(&mut self, row: Row) {
+        if let Some(semantic) = &self.semantic {
+            semantic.published(self.rows.get(&row.key).map(|r| &**r), Some(&row));
+        }
         let projection =
             feed::projection_changed(self.rows.get(&row.key).map(|r| &**r), Some(&row));
         self.feed
@@ -132,6 +135,9 @@ impl Catalogue {
     /// Removes a row as the entry at `index` asks, and publishes the change on the feed.
     pub fn remove_at(&mut self, key: &str, index: u64) -> Option<Arc<Row>> {
         let old = self.rows.remove(key)?;
+        if let Some(semantic) = &self.semantic {
+            semantic.published(Some(&old), None);
+        }
         let projection = feed::projection_changed(Some(&old), None);
         self.feed.publish(index, ChangeOp::Delete, key, projection);
         self.counts.add(&old, -1);
@@ -155,8 +161,17 @@ impl Catalogue {
         self.semantic = semantic;
         self.unlearning = unlearning;
         self.resolver.set_fusion(fusion);
+        if let Some(semantic) = &self.semantic {
+            semantic.recount();
+        }
         for row in rows {
             self.put(row);
+        }
+        if let Some(semantic) = &self.semantic {
+            let swept = semantic.sweep();
+            if swept > 0 {
+                tracing::info!(swept, "removed row vectors no row needs");
+            }
         }
         let index = self.rows.values().map(|r| r.version).max().unwrap_or(0);
         self.feed = feed;
