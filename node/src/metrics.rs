@@ -55,6 +55,9 @@ pub const STORE_SYNC_REQUESTS_TOTAL: &str = "rowcall_store_sync_requests_total";
 pub const STORE_SYNCS_TOTAL: &str = "rowcall_store_syncs_total";
 /// Time of one sync round (blob fsyncs, sled flush, fdatasync).
 pub const STORE_SYNC_SECONDS: &str = "rowcall_store_sync_duration_seconds";
+/// Stored rows the catalogue could not publish whole (undecodable at start, or the resolver
+/// index found inconsistent): logged and counted, never a crash (see `store::state_machine`).
+pub const ROWS_UNPUBLISHABLE_TOTAL: &str = "rowcall_catalogue_rows_unpublishable_total";
 /// Writes answered with the outcome of their first attempt (a repeated request id).
 pub const WRITES_REPLAYED_TOTAL: &str = "rowcall_raft_writes_replayed_total";
 /// Elections this node stood for before its timer, by reason (see `raft::early_election`).
@@ -196,6 +199,10 @@ fn describe() {
     describe_counter!(
         RECEIPTS_PRUNED_TOTAL,
         "Receipts dropped by the retention policy."
+    );
+    describe_counter!(
+        ROWS_UNPUBLISHABLE_TOTAL,
+        "Stored rows the catalogue could not publish whole (see the node's log)."
     );
     describe_counter!(
         WRITES_REPLAYED_TOTAL,

@@ -98,6 +98,9 @@ impl Catalogue {
     /// Inserts or replaces a row, keeping counts and the resolver current, and publishes the
     /// change on the feed (at the row's version, the index of the write).
     pub fn put(&mut self, row: Row) {
+        if let Some(semantic) = &self.semantic {
+            semantic.published(self.rows.get(&row.key).map(|r| &**r), Some(&row));
+        }
         let projection =
             feed::projection_changed(self.rows.get(&row.key).map(|r| &**r), Some(&row));
         self.feed
@@ -115,9 +118,10 @@ impl Catalogue {
             self.resolver.set_synonyms(&groups);
         } else if row.suggestible() {
             let vector = self.semantic.as_ref().and_then(|s| s.vector_for(&row));
-            index_row(&mut self.resolver, &row, vector.as_deref());
+            let indexed = index_row(&mut self.resolver, &row, vector.as_deref());
+            unpublishable(&row.key, row.version, indexed);
         } else {
-            self.resolver.remove(&row.key);
+            unpublishable(&row.key, row.version, self.resolver.remove(&row.key));
         }
         self.rows.insert(row.key.clone(), Arc::new(row));
     }
@@ -131,13 +135,16 @@ impl Catalogue {
     /// Removes a row as the entry at `index` asks, and publishes the change on the feed.
     pub fn remove_at(&mut self, key: &str, index: u64) -> Option<Arc<Row>> {
         let old = self.rows.remove(key)?;
+        if let Some(semantic) = &self.semantic {
+            semantic.published(Some(&old), None);
+        }
         let projection = feed::projection_changed(Some(&old), None);
         self.feed.publish(index, ChangeOp::Delete, key, projection);
         self.counts.add(&old, -1);
         if key == SYNONYMS_KEY {
             self.resolver.set_synonyms(&[]);
         } else {
-            self.resolver.remove(key);
+            unpublishable(key, index, self.resolver.remove(key));
         }
         Some(old)
     }
@@ -154,8 +161,17 @@ impl Catalogue {
         self.semantic = semantic;
         self.unlearning = unlearning;
         self.resolver.set_fusion(fusion);
+        if let Some(semantic) = &self.semantic {
+            semantic.recount();
+        }
         for row in rows {
             self.put(row);
+        }
+        if let Some(semantic) = &self.semantic {
+            let swept = semantic.sweep();
+            if swept > 0 {
+                tracing::info!(swept, "removed row vectors no row needs");
+            }
         }
         let index = self.rows.values().map(|r| r.version).max().unwrap_or(0);
         self.feed = feed;
@@ -361,8 +377,23 @@ fn operator_synonyms(row: &Row) -> Vec<Vec<String>> {
     }
 }
 
+/// Logs and counts a row the resolver could not index whole. Publishing runs inside the
+/// state machine's apply and again at every start, on every node: a panic here would be a
+/// crash loop of the whole cluster, so the row stays stored and readable, askable as far
+/// as the index allows, and the operator hears of it.
+fn unpublishable(key: &str, version: u64, outcome: Result<(), resolver::Inconsistent>) {
+    if let Err(error) = outcome {
+        tracing::error!(key, version, %error, "a row could not be indexed whole; it stays stored");
+        metrics::counter!(crate::metrics::ROWS_UNPUBLISHABLE_TOTAL).increment(1);
+    }
+}
+
 /// Hands the resolver what it indexes of a row.
-fn index_row(resolver: &mut Resolver, row: &Row, vector: Option<&[f32]>) {
+fn index_row(
+    resolver: &mut Resolver,
+    row: &Row,
+    vector: Option<&[f32]>,
+) -> Result<(), resolver::Inconsistent> {
     let docs = row.docs();
     let doc = docs
         .fields
@@ -400,7 +431,7 @@ fn index_row(resolver: &mut Resolver, row: &Row, vector: Option<&[f32]>) {
             demote: row.demote,
         },
         vector,
-    );
+    )
 }
 
 /// The text a model embeds for a row (see [`semantic::embed_text`]).

@@ -21,6 +21,18 @@
 //! fingerprint and the SHA-256 of the text), so a restart or a snapshot install re-indexes
 //! from disk instead of running the model again. The tree is a cache: it is not part of the
 //! state machine, snapshots or backups, and losing it costs only time.
+//!
+//! # Cleaning
+//!
+//! The cache keeps only vectors that a published row needs. The catalogue tells the model
+//! of every change to a published row's text ([`Semantic::published`]: a put, a replace, a
+//! delete), and it counts the rows per text (a text holds the row's key, so that is one
+//! row, but counting keeps the rule simple to check): the vector of a text no row has any
+//! more is removed at once. A whole rebuild of the
+//! catalogue (start, snapshot install) counts again from the rows and then sweeps the tree
+//! of everything else, such as vectors of another model or of writes embedded before they
+//! were proposed that never applied. A vector removed while a write with that text was on
+//! its way is computed again: the tree is a cache.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -102,6 +114,8 @@ pub struct Semantic {
     /// Asks embedded at once: one per core, so a burst of asks queues for the model
     /// instead of filling the blocking pool with threads that share the cores.
     query_slots: Semaphore,
+    /// Published rows per text (by store key); see "Cleaning".
+    live: Mutex<HashMap<Vec<u8>, u32>>,
 }
 
 impl std::fmt::Debug for Semantic {
@@ -132,7 +146,82 @@ impl Semantic {
             query_slots: Semaphore::new(
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
             ),
+            live: Mutex::default(),
         })
+    }
+
+    /// A published row went from `old` to `new` (`None`: absent): counts the rows per text,
+    /// and removes the kept vector of a text no published row has any more.
+    pub fn published(&self, old: Option<&Row>, new: Option<&Row>) {
+        let key_of = |row: &Row| self.store_key(&super::embed_text(row));
+        let (old, new) = (old.map(key_of), new.map(key_of));
+        if old == new {
+            return;
+        }
+        let mut live = lock(&self.live);
+        if let Some(new) = new {
+            *live.entry(new).or_default() += 1;
+        }
+        if let Some(old) = old {
+            let left = live.get_mut(&old).map_or(0, |n| {
+                *n = n.saturating_sub(1);
+                *n
+            });
+            if left == 0 {
+                live.remove(&old);
+                self.forget(&old);
+            }
+        }
+    }
+
+    /// Forgets every count: the catalogue is about to publish all its rows again.
+    pub fn recount(&self) {
+        lock(&self.live).clear();
+    }
+
+    /// Removes every kept vector that no published row has (after a whole rebuild has
+    /// counted them all); returns how many went.
+    pub fn sweep(&self) -> usize {
+        let live = lock(&self.live);
+        let dead: Vec<Vec<u8>> = match &self.store {
+            Store::Tree(tree) => tree
+                .iter()
+                .keys()
+                .filter_map(Result::ok)
+                .map(|k| k.to_vec())
+                .filter(|k| !live.contains_key(k))
+                .collect(),
+            Store::Memory(map) => lock(map)
+                .keys()
+                .filter(|k| !live.contains_key(*k))
+                .cloned()
+                .collect(),
+        };
+        for key in &dead {
+            self.forget(key);
+        }
+        dead.len()
+    }
+
+    /// Removes the kept vector of `text` unless a published row has that text.
+    fn forget_unless_live(&self, text: &str) {
+        let key = self.store_key(text);
+        if !lock(&self.live).contains_key(&key) {
+            self.forget(&key);
+        }
+    }
+
+    fn forget(&self, key: &[u8]) {
+        match &self.store {
+            Store::Tree(tree) => {
+                if let Err(error) = tree.remove(key) {
+                    tracing::warn!(%error, "could not remove a row vector no row needs");
+                }
+            }
+            Store::Memory(map) => {
+                lock(map).remove(key);
+            }
+        }
     }
 
     pub fn embedder(&self) -> &Arc<Embedder> {
@@ -273,6 +362,9 @@ impl Semantic {
                     if let Some(v) = self.kept(&p.text) {
                         c.set_vector(&p.key, &v);
                     }
+                } else {
+                    // The row changed or went while it was embedded.
+                    self.forget_unless_live(&p.text);
                 }
             }
         }
@@ -342,11 +434,53 @@ mod tests {
         // A changed row loses its old vector until its new text is embedded.
         c.put(row("WEATHER_NOW", "Current weather, rain and wind"));
         assert!(!c.has_vector("WEATHER_NOW"));
-        // A snapshot install (replace_all) keeps the model and finds kept vectors.
+        // A snapshot install (replace_all) keeps the model and finds kept vectors (the text
+        // changed back, and its vector, removed with the old text, is embedded again).
         c.put(row("WEATHER_NOW", "Current weather and rain"));
+        s.prepare(&[crate::catalogue::embed_text(&c.get("WEATHER_NOW").unwrap())])
+            .unwrap();
         let rows: Vec<Row> = c.all_rows().iter().map(|r| (**r).clone()).collect();
         c.replace_all(rows);
         assert!(c.semantic().is_some());
+        assert!(c.has_vector("WEATHER_NOW"));
+    }
+
+    #[test]
+    fn vectors_of_replaced_and_deleted_rows_leave_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path().join("db")).unwrap();
+        let tree = db.open_tree(TREE).unwrap();
+        let s = semantic(&dir.path().join("m"), Some(tree.clone()));
+        let mut c = Catalogue::default();
+        c.set_semantic(s.clone());
+        let embedded = |r: &Row| {
+            s.prepare(&[crate::catalogue::embed_text(r)]).unwrap();
+        };
+        let (first, second) = (
+            row("WEATHER_NOW", "Current weather and rain"),
+            row("WEATHER_NOW", "Current weather, rain and wind"),
+        );
+        embedded(&first);
+        c.put(first.clone());
+        assert_eq!(tree.len(), 1);
+        embedded(&second);
+        c.put(second.clone());
+        assert!(
+            s.kept(&crate::catalogue::embed_text(&first)).is_none(),
+            "the replaced text's vector is gone"
+        );
+        assert_eq!(tree.len(), 1);
+        c.remove_at("WEATHER_NOW", 3);
+        assert_eq!(
+            tree.len(),
+            0,
+            "the cache is empty once no row needs a vector"
+        );
+        // A whole rebuild sweeps what no row needs (a write embedded but never applied).
+        embedded(&row("ORPHAN", "Pay an invoice"));
+        embedded(&first);
+        c.replace_all([first]);
+        assert_eq!(tree.len(), 1);
         assert!(c.has_vector("WEATHER_NOW"));
     }
 

@@ -350,7 +350,26 @@ pub fn find_receipt(
     app: &App,
     id: &str,
 ) -> Result<Option<(Receipt, ProofStatus)>, ReceiptLookupError> {
-    look_up(|| Ok(app.outbox.get(id)?), || Ok(app.receipts.get(id)?))
+    find_in(&app.outbox, id, |id| Ok(app.receipts.get(id)?))
+}
+
+/// [`find_receipt`] over `outbox` and a `log` reader. A receipt this outbox renamed (its id
+/// was taken in the log by another receipt) is found under its new id: the log's receipt
+/// under the old id is someone else's, and is never the answer for it.
+fn find_in(
+    outbox: &outbox::Outbox,
+    id: &str,
+    log: impl Fn(&str) -> Lookup,
+) -> Result<Option<(Receipt, ProofStatus)>, ReceiptLookupError> {
+    // The rename is one atomic change (the old id out, the new one and the rename in), so
+    // an outbox that no longer holds `id` already records where it went.
+    if let Some(found) = outbox.get(id)? {
+        return Ok(Some((found, ProofStatus::Pending)));
+    }
+    match outbox.renamed(id)? {
+        Some(new) => look_up(|| Ok(outbox.get(&new)?), || log(&new)),
+        None => Ok(log(id)?.map(|receipt| (receipt, ProofStatus::Committed))),
+    }
 }
 
 type Lookup = Result<Option<Receipt>, ReceiptLookupError>;
@@ -450,7 +469,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pending_receipt_never_reads_unconfirmed_while_it_moves_to_the_log() {
+    fn the_lookup_reads_the_outbox_before_the_log() {
         // Where the receipt is: in the outbox until the drain moves it to the log. The move
         // happens right after whichever place the lookup reads first, the worst moment.
         let place = RefCell::new("outbox");
@@ -470,5 +489,106 @@ mod tests {
             matches!(found, Some((_, ProofStatus::Committed))),
             "{found:?}"
         );
+    }
+
+    async fn outbox(dir: &std::path::Path) -> outbox::Outbox {
+        let storage =
+            crate::store::Durable::open(&dir.join("db"), crate::config::SyncMode::Fdatasync)
+                .unwrap();
+        outbox::Outbox::open(&storage).unwrap()
+    }
+
+    fn written(result: CommandResult, applied_here: bool) -> crate::app::Written {
+        crate::app::Written {
+            result,
+            index: 9,
+            applied_here,
+            replayed: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pending_receipt_never_reads_unconfirmed_while_it_moves_to_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let outbox = outbox(dir.path()).await;
+        let mine = receipt("inv_0000000001");
+        outbox.put(&mine).await.unwrap();
+        // Committed at index 9 but not applied here yet: this node's log does not show it.
+        let applied = std::cell::Cell::new(false);
+        let log =
+            |id: &str| -> Lookup { Ok((applied.get() && id == mine.id).then(|| mine.clone())) };
+        let appended = CommandResult::ReceiptAppended {
+            id: mine.id.clone(),
+            index: 9,
+        };
+        let kept = outbox::settle(&outbox, mine.clone(), &written(appended.clone(), false)).await;
+        let found = find_in(&outbox, &mine.id, log).unwrap();
+        assert!(
+            matches!(found, Some((_, ProofStatus::Pending))),
+            "read as pending, not as unknown: {found:?}"
+        );
+        assert!(kept.is_err(), "not settled before it is applied here");
+        // Applied here: it leaves the outbox and reads as committed.
+        applied.set(true);
+        outbox::settle(&outbox, mine.clone(), &written(appended, true))
+            .await
+            .unwrap();
+        let found = find_in(&outbox, &mine.id, log).unwrap();
+        assert!(
+            matches!(found, Some((_, ProofStatus::Committed))),
+            "{found:?}"
+        );
+        assert!(outbox.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_renamed_outbox_receipt_is_found_under_the_id_its_caller_was_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let outbox = outbox(dir.path()).await;
+        let given = "inv_0000000001";
+        let mine = Receipt {
+            output: "mine".into(),
+            ..receipt(given)
+        };
+        // Another receipt took the id in the log while ours waited.
+        let other = Receipt {
+            output: "other".into(),
+            ..receipt(given)
+        };
+        outbox.put(&mine).await.unwrap();
+        let taken = CommandResult::ReceiptIdTaken { id: given.into() };
+        outbox::settle(&outbox, mine.clone(), &written(taken, true))
+            .await
+            .unwrap();
+        let new = outbox.renamed(given).unwrap().expect("the rename is kept");
+        let renamed = outbox.get(&new).unwrap().unwrap();
+        let log = |id: &str| -> Lookup {
+            Ok(if id == given {
+                Some(other.clone())
+            } else if id == new {
+                Some(renamed.clone())
+            } else {
+                None
+            })
+        };
+        let found = find_in(&outbox, given, log).unwrap();
+        assert!(
+            matches!(&found, Some((r, ProofStatus::Pending)) if r.output == "mine"),
+            "the caller's receipt, pending, never the other one: {found:?}"
+        );
+        // Delivered under its new id and applied here: still the caller's receipt.
+        let appended = CommandResult::ReceiptAppended {
+            id: new.clone(),
+            index: 9,
+        };
+        outbox::settle(&outbox, renamed.clone(), &written(appended, true))
+            .await
+            .unwrap();
+        let found = find_in(&outbox, given, log).unwrap();
+        assert!(
+            matches!(&found, Some((r, ProofStatus::Committed)) if r.output == "mine" && r.id == new),
+            "{found:?}"
+        );
+        assert!(outbox.is_empty(), "a kept rename is not a pending receipt");
     }
 }

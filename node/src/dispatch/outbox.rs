@@ -5,10 +5,17 @@
 //!
 //! A receipt leaves the outbox only once this node has applied its entry, so a confirm that
 //! looks in the outbox first and in the log second never finds it in neither.
+//!
+//! A receipt whose id another receipt took in the log (a collision of random ids) is kept
+//! under a fresh id, and the outbox remembers the rename (`~renamed/<old id>` → new id): the
+//! caller was given the old id with its pending proof, and a confirm of it on this node must
+//! find the caller's receipt, never the other one that holds the id in the log. Renames are
+//! kept for good (they are as rare as id collisions, and tiny). Receipt ids start with
+//! `inv_`, so the two kinds of key never meet.
 
 use std::time::Duration;
 
-use crate::app::App;
+use crate::app::{App, Written};
 use crate::model::receipt::{new_receipt_id, Receipt};
 use crate::raft::{Command, CommandResult};
 use crate::store::{Durable, SyncError};
@@ -62,7 +69,7 @@ impl Outbox {
     /// Every pending receipt, oldest id order.
     pub fn pending(&self) -> Result<Vec<Receipt>, OutboxError> {
         self.tree
-            .iter()
+            .scan_prefix(RECEIPT_IDS)
             .map(|item| {
                 let (_, bytes) = item?;
                 Ok(serde_json::from_slice(&bytes)?)
@@ -72,12 +79,20 @@ impl Outbox {
 
     /// How many receipts wait.
     pub fn len(&self) -> usize {
-        self.tree.len()
+        self.tree.scan_prefix(RECEIPT_IDS).count()
     }
 
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
-        self.tree.is_empty()
+        self.tree.scan_prefix(RECEIPT_IDS).next().is_none()
+    }
+
+    /// The id a receipt of this outbox now has, if it was renamed from `id`.
+    pub fn renamed(&self, id: &str) -> Result<Option<String>, OutboxError> {
+        Ok(self
+            .tree
+            .get(renamed_key(id))?
+            .map(|new| String::from_utf8_lossy(&new).into_owned()))
     }
 
     /// Drops a receipt the cluster has committed and this node has applied.
@@ -88,15 +103,44 @@ impl Outbox {
     }
 
     /// Keeps `receipt` under a fresh id in place of `old` (whose id another receipt took), in
-    /// one atomic change, and returns the new id.
+    /// one atomic change with the record of the rename, and returns the new id.
     async fn rename(&self, old: &str, mut receipt: Receipt) -> Result<String, OutboxError> {
         receipt.id = new_receipt_id();
         let mut batch = sled::Batch::default();
         batch.remove(old.as_bytes());
         batch.insert(receipt.id.as_bytes(), serde_json::to_vec(&receipt)?);
+        // Whatever the client was first given (a receipt renamed twice points at the last).
+        let first = self.renamed_from(old)?.unwrap_or_else(|| old.to_owned());
+        batch.insert(renamed_key(&first), receipt.id.as_bytes());
+        if first != old {
+            batch.insert(renamed_key(old), receipt.id.as_bytes());
+        }
         self.tree.apply_batch(batch)?;
         self.storage.sync().await?;
         Ok(receipt.id)
+    }
+}
+
+/// Keys of pending receipts (every receipt id starts so).
+const RECEIPT_IDS: &[u8] = b"inv_";
+/// `~renamed/<old id>` → the new id of a renamed receipt.
+const RENAMED: &[u8] = b"~renamed/";
+
+fn renamed_key(id: &str) -> Vec<u8> {
+    [RENAMED, id.as_bytes()].concat()
+}
+
+impl Outbox {
+    /// The old id `id` was renamed from, if it was (one rename back).
+    fn renamed_from(&self, id: &str) -> Result<Option<String>, OutboxError> {
+        for item in self.tree.scan_prefix(RENAMED) {
+            let (key, new) = item?;
+            if new.as_ref() == id.as_bytes() {
+                let old = key.get(RENAMED.len()..).unwrap_or_default();
+                return Ok(Some(String::from_utf8_lossy(old).into_owned()));
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -127,7 +171,7 @@ pub async fn drain(app: &App) {
 
 /// Why one outbox receipt is still there.
 #[derive(Debug, thiserror::Error)]
-enum Undelivered {
+pub(crate) enum Undelivered {
     #[error("receipt {id}: {source}")]
     Write {
         id: String,
@@ -141,7 +185,6 @@ enum Undelivered {
 
 /// Proposes one outbox receipt; removes it once committed and applied here.
 async fn deliver(app: &App, receipt: Receipt) -> Result<(), Undelivered> {
-    let id = receipt.id.clone();
     let command = Command::AppendReceipt {
         receipt: Box::new(receipt.clone()),
     };
@@ -149,13 +192,25 @@ async fn deliver(app: &App, receipt: Receipt) -> Result<(), Undelivered> {
         .write(command)
         .await
         .map_err(|source| Undelivered::Write {
-            id: id.clone(),
+            id: receipt.id.clone(),
             source,
         })?;
+    settle(&app.outbox, receipt, &written).await
+}
+
+/// What the outbox does with `receipt` once its proposal was `written`: renamed when its id
+/// was taken, kept while this node has not applied it (so a confirm here never falls
+/// between the outbox and the log), removed once it has.
+pub(crate) async fn settle(
+    outbox: &Outbox,
+    receipt: Receipt,
+    written: &Written,
+) -> Result<(), Undelivered> {
+    let id = receipt.id.clone();
     if let CommandResult::ReceiptIdTaken { .. } = written.result {
         // Another receipt holds the id: keep this one under a new id (the next round
         // proposes it), rather than drop either.
-        let renamed = app.outbox.rename(&id, receipt).await?;
+        let renamed = outbox.rename(&id, receipt).await?;
         tracing::warn!(%id, %renamed, "outbox receipt id was taken by another receipt; kept under a new id");
         return Ok(());
     }
@@ -165,7 +220,7 @@ async fn deliver(app: &App, receipt: Receipt) -> Result<(), Undelivered> {
             index: written.index,
         });
     }
-    app.outbox.remove(&id).await?;
+    outbox.remove(&id).await?;
     tracing::info!(%id, "outbox receipt replicated");
     Ok(())
 }

@@ -161,6 +161,7 @@ async fn propose(raft: &Raft, mut batch: Vec<Pending>) {
     let outcome = raft
         .client_write(Request {
             request_id: None,
+            caller: None,
             command: Command::Batch { requests },
             trace: None,
             trace_context: Default::default(),

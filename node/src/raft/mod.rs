@@ -138,6 +138,11 @@ pub struct Request {
     /// The request id (absent only in entries written before request ids existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<RequestId>,
+    /// The name of the credential that sent it: the request id is recognised only for the
+    /// same caller ([`crate::store::requests`]). Absent for node-made requests and in
+    /// entries written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
     /// The change.
     #[serde(flatten)]
     pub command: Command,
@@ -162,10 +167,19 @@ impl Request {
     pub fn with_id(id: RequestId, command: Command) -> Self {
         Self {
             request_id: Some(id),
+            caller: None,
             command,
             trace: TraceId::current(),
             trace_context: crate::telemetry::forward_context(),
         }
+    }
+}
+
+impl Request {
+    /// The same request, sent by the credential named `caller`: its id is scoped to it.
+    pub fn by(mut self, caller: &str) -> Self {
+        self.caller = Some(caller.to_owned());
+        self
     }
 }
 

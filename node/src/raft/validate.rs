@@ -14,6 +14,8 @@ use super::{Command, NodeId, Request, RequestId};
 
 /// How far a time a proposer decided may be from the leader's clock.
 pub const CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
+/// Longest credential name a request may carry as its caller.
+const MAX_CALLER: usize = 256;
 /// Longest receipt field of free text (caller, error, called, upstream status).
 const MAX_RECEIPT_TEXT: usize = 4 * 1024;
 /// Largest stored input or output a receipt may carry, whatever a node's cap.
@@ -102,6 +104,15 @@ pub fn check_forwarded(request: &Request, sender: NodeId, now_ms: u64) -> Result
         RequestId::parse(id.as_str()).map_err(|e| Refusal::RequestId {
             reason: e.to_string(),
         })?;
+    }
+    if request
+        .caller
+        .as_ref()
+        .is_some_and(|c| c.len() > MAX_CALLER)
+    {
+        return Err(Refusal::RequestId {
+            reason: format!("a caller name is at most {MAX_CALLER} bytes"),
+        });
     }
     match &request.command {
         Command::PutRows { at_ms, rows } => {

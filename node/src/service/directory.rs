@@ -146,7 +146,7 @@ pub struct PutAnswer {
 /// the position of the row that broke one.
 pub async fn put(
     app: &App,
-    _admin: &Admin,
+    admin: &Admin,
     request_id: RequestId,
     put: Put,
 ) -> Result<PutAnswer, ServiceError> {
@@ -176,7 +176,10 @@ pub async fn put(
         rows,
     };
     let written = app
-        .submit(Request::with_id(request_id, command), app.write_timeout())
+        .submit(
+            Request::with_id(request_id, command).by(&admin.principal().name),
+            app.write_timeout(),
+        )
         .await?;
     let logged = Logged::from(&written);
     match written.result {
@@ -261,7 +264,7 @@ pub struct Deleted {
 /// 404 when there is no such row.
 pub async fn delete(
     app: &App,
-    _admin: &Admin,
+    admin: &Admin,
     freshness: &Freshness,
     request_id: RequestId,
     key: &str,
@@ -279,7 +282,10 @@ pub async fn delete(
         if_version,
     };
     let written = app
-        .submit(Request::with_id(request_id, command), app.write_timeout())
+        .submit(
+            Request::with_id(request_id, command).by(&admin.principal().name),
+            app.write_timeout(),
+        )
         .await?;
     let logged = Logged::from(&written);
     match written.result {

@@ -60,7 +60,7 @@ pub async fn mint(
 /// Every node refuses the token once it has applied the revocation.
 pub async fn revoke(
     app: &App,
-    _admin: &Admin,
+    admin: &Admin,
     request_id: RequestId,
     id: &str,
 ) -> Result<(String, Logged), ServiceError> {
@@ -80,7 +80,10 @@ pub async fn revoke(
         at_ms: now_ms(),
     };
     let written = app
-        .submit(Request::with_id(request_id, command), app.write_timeout())
+        .submit(
+            Request::with_id(request_id, command).by(&admin.principal().name),
+            app.write_timeout(),
+        )
         .await?;
     Ok((id, Logged::from(&written)))
 }
@@ -102,7 +105,7 @@ pub struct Rotated {
 /// the replaced one is dropped either way.
 pub async fn rotate(
     app: &App,
-    _admin: &Admin,
+    admin: &Admin,
     request_id: RequestId,
     keep_previous: bool,
 ) -> Result<Rotated, ServiceError> {
@@ -118,7 +121,10 @@ pub async fn rotate(
         keep_previous,
     };
     let written = app
-        .submit(Request::with_id(request_id, command), app.write_timeout())
+        .submit(
+            Request::with_id(request_id, command).by(&admin.principal().name),
+            app.write_timeout(),
+        )
         .await?;
     Ok(Rotated {
         kid,

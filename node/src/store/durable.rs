@@ -15,8 +15,9 @@
 //! # What a sync does here
 //!
 //! In this order, all in one blocking job:
-//! 1. `fsync` every blob file not synced before, then the `blobs/` folder (their entries):
-//!    a log record must never be durable while the blob it points to is not;
+//! 1. `fsync` every blob file not synced before *with its present length* (see below), then
+//!    the `blobs/` folder when its entries changed: a log record must never be durable while
+//!    the blob it points to is not;
 //! 2. sled's `flush` (writes every reserved log buffer);
 //! 3. `fdatasync` of `db`: its data and size are on stable storage;
 //! 4. `fsync` of the data folder when its entries changed (sled's snapshot renames).
@@ -24,6 +25,27 @@
 //! `conf`, `db`, the existing blobs and both folders (and the data folder's parent) are
 //! synced once when the database is opened, so files written by an earlier process that
 //! died before syncing them are covered too.
+//!
+//! # A blob counts as synced only with its final contents
+//!
+//! sled's `write_blob` creates the file (`create_new`) and then writes it with three
+//! `write_all` calls (checksum, kind byte, data) from the writer's own thread, before the
+//! writer's `insert` returns. A sync run for another writer can list the folder between the
+//! creation and the last write and fsync a half-written file. Remembering the file as
+//! synced by name would let the blob's own writer, whose sync comes later, skip it: its
+//! write would be acknowledged with the tail of the blob only in the page cache.
+//!
+//! So each blob is remembered with the length it had when it was fsynced, read with
+//! `fstat` on the opened file *before* the `fsync`, and a later sync fsyncs it again when
+//! its length differs. Why that is enough: sled only ever appends to a blob (every call
+//! extends it), so its length grows with each write and stops once the writer is done; the
+//! writer takes its ticket after its `insert` returned, so the sync that covers the ticket
+//! starts after the last write and sees the final length. If the remembered length equals
+//! it, the `fstat` that read it came after the last write, so the `fsync` that followed
+//! covered every byte; if not, the file is fsynced now, after the last write. A blob is
+//! never rewritten in place (its name is a log sequence number sled does not reuse), so
+//! nothing else can change a file of the same length. The cost is one `stat` per blob per
+//! sync, next to the folder listing each sync already does.
 //!
 //! # Group commit
 //!
@@ -49,7 +71,7 @@
 //! no hook to close that window; the Raft log re-delivers the entry, but sled may refuse to
 //! open such a folder, which the node then reports at start.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::File;
 use std::io;
@@ -69,7 +91,7 @@ pub enum SyncError {
     /// A file system call failed on `path`.
     #[error("{call} {path}: {reason}")]
     Io {
-        /// The call (`fsync`, `fdatasync`, `open`, `read_dir`).
+        /// The call (`fsync`, `fdatasync`, `open`, `read_dir`, `stat`).
         call: &'static str,
         /// The file or folder.
         path: PathBuf,
@@ -118,12 +140,16 @@ struct Inner {
     poisoned: OnceLock<String>,
     /// Test hook: extra time every sync takes (milliseconds).
     delay_ms: AtomicU64,
+    /// Blob files fsynced so far (each fsync counts, a re-sync too).
+    blob_syncs: AtomicU64,
 }
 
 /// Folder entries whose creation is already durable.
 #[derive(Default)]
 struct Synced {
-    blobs: HashSet<OsString>,
+    /// Blob files fsynced, with the length each had when it was (see "A blob counts as
+    /// synced only with its final contents").
+    blobs: HashMap<OsString, u64>,
     top: HashSet<OsString>,
 }
 
@@ -149,6 +175,7 @@ impl Durable {
             gate: tokio::sync::Mutex::new(Synced::default()),
             poisoned: OnceLock::new(),
             delay_ms: AtomicU64::new(0),
+            blob_syncs: AtomicU64::new(0),
         };
         if mode == SyncMode::Fdatasync {
             let mut synced = Synced::default();
@@ -217,6 +244,11 @@ impl Durable {
         }
     }
 
+    /// Sync rounds run so far (each one shared by every write issued before it started).
+    pub fn rounds(&self) -> u64 {
+        self.inner.rounds.load(Ordering::Relaxed)
+    }
+
     /// Test hook: makes every sync take `delay` longer (zero restores), as a slow disk would.
     pub fn slow_down(&self, delay: Duration) {
         self.inner
@@ -250,7 +282,7 @@ impl Inner {
             return Ok(());
         }
         let blobs = self.blobs_dir();
-        if sync_new_entries(&blobs, &mut synced.blobs, true)? {
+        if sync_blobs(&blobs, &mut synced.blobs, &self.blob_syncs)? {
             fsync_path(&blobs)?;
         }
         self.db.flush()?;
@@ -258,41 +290,70 @@ impl Inner {
         self.db_file
             .sync_data()
             .map_err(io_err("fdatasync", &db_path))?;
-        if sync_new_entries(&self.dir, &mut synced.top, false)? {
+        if new_entries(&self.dir, &mut synced.top)? {
             fsync_path(&self.dir)?;
         }
         Ok(())
     }
 }
 
-/// Lists `dir`; fsyncs each entry not in `known` when `files` (sled writes blobs without
-/// syncing them). Returns whether the folder's entries changed since the last call, so the
-/// caller syncs the folder itself. Entries that disappeared are forgotten.
-fn sync_new_entries(
+/// Lists the blob folder `dir` and fsyncs every blob not fsynced before at its present
+/// length; `known` is updated to what is there now. Returns whether the folder's entries
+/// changed since the last call, so the caller syncs the folder itself.
+fn sync_blobs(
     dir: &Path,
-    known: &mut HashSet<OsString>,
-    files: bool,
+    known: &mut HashMap<OsString, u64>,
+    counter: &AtomicU64,
 ) -> Result<bool, SyncError> {
-    let mut now = HashSet::with_capacity(known.len());
+    let mut now = HashMap::with_capacity(known.len());
     let mut changed = false;
     for entry in std::fs::read_dir(dir).map_err(io_err("read_dir", dir))? {
         let entry = entry.map_err(io_err("read_dir", dir))?;
         let name = entry.file_name();
-        if !known.contains(&name) {
-            changed = true;
-            if files {
-                let path = entry.path();
-                match fsync(&path) {
-                    Ok(()) => {}
-                    // Collected by sled between listing and opening: nothing to keep.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(io_err("fsync", &path)(e)),
-                }
-            }
+        let path = entry.path();
+        let listed = match entry.metadata() {
+            Ok(meta) => meta.len(),
+            // Collected by sled between listing and reading: nothing to keep.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("stat", &path)(e)),
+        };
+        if known.get(&name) == Some(&listed) {
+            now.insert(name, listed);
+            continue;
         }
-        now.insert(name);
+        changed |= !known.contains_key(&name);
+        match fsync_blob(&path) {
+            Ok(synced_len) => {
+                counter.fetch_add(1, Ordering::Relaxed);
+                now.insert(name, synced_len);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("fsync", &path)(e)),
+        }
     }
-    changed |= now.len() != known.len();
+    changed |= now.len() != known.len() || now.keys().any(|name| !known.contains_key(name));
+    *known = now;
+    Ok(changed)
+}
+
+/// `fsync`s a blob and returns the length it had *before* the call: every byte up to it is
+/// durable (a writer's later appends may or may not be).
+fn fsync_blob(path: &Path) -> io::Result<u64> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    file.sync_all()?;
+    Ok(len)
+}
+
+/// Lists `dir`; returns whether its entries changed since the last call (`known` is
+/// updated), so the caller syncs the folder. Entries that disappeared are forgotten.
+fn new_entries(dir: &Path, known: &mut HashSet<OsString>) -> Result<bool, SyncError> {
+    let mut now = HashSet::with_capacity(known.len());
+    for entry in std::fs::read_dir(dir).map_err(io_err("read_dir", dir))? {
+        let entry = entry.map_err(io_err("read_dir", dir))?;
+        now.insert(entry.file_name());
+    }
+    let changed = now != *known;
     *known = now;
     Ok(changed)
 }
@@ -341,6 +402,41 @@ mod tests {
         // one sync at a time, far fewer rounds than writes.
         let rounds = inner.rounds.load(Ordering::SeqCst);
         assert!(rounds <= 64, "{rounds} sync rounds for 128 writes");
+    }
+
+    /// sled creates a blob file and then writes it in several calls; a sync that runs in
+    /// between (started for another writer) fsyncs the file half written. The blob's own
+    /// write must still be synced with its final contents by the next sync.
+    #[tokio::test]
+    async fn a_blob_synced_while_sled_wrote_it_is_synced_again_with_its_final_contents() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let durable = Durable::open(&path, SyncMode::Fdatasync).unwrap();
+        let before = durable.inner.blob_syncs.load(Ordering::SeqCst);
+        // The first part of a blob, as sled's `write_blob` leaves it after its first call.
+        let blob = path.join("blobs").join("123456789");
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&blob)
+            .unwrap();
+        file.write_all(&[1, 2, 3, 4]).unwrap();
+        // Another writer's sync runs now and sees the half-written file.
+        durable.sync().await.unwrap();
+        assert_eq!(durable.inner.blob_syncs.load(Ordering::SeqCst), before + 1);
+        // sled finishes the blob; its writer then syncs.
+        file.write_all(&[9u8; 64 * 1024]).unwrap();
+        drop(file);
+        durable.sync().await.unwrap();
+        assert_eq!(
+            durable.inner.blob_syncs.load(Ordering::SeqCst),
+            before + 2,
+            "the blob is fsynced again once its writer has finished it"
+        );
+        // A sync with nothing new fsyncs no blob again.
+        durable.sync().await.unwrap();
+        assert_eq!(durable.inner.blob_syncs.load(Ordering::SeqCst), before + 2);
     }
 
     #[tokio::test]

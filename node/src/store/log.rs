@@ -179,9 +179,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        // Not synced on its own: it rides along with the next sync, and a lost value only
-        // means openraft learns the commit index again from the leader.
-        self.write_meta(COMMITTED, &committed)
+        // Durable before openraft applies up to it: apply does not sync (see the state
+        // machine's "Apply"), so after a power loss the node re-applies from the log up to
+        // the saved commit index before it serves anything. Were this value older than
+        // what was applied and shown, a restarted node cut off from the leader would serve
+        // reads older than those it served before the loss. The sync is shared with the
+        // appends of the same moment (group commit).
+        self.write_meta(COMMITTED, &committed)?;
+        self.sync(ErrorSubject::Store).await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
@@ -268,5 +273,23 @@ mod tests {
         drop(store);
         let mut reopened = LogStore::open(&storage).unwrap();
         assert_eq!(last(&mut reopened).await, (Some(25), Some(27)));
+    }
+
+    #[tokio::test]
+    async fn a_saved_commit_index_is_durable_when_saving_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Durable::open(dir.path(), SyncMode::Fdatasync).unwrap();
+        let mut store = LogStore::open(&storage).unwrap();
+        append(&mut store, 1..=3).await;
+        let rounds = storage.rounds();
+        store.save_committed(Some(log_id(1, 1, 3))).await.unwrap();
+        assert!(
+            storage.rounds() > rounds,
+            "a sync ran after the commit index was written, before saving returned"
+        );
+        assert_eq!(
+            store.read_committed().await.unwrap().map(|l| l.index),
+            Some(3)
+        );
     }
 }

@@ -12,10 +12,24 @@
 //!
 //! # Layout
 //!
-//! `q/<id>\0<index:be8>` → the record (an id may be reused after its window; each use keeps
-//! its own record, so a snapshot cut between two uses still finds the first), and
-//! `qi/<index:be8><id>` → nothing: the records in index order, for collection and for
+//! `q/<scope>\0<index:be8>` → the record (an id may be reused after its window; each use
+//! keeps its own record, so a snapshot cut between two uses still finds the first), and
+//! `qi/<index:be8><scope>` → nothing: the records in index order, for collection and for
 //! snapshots.
+//!
+//! # Scoped per caller
+//!
+//! Idempotency keys are chosen by clients, so one caller's key must never replay another
+//! caller's outcome. A request carries the name of the credential that sent it
+//! ([`crate::raft::Request::caller`]), and its record is kept under `<scope>` = `\0`, the
+//! name's length (4 bytes, big-endian), the name, then the id. Entries written before
+//! requests carried a caller have none: their scope is the bare id (the layout before), and
+//! so their records read as they always did. A request with a caller whose scope has no
+//! record falls back to a record of the bare id: such a record can only come from an entry
+//! proposed before callers were carried, so a retry that spans an upgrade is still
+//! recognised, and a cluster applying the log with old and new versions side by side
+//! decides alike. Ids are visible ASCII, so a bare id never starts with `\0`, and the length
+//! prefix keeps two scopes from running into each other.
 
 // openraft's storage error is large; see `store`.
 #![allow(clippy::result_large_err)]
@@ -40,6 +54,9 @@ const BY_INDEX: &[u8] = b"qi/";
 pub struct Record {
     /// The request id.
     pub id: RequestId,
+    /// The credential that sent it (absent in records of entries without a caller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
     /// The index of the entry that applied it.
     pub index: u64,
     /// [`crate::raft::Command::fingerprint`] of its command.
@@ -55,25 +72,56 @@ impl Record {
     }
 }
 
-fn record_prefix(id: &RequestId) -> Vec<u8> {
-    [RECORD, id.as_str().as_bytes(), b"\0"].concat()
+/// The scope of `id` sent by `caller` (see "Scoped per caller").
+fn scope(caller: Option<&str>, id: &RequestId) -> Vec<u8> {
+    match caller {
+        None => id.as_str().as_bytes().to_vec(),
+        Some(caller) => {
+            let len = u32::try_from(caller.len()).unwrap_or(u32::MAX);
+            [
+                &[0u8][..],
+                &len.to_be_bytes(),
+                caller.as_bytes(),
+                id.as_str().as_bytes(),
+            ]
+            .concat()
+        }
+    }
 }
 
-fn record_key(id: &RequestId, index: u64) -> Vec<u8> {
-    [record_prefix(id).as_slice(), &index.to_be_bytes()].concat()
+fn record_prefix(scope: &[u8]) -> Vec<u8> {
+    [RECORD, scope, b"\0"].concat()
 }
 
-fn by_index_key(index: u64, id: &RequestId) -> Vec<u8> {
-    [BY_INDEX, &index.to_be_bytes(), id.as_str().as_bytes()].concat()
+fn record_key(scope: &[u8], index: u64) -> Vec<u8> {
+    [record_prefix(scope).as_slice(), &index.to_be_bytes()].concat()
+}
+
+fn by_index_key(index: u64, scope: &[u8]) -> Vec<u8> {
+    [BY_INDEX, &index.to_be_bytes(), scope].concat()
 }
 
 fn read_err(e: &(impl std::error::Error + 'static)) -> StorageError {
     io_error(ErrorSubject::StateMachine, ErrorVerb::Read, e)
 }
 
-/// The latest stored record of `id`, whatever its age (the caller checks the window).
-pub fn latest(tree: &sled::Tree, id: &RequestId) -> Result<Option<Record>, StorageError> {
-    match tree.scan_prefix(record_prefix(id)).next_back() {
+/// The latest stored record of `id` sent by `caller`, whatever its age (the caller checks
+/// the window); for a caller without one, the latest record of the bare id (see "Scoped
+/// per caller").
+pub fn latest(
+    tree: &sled::Tree,
+    caller: Option<&str>,
+    id: &RequestId,
+) -> Result<Option<Record>, StorageError> {
+    let found = latest_in(tree, &scope(caller, id))?;
+    match (found, caller) {
+        (None, Some(_)) => latest_in(tree, &scope(None, id)),
+        (found, _) => Ok(found),
+    }
+}
+
+fn latest_in(tree: &sled::Tree, scope: &[u8]) -> Result<Option<Record>, StorageError> {
+    match tree.scan_prefix(record_prefix(scope)).next_back() {
         None => Ok(None),
         Some(item) => {
             let (_, bytes) = item.map_err(|e| read_err(&e))?;
@@ -88,8 +136,9 @@ pub fn latest(tree: &sled::Tree, id: &RequestId) -> Result<Option<Record>, Stora
 pub fn remember(batch: &mut sled::Batch, record: &Record) -> Result<(), StorageError> {
     let bytes = serde_json::to_vec(record)
         .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e))?;
-    batch.insert(record_key(&record.id, record.index), bytes);
-    batch.insert(by_index_key(record.index, &record.id), &[] as &[u8]);
+    let scope = scope(record.caller.as_deref(), &record.id);
+    batch.insert(record_key(&scope, record.index), bytes);
+    batch.insert(by_index_key(record.index, &scope), &[] as &[u8]);
     Ok(())
 }
 
@@ -105,10 +154,13 @@ pub fn each_in_window(
     let end = [BY_INDEX, &upto.saturating_add(1).to_be_bytes()].concat();
     for item in tree.range(start..end) {
         let (key, _) = item.map_err(|e| read_err(&e))?;
-        let Some((index, id)) = split_by_index(&key) else {
+        let Some((index, scope)) = split_by_index(&key) else {
             continue;
         };
-        if let Some(bytes) = tree.get(record_key(&id, index)).map_err(|e| read_err(&e))? {
+        if let Some(bytes) = tree
+            .get(record_key(scope, index))
+            .map_err(|e| read_err(&e))?
+        {
             each(serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?)?;
         }
     }
@@ -126,8 +178,8 @@ pub fn collect(tree: &sled::Tree, upto: u64) -> Result<usize, StorageError> {
     let mut removed = 0;
     for item in tree.range(BY_INDEX.to_vec()..end) {
         let (key, _) = item.map_err(|e| read_err(&e))?;
-        if let Some((index, id)) = split_by_index(&key) {
-            batch.remove(record_key(&id, index));
+        if let Some((index, scope)) = split_by_index(&key) {
+            batch.remove(record_key(scope, index));
         }
         batch.remove(key);
         removed += 1;
@@ -148,12 +200,11 @@ pub fn clear(tree: &sled::Tree, batch: &mut sled::Batch) -> Result<(), StorageEr
     Ok(())
 }
 
-fn split_by_index(key: &[u8]) -> Option<(u64, RequestId)> {
+fn split_by_index(key: &[u8]) -> Option<(u64, &[u8])> {
     let rest = key.strip_prefix(BY_INDEX)?;
-    let (index, id) = rest.split_at_checked(8)?;
+    let (index, scope) = rest.split_at_checked(8)?;
     let index = u64::from_be_bytes(index.try_into().ok()?);
-    let id = RequestId::parse(std::str::from_utf8(id).ok()?).ok()?;
-    Some((index, id))
+    Some((index, scope))
 }
 
 #[cfg(test)]
@@ -163,6 +214,7 @@ mod tests {
     fn record(id: &str, index: u64) -> Record {
         Record {
             id: RequestId::parse(id).unwrap(),
+            caller: None,
             index,
             fingerprint: "f".into(),
             result: CommandResult::Deleted { deleted: 1 },
@@ -204,7 +256,10 @@ mod tests {
         assert!(first.remembered_at(11));
         assert!(first.remembered_at(10 + WINDOW));
         assert!(!first.remembered_at(10 + WINDOW + 1));
-        assert_eq!(latest(&tree, &a).unwrap().unwrap().index, 10 + WINDOW + 5);
+        assert_eq!(
+            latest(&tree, None, &a).unwrap().unwrap().index,
+            10 + WINDOW + 5
+        );
 
         // A cut at 15 carries the first use of "a" although a later use exists.
         let cut: Vec<u64> = in_window(&tree, 15)

@@ -27,10 +27,26 @@
 //! # A consistent cut
 //!
 //! The builder gets what the state machine holds in memory at the cut (rows, share state,
-//! the cut's log id and membership). Receipts and request records are read from sled at
-//! build time and filtered by index: both are append-only below the cut, so the filter
-//! yields exactly the cut's set. A concurrent install can change them, but the result is
-//! then older than the installed snapshot and is never named current.
+//! the cut's log id and membership). Request records and receipt-log leaves are read from
+//! sled at build time and filtered by index: both are append-only below the cut, so the
+//! filter yields exactly the cut's set. A concurrent install can change them, but the
+//! result is then older than the installed snapshot and is never named current.
+//!
+//! Receipts are read from sled too, but they are not append-only: a retention prune applied
+//! after the cut can delete receipts of the cut before the build's scan reaches them, and a
+//! follower installing such a snapshot and then applying the same prune would drop a
+//! different set. So every build registers a [`Hold`] when it is made (under the state
+//! machine's `&mut`, so no apply runs between the cut and the registration), and a prune
+//! puts every receipt it deletes that a registered build's cut holds into that build's hold
+//! *before* its batch is written. The build merges the hold into its scan, in id order:
+//! before writing the receipt the scan yields at id `K` (and once more at the end), it
+//! writes the held receipts with ids between the previous key and `K`. Why each receipt of
+//! the cut is written exactly once: the scan yields ids in increasing order and yields
+//! every key that stays present; if it yields `R`, the hold's copy of `R` is never written
+//! (held ids are only written strictly between two scanned keys); if it skips `R`, then `R`
+//! was deleted before the scan read the next key, so it was held before that read, and the
+//! hold is consulted after it. The hold is in memory and only holds what prunes delete
+//! during a build (at most `limit` receipts per prune entry).
 
 // openraft's storage error is large; see `store`.
 #![allow(clippy::result_large_err)]
@@ -318,27 +334,40 @@ pub(crate) fn write_file(
     Ok(temp.name)
 }
 
-/// Streams the state at `upto` into `out`: header, rows, then receipts and request
-/// records straight from sled scans, one at a time.
+/// Streams the state at `upto` into `out`: header, rows, then receipts (merged with those
+/// `hold` kept from prunes since the cut) and request records straight from sled scans,
+/// one at a time.
 pub(crate) fn write_body<W: Write>(
     out: W,
     tree: &sled::Tree,
     header: &Header,
     rows: &[Arc<Row>],
     upto: u64,
+    hold: &Hold,
 ) -> Result<W, StorageError> {
     let fail = fail(ErrorVerb::Write);
     let mut writer = Writer::new(out, header).map_err(|e| fail(&e))?;
     for row in rows {
         writer.row(row).map_err(|e| fail(&e))?;
     }
-    for item in tree.scan_prefix(super::state_machine::RECEIPT) {
-        let (_, bytes) = item.map_err(|e| fail(&e))?;
+    let prefix = super::state_machine::RECEIPT;
+    let mut passed: Option<Vec<u8>> = None;
+    for item in tree.scan_prefix(prefix) {
+        let (key, bytes) = item.map_err(|e| fail(&e))?;
+        let id = key.get(prefix.len()..).unwrap_or_default();
+        // Consulted after the read that yielded `id` (see "A consistent cut").
+        for held in hold.take_between(passed.as_deref(), Some(id)) {
+            writer.receipt_json(&held).map_err(|e| fail(&e))?;
+        }
         let receipt: Receipt = serde_json::from_slice(&bytes).map_err(|e| fail(&e))?;
         if receipt.index <= upto {
             // Stored as compact JSON: one line, copied as is.
             writer.receipt_json(&bytes).map_err(|e| fail(&e))?;
         }
+        passed = Some(id.to_vec());
+    }
+    for held in hold.take_between(passed.as_deref(), None) {
+        writer.receipt_json(&held).map_err(|e| fail(&e))?;
     }
     requests::each_in_window(tree, upto, |record| {
         writer.request(&record).map_err(|e| fail(&e))
@@ -368,6 +397,86 @@ pub struct SnapshotBuilder {
     pub(crate) rows: Vec<Arc<Row>>,
     /// The receipt log's size, root and signatures at the cut.
     pub(crate) log: Result<super::state_machine::transparency::LogHeader, String>,
+    /// The receipts of the cut pruned since it, registered for as long as this builder lives.
+    pub(crate) hold: Registered,
+}
+
+/// The builds under way, each with its [`Hold`]; shared by the state machine (whose prunes
+/// fill them) and its builders.
+#[derive(Clone, Default)]
+pub(crate) struct Holds {
+    builds: Arc<std::sync::Mutex<Vec<Arc<Hold>>>>,
+}
+
+/// Receipts of one build's cut that prunes deleted after it: id -> stored bytes.
+#[derive(Debug, Default)]
+pub(crate) struct Hold {
+    /// The build's cut: only receipts at or below it belong to its snapshot.
+    cut: u64,
+    receipts: std::sync::Mutex<std::collections::BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Holds {
+    /// Registers a build cut at `cut`; it is unregistered when the returned value drops.
+    pub(crate) fn register(&self, cut: u64) -> Registered {
+        let hold = Arc::new(Hold {
+            cut,
+            ..Hold::default()
+        });
+        lock(&self.builds).push(hold.clone());
+        Registered {
+            holds: self.clone(),
+            hold,
+        }
+    }
+
+    /// A prune is about to delete receipt `id` (at `index`, stored as `bytes`): every build
+    /// whose cut holds it keeps a copy.
+    pub(crate) fn hold(&self, id: &str, index: u64, bytes: &[u8]) {
+        for hold in lock(&self.builds).iter().filter(|h| index <= h.cut) {
+            lock(&hold.receipts).insert(id.as_bytes().to_vec(), bytes.to_vec());
+        }
+    }
+}
+
+impl Hold {
+    /// Takes the held receipts with ids strictly between `after` and `before` (unbounded
+    /// when `None`), in id order, and forgets every held id up to `before`: the scan has
+    /// passed them.
+    fn take_between(&self, after: Option<&[u8]>, before: Option<&[u8]>) -> Vec<Vec<u8>> {
+        let mut held = lock(&self.receipts);
+        let rest = match before {
+            Some(before) => {
+                let mut rest = held.split_off(before);
+                // `before` itself is the receipt the scan just read: written from there.
+                rest.remove(before);
+                rest
+            }
+            None => std::collections::BTreeMap::new(),
+        };
+        let passed = std::mem::replace(&mut *held, rest);
+        passed
+            .into_iter()
+            .filter(|(id, _)| after.is_none_or(|after| id.as_slice() > after))
+            .map(|(_, bytes)| bytes)
+            .collect()
+    }
+}
+
+/// A build's registration in [`Holds`]; dropping it unregisters the build.
+pub(crate) struct Registered {
+    holds: Holds,
+    hold: Arc<Hold>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        lock(&self.holds.builds).retain(|h| !Arc::ptr_eq(h, &self.hold));
+    }
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -383,9 +492,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         };
         // Scans and file writes block: off the async workers.
         let (tree, folder, rows) = (self.tree.clone(), self.folder.clone(), self.rows.clone());
+        let hold = self.hold.hold.clone();
         let name = tokio::task::spawn_blocking(move || {
             write_file(&folder, upto, |out| {
-                write_body(out, &tree, &header, &rows, upto)
+                write_body(out, &tree, &header, &rows, upto, &hold)
             })
         })
         .await

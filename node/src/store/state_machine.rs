@@ -183,6 +183,8 @@ pub struct StateMachine {
     membership: Membership,
     /// Leaves of the receipt log as of the published index.
     log_published: Arc<std::sync::atomic::AtomicU64>,
+    /// Snapshot builds under way, holding the receipts pruned since their cut.
+    holds: snapshot::Holds,
 }
 
 /// Read access to what the state machine stores but does not keep in memory. Receipts are
@@ -321,8 +323,8 @@ struct Stage {
     receipts: HashMap<String, Receipt>,
     /// The share secret written earlier in the batch, if any.
     secret: Option<ShareSecret>,
-    /// Request ids applied earlier in the batch.
-    requests: HashMap<RequestId, Record>,
+    /// Request ids applied earlier in the batch, by caller.
+    requests: HashMap<(Option<String>, RequestId), Record>,
     /// Receipts dropped earlier in the batch (still in the tree until it is written).
     dropped: std::collections::HashSet<String>,
     /// The receipt log's leaves and signatures staged in the batch.
@@ -413,8 +415,19 @@ impl StateMachine {
         };
         let mut rows = Vec::new();
         for item in tree.scan_prefix(ROW) {
-            let (_, bytes) = item.map_err(|e| read_err(&e))?;
-            rows.push(serde_json::from_slice::<Row>(&bytes).map_err(|e| read_err(&e))?);
+            let (key, bytes) = item.map_err(|e| read_err(&e))?;
+            match serde_json::from_slice::<Row>(&bytes) {
+                Ok(row) => rows.push(row),
+                // Re-publishing at start runs on every node: a stored row that no longer
+                // decodes (written by another version, or damaged) must not stop every node
+                // from starting. It stays stored (a later write of the key replaces it) and
+                // the operator hears of it.
+                Err(error) => {
+                    let key = String::from_utf8_lossy(key.get(ROW.len()..).unwrap_or_default());
+                    tracing::error!(%key, %error, "a stored row does not decode; it is not published");
+                    metrics::counter!(crate::metrics::ROWS_UNPUBLISHABLE_TOTAL).increment(1);
+                }
+            }
         }
         let applied_index = last_applied.map_or(0, |l| l.index);
         let log_published = Arc::new(std::sync::atomic::AtomicU64::new(
@@ -438,6 +451,7 @@ impl StateMachine {
             last_applied,
             membership,
             log_published,
+            holds: snapshot::Holds::default(),
         })
     }
 
@@ -471,6 +485,7 @@ impl StateMachine {
     ) -> Result<CommandResult, StorageError> {
         let Request {
             request_id,
+            caller,
             command,
             ..
         } = request;
@@ -478,11 +493,25 @@ impl StateMachine {
             return self.apply_command(command, index, stage);
         };
         let fingerprint = command.fingerprint();
-        let earlier = match stage.requests.get(&id) {
-            Some(record) => Some(record.clone()),
-            None => requests::latest(&self.tree, &id)?,
+        let scoped = (caller.clone(), id.clone());
+        // A caller's key that has no record of its own may have one from before callers
+        // were carried (see `requests`, "Scoped per caller"): staged ones too.
+        let unscoped = (None, id.clone());
+        let staged = stage.requests.get(&scoped).or_else(|| {
+            caller
+                .is_some()
+                .then(|| stage.requests.get(&unscoped))
+                .flatten()
+        });
+        // A record staged at this same index is an earlier write of the same batched entry
+        // (the batcher groups writes from many clients, and a retry can meet its first
+        // attempt in one batch): it is a repeat too, though the window counts from the next
+        // entry. A stored record at this index is never one: an entry is applied once.
+        let (earlier, same_entry) = match staged {
+            Some(record) => (Some(record.clone()), record.index == index),
+            None => (requests::latest(&self.tree, caller.as_deref(), &id)?, false),
         };
-        if let Some(first) = earlier.filter(|r| r.remembered_at(index)) {
+        if let Some(first) = earlier.filter(|r| same_entry || r.remembered_at(index)) {
             return Ok(if first.fingerprint == fingerprint {
                 CommandResult::Replayed {
                     index: first.index,
@@ -497,13 +526,14 @@ impl StateMachine {
         }
         let result = self.apply_command(command, index, stage)?;
         let record = Record {
-            id: id.clone(),
+            id,
+            caller,
             index,
             fingerprint,
             result: result.clone(),
         };
         requests::remember(&mut stage.batch, &record)?;
-        stage.requests.insert(id, record);
+        stage.requests.insert(scoped, record);
         Ok(result)
     }
 
@@ -742,6 +772,9 @@ impl StateMachine {
             let Ok(receipt) = serde_json::from_slice::<Receipt>(&bytes) else {
                 continue;
             };
+            // Before the batch that deletes it is written: a build whose cut holds it may
+            // not have read it yet (see `snapshot`, "A consistent cut").
+            self.holds.hold(&receipt.id, receipt.index, &bytes);
             drop_receipt(&mut stage.batch, &receipt);
             if let Some(asked) = &receipt.asked {
                 stage.changes.push(Change::Learn {
@@ -865,6 +898,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             last_applied: self.last_applied,
             membership: self.membership.clone(),
             rows: self.catalogue.read().all_rows(),
+            // Registered while apply cannot run (`&mut self`): every prune after the cut
+            // holds what it deletes for this build.
+            hold: self
+                .holds
+                .register(self.last_applied.map_or(0, |l| l.index)),
         }
     }
 

@@ -1,5 +1,10 @@
 //! The inverted index: per-term postings with per-field term counts, per-row field lengths,
 //! running length totals, and BM25F scoring. Every update touches only the row's own terms.
+//!
+//! Updates run inside the state machine's apply (and again at start), on every node, so
+//! none of them may panic: a slot or term id that the tables do not hold (which only a bug
+//! here could cause) is skipped and reported by [`Index::insert`] / [`Index::remove`]
+//! returning `false` / [`Inconsistent`], for the caller to log and count, never a crash loop.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -106,15 +111,17 @@ impl Index {
         self.by_key.len()
     }
 
-    /// Inserts a row (replacing one with the same key) from its analysed fields.
+    /// Inserts a row (replacing one with the same key) from its analysed fields. `Err` when
+    /// the tables were found inconsistent: the row is then indexed without the terms
+    /// concerned.
     pub(crate) fn insert(
         &mut self,
         key: &str,
         fields: &[Vec<String>; FIELDS],
         demote: bool,
         pins: Vec<Pin>,
-    ) {
-        self.remove(key);
+    ) -> Result<(), Inconsistent> {
+        let mut consistent = self.remove(key).is_ok();
         let slot = match self.free_docs.pop() {
             Some(s) => s,
             None => {
@@ -136,8 +143,13 @@ impl Index {
         let mut ids = Vec::with_capacity(counts.len());
         for (text, tf) in counts {
             let id = self.term_id_or_create(text);
-            self.term_mut(id).postings.push(Posting { doc: slot, tf });
-            ids.push(id);
+            match self.term_mut(id) {
+                Some(term) => {
+                    term.postings.push(Posting { doc: slot, tf });
+                    ids.push(id);
+                }
+                None => consistent = false,
+            }
         }
         for pin in &pins {
             for t in pin.terms.iter() {
@@ -146,29 +158,49 @@ impl Index {
             push_unique(self.pin_raw.entry(pin.raw.clone()).or_default(), slot);
         }
         let key: Arc<str> = Arc::from(key);
-        self.by_key.insert(key.clone(), slot);
-        self.lens[slot as usize] = len;
-        self.docs[slot as usize] = Some(Doc {
-            key,
+        let doc = Doc {
+            key: key.clone(),
             terms: ids.into_boxed_slice(),
             demote,
             pins: pins.into_boxed_slice(),
-        });
+        };
+        match (
+            self.lens.get_mut(slot as usize),
+            self.docs.get_mut(slot as usize),
+        ) {
+            (Some(lens), Some(place)) => {
+                *lens = len;
+                *place = Some(doc);
+                self.by_key.insert(key, slot);
+            }
+            _ => consistent = false,
+        }
+        if consistent {
+            Ok(())
+        } else {
+            Err(Inconsistent)
+        }
     }
 
-    /// Removes the row with `key`; false when there was none.
-    pub(crate) fn remove(&mut self, key: &str) -> bool {
+    /// Removes the row with `key`, if there is one. `Err` when the tables were found
+    /// inconsistent (what could be removed was).
+    pub(crate) fn remove(&mut self, key: &str) -> Result<(), Inconsistent> {
         let Some(slot) = self.by_key.remove(key) else {
-            return false;
+            return Ok(());
         };
-        let Some(doc) = self.docs[slot as usize].take() else {
-            return false;
+        let Some(doc) = self.docs.get_mut(slot as usize).and_then(Option::take) else {
+            return Err(Inconsistent);
         };
-        for f in 0..FIELDS {
-            self.total_len[f] -= u64::from(self.lens[slot as usize][f]);
+        let mut consistent = true;
+        let lens = self.lens.get(slot as usize).copied().unwrap_or_default();
+        for (total, len) in self.total_len.iter_mut().zip(lens) {
+            *total = total.saturating_sub(u64::from(len));
         }
         for &id in doc.terms.iter() {
-            let term = self.term_mut(id);
+            let Some(term) = self.term_mut(id) else {
+                consistent = false;
+                continue;
+            };
             // Postings are unordered; a linear find plus swap_remove is O(df) and touches
             // only this term's list.
             if let Some(i) = term.postings.iter().position(|p| p.doc == slot) {
@@ -178,7 +210,9 @@ impl Index {
                 let text = term.text.clone();
                 self.vocab.remove(&*text);
                 self.fuzzy.remove(&text, id);
-                self.terms[id as usize] = None;
+                if let Some(place) = self.terms.get_mut(id as usize) {
+                    *place = None;
+                }
                 self.free_terms.push(id);
             }
         }
@@ -189,21 +223,28 @@ impl Index {
             remove_slot(&mut self.pin_raw, &pin.raw, slot);
         }
         self.free_docs.push(slot);
-        true
+        if consistent {
+            Ok(())
+        } else {
+            Err(Inconsistent)
+        }
     }
 
     fn term_id_or_create(&mut self, text: &str) -> u32 {
         if let Some(&id) = self.vocab.get(text) {
-            return id;
+            if self.term_mut(id).is_some() {
+                return id;
+            }
         }
         let text: Arc<str> = Arc::from(text);
         let term = Term {
             text: text.clone(),
             postings: Vec::new(),
         };
-        let id = match self.free_terms.pop() {
-            Some(id) => {
-                self.terms[id as usize] = Some(term);
+        let free = self.free_terms.pop();
+        let id = match free.and_then(|id| self.terms.get_mut(id as usize).map(|p| (id, p))) {
+            Some((id, place)) => {
+                *place = Some(term);
                 id
             }
             None => {
@@ -216,14 +257,16 @@ impl Index {
         id
     }
 
-    fn term_mut(&mut self, id: u32) -> &mut Term {
-        self.terms[id as usize].as_mut().expect("live term id")
+    fn term_mut(&mut self, id: u32) -> Option<&mut Term> {
+        self.terms.get_mut(id as usize).and_then(Option::as_mut)
+    }
+
+    fn term(&self, id: u32) -> Option<&Term> {
+        self.terms.get(id as usize).and_then(Option::as_ref)
     }
 
     fn df(&self, id: u32) -> usize {
-        self.terms[id as usize]
-            .as_ref()
-            .map_or(0, |t| t.postings.len())
+        self.term(id).map_or(0, |t| t.postings.len())
     }
 
     pub(crate) fn lookup(&self, term: &str) -> Option<u32> {
@@ -243,7 +286,7 @@ impl Index {
         let mut typos: Vec<(usize, usize, u32)> = Vec::new(); // (distance, -df as rank, id)
         for probe in [term, surface] {
             for id in self.fuzzy.candidates(probe, max_dist) {
-                let Some(t) = self.terms[id as usize].as_ref() else {
+                let Some(t) = self.term(id) else {
                     continue;
                 };
                 if let Some(d) = edit_distance(probe, &t.text, max_dist) {
@@ -310,14 +353,16 @@ impl Index {
                 best = vec![0.0; slots];
             }
             for &(id, weight) in alts {
-                let Some(term) = self.terms[id as usize].as_ref() else {
+                let Some(term) = self.term(id) else {
                     continue;
                 };
                 let df = term.postings.len() as f32;
                 let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln() * weight;
                 // Postings only ever name live rows: removal deletes them first.
                 for p in &term.postings {
-                    let len = &self.lens[p.doc as usize];
+                    let Some(len) = self.lens.get(p.doc as usize) else {
+                        continue;
+                    };
                     let mut tfn = 0.0f32;
                     for f in 0..FIELDS {
                         if p.tf[f] > 0 {
@@ -367,12 +412,17 @@ impl Index {
         self.by_key.get(key).copied()
     }
 
-    pub(crate) fn key(&self, slot: u32) -> &Arc<str> {
-        &self.docs[slot as usize].as_ref().expect("live slot").key
+    /// The key of the row in `slot` (`None` only for a slot no row holds).
+    pub(crate) fn key(&self, slot: u32) -> Option<&Arc<str>> {
+        self.doc(slot).map(|d| &d.key)
+    }
+
+    fn doc(&self, slot: u32) -> Option<&Doc> {
+        self.docs.get(slot as usize).and_then(Option::as_ref)
     }
 
     pub(crate) fn demoted(&self, slot: u32) -> bool {
-        self.docs[slot as usize].as_ref().is_some_and(|d| d.demote)
+        self.doc(slot).is_some_and(|d| d.demote)
     }
 
     /// Rows with a pin close to the query: the same raw words, or analysed term sets with a
@@ -393,7 +443,7 @@ impl Index {
         candidates.sort_unstable();
         candidates.dedup();
         candidates.retain(|&slot| {
-            let Some(doc) = self.docs[slot as usize].as_ref() else {
+            let Some(doc) = self.doc(slot) else {
                 return false;
             };
             doc.pins.iter().any(|pin| {
@@ -454,6 +504,12 @@ impl Index {
     }
 }
 
+/// The index's tables disagreed (a slot or term id they do not hold): a bug, reported
+/// instead of panicking inside apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the resolver index is inconsistent")]
+pub struct Inconsistent;
+
 fn push_unique(v: &mut Vec<u32>, slot: u32) {
     if !v.contains(&slot) {
         v.push(slot);
@@ -466,5 +522,38 @@ fn remove_slot(map: &mut HashMap<Box<str>, Vec<u32>>, key: &str, slot: u32) {
         if v.is_empty() {
             map.remove(key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_terms(words: &[&str]) -> [Vec<String>; FIELDS] {
+        let mut fields: [Vec<String>; FIELDS] = Default::default();
+        fields[KEY] = words.iter().map(|w| (*w).to_owned()).collect();
+        fields
+    }
+
+    #[test]
+    fn tables_found_inconsistent_are_reported_never_a_panic() {
+        let mut index = Index::default();
+        index
+            .insert("A", &key_terms(&["time"]), false, Vec::new())
+            .unwrap();
+        // A bug elsewhere loses a term a row still names: replacing or removing that row
+        // runs inside apply on every node, and must not panic there.
+        index.terms.clear();
+        assert_eq!(
+            index.insert("A", &key_terms(&["time", "now"]), false, Vec::new()),
+            Err(Inconsistent)
+        );
+        assert_eq!(
+            index.slot("A").and_then(|s| index.key(s)).map(|k| &**k),
+            Some("A")
+        );
+        assert_eq!(index.remove("A"), Ok(()));
+        assert_eq!(index.len(), 0);
+        assert!(index.key(7).is_none());
     }
 }

@@ -26,6 +26,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub use index::Inconsistent;
 use index::{Index, Pin, Scored, ARGS, CATEGORY, DOC, FIELDS, KEY, WHAT};
 use synonyms::Synonyms;
 use tokenize::Analyzer;
@@ -172,12 +173,18 @@ impl Resolver {
     }
 
     /// Inserts the row, or replaces the row with the same key (and drops its vector).
-    pub fn insert(&mut self, doc: &Document<'_>) {
-        self.insert_embedded(doc, None);
+    pub fn insert(&mut self, doc: &Document<'_>) -> Result<(), Inconsistent> {
+        self.insert_embedded(doc, None)
     }
 
     /// Inserts the row with its embedding, when the node has a model and has embedded it.
-    pub fn insert_embedded(&mut self, doc: &Document<'_>, vector: Option<&[f32]>) {
+    /// `Err` only if the index found its own tables inconsistent (a bug): the row is then
+    /// indexed as well as they allow, and the caller logs it.
+    pub fn insert_embedded(
+        &mut self,
+        doc: &Document<'_>,
+        vector: Option<&[f32]>,
+    ) -> Result<(), Inconsistent> {
         let a = &self.analyzer;
         let mut fields: [Vec<String>; FIELDS] = Default::default();
         fields[KEY] = a.terms(doc.key);
@@ -201,13 +208,14 @@ impl Resolver {
                 pins.push(pin);
             }
         }
-        self.index.insert(doc.key, &fields, doc.demote, pins);
+        let indexed = self.index.insert(doc.key, &fields, doc.demote, pins);
         if let Some(slot) = self.index.slot(doc.key) {
             match vector {
                 Some(v) if self.vectors.set(slot, v) => {}
                 _ => self.vectors.clear(slot),
             }
         }
+        indexed
     }
 
     /// Sets the vector of the row `key` (a row embedded after it was inserted). Returns
@@ -241,12 +249,12 @@ impl Resolver {
         self.fusion = fusion;
     }
 
-    /// Removes the row with `key`, if present.
-    pub fn remove(&mut self, key: &str) {
+    /// Removes the row with `key`, if present (`Err` as for [`Resolver::insert_embedded`]).
+    pub fn remove(&mut self, key: &str) -> Result<(), Inconsistent> {
         if let Some(slot) = self.index.slot(key) {
             self.vectors.clear(slot);
         }
-        self.index.remove(key);
+        self.index.remove(key)
     }
 
     /// Ranked keys for `query`, best first: at most `limit`, weak tail cut, never padded.
@@ -329,7 +337,7 @@ impl Resolver {
         let order = |a: &(bool, f32, u32, u64, bool), b: &(bool, f32, u32, u64, bool)| {
             b.0.cmp(&a.0)
                 .then(b.1.total_cmp(&a.1))
-                .then_with(|| self.index.key(a.2).cmp(self.index.key(b.2)))
+                .then_with(|| self.index.key(a.2).cmp(&self.index.key(b.2)))
         };
         if hits.len() > limit {
             hits.select_nth_unstable_by(limit - 1, order);
@@ -337,7 +345,9 @@ impl Resolver {
         }
         hits.sort_by(order);
         hits.into_iter()
-            .map(|(is_pinned, score, slot, mask, similar)| {
+            .filter_map(|(is_pinned, score, slot, mask, similar)| {
+                // Every scored slot holds a row; one that does not is left out.
+                let key = self.index.key(slot)?.clone();
                 let words = lexical
                     .covers
                     .iter()
@@ -358,13 +368,13 @@ impl Resolver {
                     score
                 };
                 let learned = learned_words.remove(&slot).unwrap_or_default();
-                Hit {
-                    key: self.index.key(slot).clone(),
+                Some(Hit {
+                    key,
                     score,
                     similar: similar && matched.is_empty() && learned.is_empty(),
                     matched,
                     learned,
-                }
+                })
             })
             .collect()
     }
@@ -558,7 +568,7 @@ impl Resolver {
             // Ties broken by key, not slot: slots depend on each node's history.
             nearest.select_nth_unstable_by(depth, |a, b| {
                 b.1.total_cmp(&a.1)
-                    .then_with(|| self.index.key(a.0).cmp(self.index.key(b.0)))
+                    .then_with(|| self.index.key(a.0).cmp(&self.index.key(b.0)))
             });
             nearest.truncate(depth);
         }

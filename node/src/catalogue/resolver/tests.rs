@@ -18,7 +18,8 @@ fn build(rows: &[(String, String, String)]) -> Resolver {
             args: vec![],
             pins: &[],
             demote: false,
-        });
+        })
+        .unwrap();
     }
     r
 }
@@ -185,7 +186,8 @@ fn pins_rank_their_row_first() {
         args: vec![],
         pins: &pins,
         demote: false,
-    });
+    })
+    .unwrap();
     assert_eq!(keys(&r, "What is the time?")[0], "CLOCK_READ");
     // a pin made only of stop words matches on its words
     assert_eq!(keys(&r, "Who am I")[0], "CLOCK_READ");
@@ -209,7 +211,8 @@ fn demoted_rows_rank_below_peers() {
             args: vec![],
             pins: &[],
             demote: i == 0,
-        });
+        })
+        .unwrap();
     }
     let hits = r.search("list users", 10);
     assert_eq!(hits[0].key.as_ref(), "LIST_USERS_V2");
@@ -265,7 +268,8 @@ fn insert_then_remove_and_replace() {
         args: vec![("topping", "Pizza topping")],
         pins: &[],
         demote: false,
-    });
+    })
+    .unwrap();
     assert_eq!(r.len(), n + 1);
     assert_eq!(keys(&r, "pizza"), ["PIZZA_ORDER"]);
     // replacing by key drops the old text
@@ -277,18 +281,19 @@ fn insert_then_remove_and_replace() {
         args: vec![],
         pins: &[],
         demote: false,
-    });
+    })
+    .unwrap();
     assert_eq!(r.len(), n + 1);
     assert!(keys(&r, "topping").is_empty());
     assert_eq!(keys(&r, "burrito"), ["PIZZA_ORDER"]);
-    r.remove("PIZZA_ORDER");
+    r.remove("PIZZA_ORDER").unwrap();
     assert_eq!(r.len(), n);
     assert!(keys(&r, "burrito").is_empty());
     assert!(
         keys(&r, "order").is_empty() || !keys(&r, "order").contains(&"PIZZA_ORDER".to_string())
     );
     // removing a missing key is a no-op
-    r.remove("PIZZA_ORDER");
+    r.remove("PIZZA_ORDER").unwrap();
     assert_eq!(r.len(), n);
 }
 
@@ -298,7 +303,7 @@ fn remove_everything_leaves_an_empty_index() {
     let mut r = build(&rows);
     let before = r.memory_bytes();
     for (k, _, _) in &rows {
-        r.remove(k);
+        r.remove(k).unwrap();
     }
     assert!(r.is_empty());
     assert!(r.search("time", 10).is_empty());
@@ -319,7 +324,8 @@ fn args_and_doc_fields_are_searched_with_key_first() {
         args: vec![("target_language", "ISO code of the target language")],
         pins: &[],
         demote: false,
-    });
+    })
+    .unwrap();
     r.insert(&Document {
         key: "DETECT_LANGUAGE",
         category: "Language",
@@ -328,7 +334,8 @@ fn args_and_doc_fields_are_searched_with_key_first() {
         args: vec![],
         pins: &[],
         demote: false,
-    });
+    })
+    .unwrap();
     assert_eq!(keys(&r, "iso code")[0], "TRANSLATE_TEXT");
     assert_eq!(keys(&r, "language")[0], "DETECT_LANGUAGE");
 }
@@ -401,7 +408,8 @@ fn huge_tokens_are_harmless() {
         args: vec![],
         pins: &[],
         demote: false,
-    });
+    })
+    .unwrap();
     assert!(r.search(&"y".repeat(20_000), 10).is_empty());
     assert_eq!(keys(&r, &blob), ["BLOB"]);
 }

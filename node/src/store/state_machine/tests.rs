@@ -827,7 +827,7 @@ async fn a_data_folder_with_the_snapshot_in_one_sled_value_opens_and_moves_it_to
         "receipts": sm.receipts().by_key("ECHO", 10).unwrap(),
         "share_secret": null,
         "revoked": [],
-        "requests": [requests::latest(&sm.tree, &id("old-layout")).unwrap().unwrap()],
+        "requests": [requests::latest(&sm.tree, None, &id("old-layout")).unwrap().unwrap()],
     });
     let meta_json = serde_json::to_vec(&meta).unwrap();
     let mut framed = (meta_json.len() as u64).to_be_bytes().to_vec();
@@ -1295,4 +1295,398 @@ mod receipt_log {
         assert_eq!(sm.log().leaf_of("inv_0000000001").unwrap(), Some(0));
         assert_eq!(sm.log().root(7).unwrap(), root);
     }
+}
+
+#[tokio::test]
+async fn a_request_id_used_twice_in_one_batched_entry_applies_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, catalogue, _) = machine(dir.path());
+    let write =
+        |content: &str| Request::with_id(id("twice"), put(1_000, vec![input("TWICE", content)]));
+    let results = sm
+        .apply([entry(
+            1,
+            Request {
+                request_id: None,
+                caller: None,
+                command: Command::Batch {
+                    requests: vec![write("a"), write("a"), write("b")],
+                },
+                trace: None,
+                trace_context: Default::default(),
+            },
+        )])
+        .await
+        .unwrap();
+    let CommandResult::Batch { results } = &results[0] else {
+        panic!("{results:?}");
+    };
+    assert!(
+        matches!(results[0], CommandResult::Put { .. }),
+        "{results:?}"
+    );
+    assert_eq!(
+        results[1],
+        CommandResult::Replayed {
+            index: 1,
+            first: Box::new(results[0].clone())
+        },
+        "the second use of the key in the same entry replays the first outcome"
+    );
+    assert_eq!(
+        results[2],
+        CommandResult::RequestIdReused {
+            request_id: id("twice"),
+            index: 1
+        },
+        "a different write under the same key in the same entry is refused"
+    );
+    assert_eq!(catalogue.read().get("TWICE").unwrap().content, "a");
+}
+
+#[tokio::test]
+async fn a_prune_applied_while_a_snapshot_is_built_leaves_the_snapshot_at_its_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut leader, _, _) = machine(&dir.path().join("leader"));
+    receipts_at(&mut leader, 1, 5).await;
+    let prune = Request::new(Command::PruneReceipts {
+        before_ms: 1_000_000,
+        keep_per_key: 0,
+        limit: 2,
+    });
+    // The build's cut is index 5; the prune at 6 applies before the build reads sled.
+    let mut builder = leader.get_snapshot_builder().await;
+    let pruned = leader.apply([entry(6, prune.clone())]).await.unwrap();
+    assert_eq!(
+        pruned[0],
+        CommandResult::Pruned {
+            dropped: 2,
+            more: true
+        }
+    );
+    let snapshot = builder.build_snapshot().await.unwrap();
+    assert_eq!(snapshot.meta.last_log_id.map(|l| l.index), Some(5));
+    let held: Vec<u64> = contents(snapshot.snapshot.path())
+        .receipts
+        .iter()
+        .map(|r| r.index)
+        .collect();
+    assert_eq!(
+        held,
+        [1, 2, 3, 4, 5],
+        "the snapshot holds the state at its cut"
+    );
+    // A follower that installs it and applies the same prune ends as the leader.
+    let (mut follower, _, _) = machine(&dir.path().join("follower"));
+    follower
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    follower.apply([entry(6, prune)]).await.unwrap();
+    assert_eq!(
+        follower.receipts().digest().unwrap(),
+        leader.receipts().digest().unwrap()
+    );
+    assert_eq!(follower.receipts().count(), 3);
+}
+
+/// Apply is total end to end: no sequence of commands, of any kind and in any grouping,
+/// makes apply fail or panic, nor publishing what it applied to the catalogue and the
+/// resolver, nor re-publishing the stored state at the next open, nor a snapshot of it.
+mod totality {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    /// Words shared by rows, asks and queries, so the resolver's paths are exercised.
+    const WORDS: [&str; 10] = [
+        "time", "weather", "pay", "the", "is", "deploy", "k8s", "échec", "a", "",
+    ];
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::collection::vec(prop::sample::select(WORDS.to_vec()), 0..6)
+                .prop_map(|w| w.join(" ")),
+            ".{0,40}",
+        ]
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec!["A", "B", "ROWCALL_SYNONYMS", "ÜBER", "", "a/b"])
+                .prop_map(str::to_owned),
+            "[A-Z_]{1,3}",
+            ".{0,8}",
+        ]
+    }
+
+    fn row() -> impl Strategy<Value = RowInput> {
+        (
+            key(),
+            text(),
+            prop_oneof![
+                text().prop_map(|t| format!("# WHAT: {t}\n# ARGS: {t}\n\n{t}")),
+                Just("[[\"k8s\",\"kubernetes\"]]".to_owned()),
+                ".{0,60}",
+            ],
+            prop::collection::vec(text(), 0..3),
+            prop::bool::ANY,
+            prop::bool::ANY,
+            prop_oneof![
+                Just(None),
+                Just(Some(0u64)),
+                Just(Some(1)),
+                Just(Some(u64::MAX))
+            ],
+            prop_oneof![
+                Just(json!(null)),
+                Just(
+                    json!({"type": "object", "properties": {"when": {"description": "the time"}}})
+                ),
+                Just(json!({"properties": 7})),
+            ],
+        )
+            .prop_map(
+                |(key, category, content, pins, enabled, demote, if_version, schema)| {
+                    let mut row: RowInput = serde_json::from_value(json!({
+                        "key": key, "type": "static", "category": category, "content": content,
+                        "pins": pins, "enabled": enabled, "demote": demote,
+                    }))
+                    .unwrap();
+                    row.if_version = if_version;
+                    row.args_schema = (!schema.is_null()).then_some(schema);
+                    row
+                },
+            )
+    }
+
+    fn receipt_command() -> impl Strategy<Value = Command> {
+        (
+            prop::sample::select(vec!["inv_0000000001", "inv_0000000002", "", "inv_x"]),
+            key(),
+            prop_oneof![Just(None), text().prop_map(Some)],
+            prop_oneof![
+                (0u64..10_000).prop_map(format_ms),
+                Just("not a time".to_owned())
+            ],
+        )
+            .prop_map(|(id, key, asked, started_at)| {
+                append(Receipt {
+                    key,
+                    asked,
+                    started_at,
+                    ..receipt(id, "o")
+                })
+            })
+    }
+
+    fn directory_write() -> impl Strategy<Value = Command> {
+        prop_oneof![
+            (0u64..u64::MAX, prop::collection::vec(row(), 0..3))
+                .prop_map(|(at_ms, rows)| put(at_ms, rows)),
+            (key(), prop_oneof![Just(None), Just(Some(1u64))])
+                .prop_map(|(key, if_version)| Command::DeleteRow { key, if_version }),
+        ]
+    }
+
+    fn request_id() -> impl Strategy<Value = Option<RequestId>> {
+        prop_oneof![
+            Just(None),
+            prop::sample::select(vec!["k1", "k2"]).prop_map(|k| Some(id(k))),
+        ]
+    }
+
+    fn caller() -> impl Strategy<Value = Option<String>> {
+        prop::sample::select(vec![None, Some("admin".to_owned()), Some("ci".to_owned())])
+    }
+
+    fn request(command: impl Strategy<Value = Command>) -> impl Strategy<Value = Request> {
+        (request_id(), caller(), command).prop_map(|(request_id, caller, command)| Request {
+            request_id,
+            caller,
+            command,
+            trace: None,
+            trace_context: Default::default(),
+        })
+    }
+
+    fn command() -> impl Strategy<Value = Command> {
+        prop_oneof![
+            3 => directory_write(),
+            2 => receipt_command(),
+            2 => prop::collection::vec(request(directory_write()), 0..4)
+                .prop_map(|requests| Command::Batch { requests }),
+            1 => (0u64..20_000, 0u32..3, 0u32..4).prop_map(|(before_ms, keep_per_key, limit)| {
+                Command::PruneReceipts { before_ms, keep_per_key, limit }
+            }),
+            1 => (0u64..5, 0u64..8, ".{0,12}", ".{0,12}").prop_map(|(node, size, root, signature)| {
+                Command::Cosign { node, size, root, signature }
+            }),
+            1 => prop::bool::ANY.prop_map(|keep_previous| Command::RotateShareSecret {
+                secret: ShareSecret::generate(),
+                keep_previous,
+            }),
+            1 => Just(Command::SetShareSecret { secret: ShareSecret::generate() }),
+            1 => (".{0,12}", prop::num::u64::ANY)
+                .prop_map(|(id, at_ms)| Command::RevokeShare { id, at_ms }),
+        ]
+    }
+
+    /// The rows a catalogue shows, as (key, version, content).
+    fn shown(catalogue: &SharedCatalogue) -> Vec<(String, u64, String)> {
+        catalogue
+            .read()
+            .all_rows()
+            .iter()
+            .map(|r| (r.key.clone(), r.version, r.content.clone()))
+            .collect()
+    }
+
+    async fn run(groups: Vec<Vec<Request>>, queries: Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut sm, catalogue, storage) = machine(&dir.path().join("a"));
+        let mut index = 0;
+        for group in groups {
+            let entries: Vec<Entry> = group
+                .into_iter()
+                .map(|request| {
+                    index += 1;
+                    entry(index, request)
+                })
+                .collect();
+            let count = entries.len();
+            let results = sm.apply(entries).await.expect("apply never fails");
+            assert_eq!(results.len(), count);
+            assert_eq!(catalogue.index(), index);
+            for query in &queries {
+                catalogue.read().ask(query, 5);
+            }
+        }
+        let snapshot = build(&mut sm).await;
+        let before = shown(&catalogue);
+        drop(sm);
+        drop(storage);
+        // Re-publishing at open: the same rows, and the resolver takes them all again.
+        let (reopened, again, _) = machine(&dir.path().join("a"));
+        assert_eq!(shown(&again), before);
+        assert_eq!(again.index(), index);
+        for query in &queries {
+            assert_eq!(
+                again
+                    .read()
+                    .ask(query, 5)
+                    .iter()
+                    .map(|(hit, _)| hit.key.clone())
+                    .collect::<Vec<_>>(),
+                catalogue
+                    .read()
+                    .ask(query, 5)
+                    .iter()
+                    .map(|(hit, _)| hit.key.clone())
+                    .collect::<Vec<_>>(),
+                "{query:?} ranks alike after re-publishing"
+            );
+        }
+        drop(reopened);
+        // And a snapshot of it installs elsewhere.
+        let (mut other, installed, _) = machine(&dir.path().join("b"));
+        other
+            .install_snapshot(&snapshot.meta, snapshot.snapshot)
+            .await
+            .unwrap();
+        assert_eq!(shown(&installed), before);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+        #[test]
+        fn no_sequence_of_commands_makes_apply_or_publishing_panic_or_fail(
+            groups in prop::collection::vec(prop::collection::vec(request(command()), 1..5), 1..6),
+            queries in prop::collection::vec(text(), 1..3),
+        ) {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(run(groups, queries));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stored_row_that_does_not_decode_is_skipped_at_open_not_a_crash_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, storage) = machine(dir.path());
+    sm.apply([entry(
+        1,
+        Request::new(put(1, vec![input("KEPT", "# WHAT: kept\n")])),
+    )])
+    .await
+    .unwrap();
+    // A row another version wrote, or a damaged value: not a row this build can read.
+    sm.tree
+        .insert(row_key("BROKEN"), &b"{\"key\":7}"[..])
+        .unwrap();
+    drop(sm);
+    drop(storage);
+    let storage = open_storage(dir.path());
+    let catalogue = SharedCatalogue::default();
+    let reopened = StateMachine::open(&storage, &dir.path().join("snapshots"), catalogue.clone());
+    assert!(
+        reopened.is_ok(),
+        "the node starts with the rows it can read: {:?}",
+        reopened.err()
+    );
+    assert!(catalogue.read().get("KEPT").is_some());
+    assert!(catalogue.read().get("BROKEN").is_none());
+    assert_eq!(catalogue.index(), 1);
+}
+
+#[tokio::test]
+async fn an_idempotency_key_is_recognised_only_for_the_caller_that_sent_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, catalogue, _) = machine(dir.path());
+    let write = |caller: &str, key: &str| {
+        Request::with_id(id("shared-key"), put(1_000, vec![input(key, "")])).by(caller)
+    };
+    let first = sm.apply([entry(1, write("ci", "CI_ROW"))]).await.unwrap();
+    // Another credential picks the same key for its own, different write.
+    let other = sm
+        .apply([entry(2, write("deploy", "DEPLOY_ROW"))])
+        .await
+        .unwrap();
+    assert!(
+        matches!(other[0], CommandResult::Put { .. }),
+        "another caller's key is its own: {other:?}"
+    );
+    assert!(catalogue.read().get("DEPLOY_ROW").is_some());
+    // The first caller's retry still replays its own outcome.
+    let retry = sm.apply([entry(3, write("ci", "CI_ROW"))]).await.unwrap();
+    assert_eq!(
+        retry[0],
+        CommandResult::Replayed {
+            index: 1,
+            first: Box::new(first[0].clone())
+        }
+    );
+    // A record from before callers were carried is still recognised by a scoped retry.
+    sm.apply([entry(
+        4,
+        Request::with_id(id("old-key"), put(1_000, vec![input("OLD", "")])),
+    )])
+    .await
+    .unwrap();
+    let again = sm
+        .apply([entry(
+            5,
+            Request::with_id(id("old-key"), put(2_000, vec![input("OLD", "")])).by("admin"),
+        )])
+        .await
+        .unwrap();
+    assert!(
+        matches!(again[0], CommandResult::Replayed { index: 4, .. }),
+        "{again:?}"
+    );
 }
