@@ -311,6 +311,7 @@ mod tests {
         let prune = |before_ms| {
             Request::new(Command::PruneReceipts {
                 before_ms,
+                max_age_ms: 0,
                 keep_per_key: 0,
                 limit: 100,
             })

@@ -564,6 +564,7 @@ async fn pruning_drops_by_age_then_per_key_surplus_in_bounded_steps() {
     let prune = |before_ms, keep_per_key, limit| {
         Request::new(Command::PruneReceipts {
             before_ms,
+            max_age_ms: 0,
             keep_per_key,
             limit,
         })
@@ -924,6 +925,7 @@ async fn an_install_keeps_stored_receipts_the_snapshot_holds_and_drops_pruned_on
             5,
             Request::new(Command::PruneReceipts {
                 before_ms: 0,
+                max_age_ms: 0,
                 keep_per_key: 2,
                 limit: 100,
             }),
@@ -1286,6 +1288,7 @@ mod receipt_log {
             8,
             Command::PruneReceipts {
                 before_ms: 0,
+                max_age_ms: 0,
                 keep_per_key: 1,
                 limit: 100,
             },
