@@ -359,6 +359,11 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         app.identity.set_founding(true);
     }
 
+    if !fresh {
+        // A restarted member checks its clock with the others' before it stamps anything.
+        crate::cluster::ranking::check_clock(&app, Duration::from_millis(500)).await;
+    }
+
     let (shutdown, _) = watch::channel(false);
     let mut tasks = Vec::new();
     let metrics = crate::metrics::install();

@@ -123,6 +123,7 @@ impl App {
             founding: self.identity.founding(),
             signing_key: self.identity.signing_public(),
             ranking: Some(ranking::RankingSetup::of(self)),
+            wall_ms: crate::model::time::raw_now_ms(),
         }
     }
 

@@ -79,6 +79,10 @@ pub struct Hello {
     /// How it ranks asks (none from a version that does not say).
     #[serde(default)]
     pub ranking: Option<crate::cluster::ranking::RankingSetup>,
+    /// Its wall clock when it answered, ms since the epoch (0 from a version that does not
+    /// say), so members can check their clocks ([`crate::model::time`]).
+    #[serde(default)]
+    pub wall_ms: u64,
 }
 
 /// A node asking to become a member.
