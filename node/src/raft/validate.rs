@@ -8,7 +8,7 @@ use crate::catalogue::row::{valid_key, validate_rows};
 use crate::dispatch::builtins::BUILTINS;
 use crate::model::receipt::valid_receipt_id;
 use crate::model::share::valid_token_id;
-use crate::model::time::parse_ms;
+use crate::model::time::{parse_ms, MAX_MS};
 
 use super::{Command, NodeId, Request, RequestId};
 
@@ -85,11 +85,12 @@ pub enum Refusal {
     },
 }
 
-/// Refuses a time further than [`CLOCK_SKEW_MS`] behind the leader's clock. One ahead of it
-/// is not refused but held back when proposed ([`hold_times`]): the sender's clock may be
-/// the fast one, or the leader's the slow one, and neither is the writer's fault.
+/// Refuses a time further than [`CLOCK_SKEW_MS`] behind the leader's clock, or one no clock
+/// shows (past year 9999). One ahead of the leader's clock is not refused but held back when
+/// proposed ([`hold_times`]): the sender's clock may be the fast one, or the leader's the
+/// slow one, and neither is the writer's fault.
 fn recent(what: &'static str, at_ms: u64, now_ms: u64) -> Result<(), Refusal> {
-    if now_ms.saturating_sub(at_ms) > CLOCK_SKEW_MS {
+    if now_ms.saturating_sub(at_ms) > CLOCK_SKEW_MS || at_ms > MAX_MS {
         return Err(Refusal::Time {
             what,
             at_ms,
@@ -308,12 +309,14 @@ mod tests {
             check_forwarded(&put(vec![], NOW), 2, NOW),
             Err(Refusal::NoRows)
         );
-        // Far ahead (a fast clock): taken, and held back when proposed (see below); far
-        // behind: refused before it reaches the log.
+        // Ahead (a fast clock): taken, and held back when proposed (see below); past year
+        // 9999 or far behind: refused before it reaches the log.
         assert_eq!(
-            check_forwarded(&put(vec![row("OK")], u64::MAX), 2, NOW),
+            check_forwarded(&put(vec![row("OK")], MAX_MS), 2, NOW),
             Ok(())
         );
+        let far = check_forwarded(&put(vec![row("OK")], u64::MAX), 2, NOW);
+        assert!(matches!(far, Err(Refusal::Time { .. })), "{far:?}");
         let late = check_forwarded(&put(vec![row("OK")], NOW - CLOCK_SKEW_MS - 1), 2, NOW);
         assert!(matches!(late, Err(Refusal::Time { .. })), "{late:?}");
         let delete = Request::new(Command::DeleteRow {
