@@ -54,67 +54,65 @@ fn log_time(
     voters: &BTreeSet<NodeId>,
     stage: Option<&Stage>,
 ) -> Result<u64, StorageError> {
-    {
-        let mut newest: BTreeMap<NodeId, u64> = BTreeMap::new();
-        let note = |newest: &mut BTreeMap<NodeId, u64>, node: NodeId, started: u64| {
-            if voters.contains(&node) {
-                let at = newest.entry(node).or_default();
-                *at = (*at).max(started);
-            }
+    let mut newest: BTreeMap<NodeId, u64> = BTreeMap::new();
+    let note = |newest: &mut BTreeMap<NodeId, u64>, node: NodeId, started: u64| {
+        if voters.contains(&node) {
+            let at = newest.entry(node).or_default();
+            *at = (*at).max(started);
+        }
+    };
+    // Staged receipts, newest first, merged with the stored ones as they are read.
+    let mut staged: Vec<(u64, &str, NodeId)> = stage
+        .iter()
+        .flat_map(|stage| stage.receipts.values())
+        .map(|r| {
+            (
+                parse_ms(&r.started_at).unwrap_or(0),
+                r.id.as_str(),
+                r.served_by,
+            )
+        })
+        .collect();
+    staged.sort_unstable_by(|a, b| b.cmp(a));
+    let mut staged = staged.into_iter().peekable();
+    let mut seen = 0;
+    for item in tree.scan_prefix(RECEIPT_BY_TIME).rev() {
+        if seen >= SCAN || newest.len() == voters.len() {
+            break;
+        }
+        let (key, _) = item.map_err(|e| read_err(&e))?;
+        let Some((started, id)) = key[RECEIPT_BY_TIME.len()..].split_at_checked(8) else {
+            continue;
         };
-        // Staged receipts, newest first, merged with the stored ones as they are read.
-        let mut staged: Vec<(u64, &str, NodeId)> = stage
-            .iter()
-            .flat_map(|stage| stage.receipts.values())
-            .map(|r| {
-                (
-                    parse_ms(&r.started_at).unwrap_or(0),
-                    r.id.as_str(),
-                    r.served_by,
-                )
-            })
-            .collect();
-        staged.sort_unstable_by(|a, b| b.cmp(a));
-        let mut staged = staged.into_iter().peekable();
-        let mut seen = 0;
-        for item in tree.scan_prefix(RECEIPT_BY_TIME).rev() {
-            if seen >= SCAN || newest.len() == voters.len() {
-                break;
-            }
-            let (key, _) = item.map_err(|e| read_err(&e))?;
-            let Some((started, id)) = key[RECEIPT_BY_TIME.len()..].split_at_checked(8) else {
-                continue;
-            };
-            let started = u64::from_be_bytes(started.try_into().unwrap_or([0; 8]));
-            let id = String::from_utf8_lossy(id);
-            if stage.is_some_and(|stage| stage.dropped.contains(id.as_ref())) {
-                continue;
-            }
-            // Staged receipts that sort after this stored one come first.
-            while let Some(&(at, staged_id, node)) = staged.peek() {
-                if (at, staged_id) <= (started, id.as_ref()) || seen >= SCAN {
-                    break;
-                }
-                note(&mut newest, node, at);
-                seen += 1;
-                staged.next();
-            }
-            if seen >= SCAN {
-                break;
-            }
-            let Some(bytes) = tree.get(receipt_key(&id)).map_err(|e| read_err(&e))? else {
-                continue;
-            };
-            if let Ok(receipt) = serde_json::from_slice::<ServedBy>(&bytes) {
-                note(&mut newest, receipt.served_by, started);
-            }
-            seen += 1;
+        let started = u64::from_be_bytes(started.try_into().unwrap_or([0; 8]));
+        let id = String::from_utf8_lossy(id);
+        if stage.is_some_and(|stage| stage.dropped.contains(id.as_ref())) {
+            continue;
         }
-        for (at, _, node) in staged.take(SCAN.saturating_sub(seen)) {
+        // Staged receipts that sort after this stored one come first.
+        while let Some(&(at, staged_id, node)) = staged.peek() {
+            if (at, staged_id) <= (started, id.as_ref()) || seen >= SCAN {
+                break;
+            }
             note(&mut newest, node, at);
+            seen += 1;
+            staged.next();
         }
-        Ok(crate::dispatch::retention::log_time(voters, &newest))
+        if seen >= SCAN {
+            break;
+        }
+        let Some(bytes) = tree.get(receipt_key(&id)).map_err(|e| read_err(&e))? else {
+            continue;
+        };
+        if let Ok(receipt) = serde_json::from_slice::<ServedBy>(&bytes) {
+            note(&mut newest, receipt.served_by, started);
+        }
+        seen += 1;
     }
+    for (at, _, node) in staged.take(SCAN.saturating_sub(seen)) {
+        note(&mut newest, node, at);
+    }
+    Ok(crate::dispatch::retention::log_time(voters, &newest))
 }
 
 #[cfg(test)]
