@@ -280,6 +280,11 @@ impl App {
         // The request's trace id is for the logs of the nodes it passes, not for the log.
         request.trace = None;
         request.trace_context.clear();
+        // No time in the log later than the majority of clocks allow (model::time).
+        crate::raft::validate::hold_times(
+            &mut request.command,
+            crate::model::time::latest_stamp_ms(),
+        );
         // A leader handing over takes no new entry (the successor must be level with its
         // log to win the vote); the write waits, then goes to whoever leads. Counted before
         // the flag is read, so a handover that set the flag and then sees no write counted

@@ -37,6 +37,19 @@ pub struct Config {
     pub tracing: TracingConfig,
     /// The resolver's sentence-embedding model (none: lexical ranking only).
     pub resolver: ResolverConfig,
+    /// Fault injection for tests and the chaos harness only; never set in production.
+    pub testing: TestingConfig,
+}
+
+/// Knobs for tests and the chaos harness only. A node started with any of them set logs a
+/// warning saying so.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TestingConfig {
+    /// Shifts this node's wall clock by this many milliseconds (positive: fast), wherever
+    /// the node reads the time of day ([`crate::model::time::now_ms`]): to play a node
+    /// whose clock jumped. `ROWCALL_TEST_CLOCK_OFFSET_MS` sets it too.
+    pub clock_offset_ms: i64,
 }
 
 /// The resolver's model (DESIGN §6). Without one, ask ranks by words alone (BM25F); with
@@ -111,6 +124,9 @@ pub enum LogFormat {
 pub struct ReceiptsConfig {
     /// Drop receipts older than this many days (0: no age rule).
     pub max_age_days: u64,
+    /// The age rule in seconds, for tests and short chaos runs; when not 0 it replaces
+    /// `max_age_days`. `ROWCALL_RECEIPTS_MAX_AGE_SECS` sets it too.
+    pub max_age_secs: u64,
     /// Keep at most this many receipts per row key, newest first (0: no count rule).
     pub keep_per_key: u32,
     /// Seconds between two runs of the policy.
@@ -126,6 +142,7 @@ impl Default for ReceiptsConfig {
     fn default() -> Self {
         Self {
             max_age_days: 0,
+            max_age_secs: 0,
             keep_per_key: 0,
             prune_every_secs: 600,
             prune_batch: 5_000,
@@ -829,7 +846,21 @@ impl Config {
         if let Some(flag) = get("ROWCALL_RATE_LIMIT") {
             self.limits.rate.enabled = parse_switch("ROWCALL_RATE_LIMIT", &flag)?;
         }
-        let numbers: [(&'static str, &mut u64); 7] = [
+        if let Some(value) = get("ROWCALL_TEST_CLOCK_OFFSET_MS") {
+            self.testing.clock_offset_ms = value.trim().parse().map_err(|_| ConfigError::Env {
+                name: "ROWCALL_TEST_CLOCK_OFFSET_MS",
+                reason: format!("{value:?} is not a whole number of milliseconds"),
+            })?;
+        }
+        let numbers: [(&'static str, &mut u64); 9] = [
+            (
+                "ROWCALL_RECEIPTS_MAX_AGE_SECS",
+                &mut self.receipts.max_age_secs,
+            ),
+            (
+                "ROWCALL_RECEIPTS_PRUNE_EVERY_SECS",
+                &mut self.receipts.prune_every_secs,
+            ),
             ("ROWCALL_SNAPSHOT_EVERY", &mut self.raft.snapshot_every),
             (
                 "ROWCALL_SNAPSHOT_CHUNK_BYTES",
@@ -980,6 +1011,32 @@ mod tests {
         assert_eq!(config.auth.admin_key.as_deref(), Some("from-env"));
         assert_eq!(config.node.peer_routes["127.0.0.1:9082"], "127.0.0.1:19012");
         assert_eq!(config.auth.invoke_keys["bot"], "other");
+    }
+
+    #[test]
+    fn the_test_clock_offset_and_short_retention_come_from_the_file_or_the_environment() {
+        let text = "[testing]\nclock_offset_ms = -5000\n[receipts]\nmax_age_secs = 90\n";
+        let mut config = Config::from_toml(text).unwrap();
+        assert_eq!(config.testing.clock_offset_ms, -5_000);
+        assert_eq!(config.receipts.max_age_secs, 90);
+        config
+            .apply_env(|name| match name {
+                "ROWCALL_TEST_CLOCK_OFFSET_MS" => Some("86400000".into()),
+                "ROWCALL_RECEIPTS_MAX_AGE_SECS" => Some("300".into()),
+                "ROWCALL_RECEIPTS_PRUNE_EVERY_SECS" => Some("5".into()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(config.testing.clock_offset_ms, 86_400_000);
+        assert_eq!(config.receipts.max_age_secs, 300);
+        assert_eq!(config.receipts.prune_every_secs, 5);
+        let bad = Config::default().apply_env(|name| {
+            (name == "ROWCALL_TEST_CLOCK_OFFSET_MS").then(|| "one day".to_owned())
+        });
+        assert!(bad
+            .unwrap_err()
+            .to_string()
+            .contains("ROWCALL_TEST_CLOCK_OFFSET_MS"));
     }
 
     #[test]

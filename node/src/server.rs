@@ -225,6 +225,15 @@ pub async fn start(config: Config) -> anyhow::Result<NodeHandle> {
 /// [`start`] with embedding options.
 pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Result<NodeHandle> {
     anyhow::ensure!(config.node.id != 0, "--id must be a positive number");
+    // Process-wide, so set only when asked: in-process test clusters share the clock.
+    if config.testing.clock_offset_ms != 0 {
+        crate::model::time::set_test_offset(config.testing.clock_offset_ms);
+        tracing::warn!(
+            offset_ms = config.testing.clock_offset_ms,
+            "test clock offset in force: this node's wall clock is shifted (for tests and the \
+             chaos harness only, never in production)"
+        );
+    }
     create_private_dir(&config.node.data)?;
     let admin = admin_key(&config, &config.node.data)?;
     // From here on only digests of the secrets exist in the node.
@@ -374,6 +383,11 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         // between our listener opening and our first survey would otherwise find us fresh
         // and not founding, and found a second cluster beside ours.
         app.identity.set_founding(true);
+    }
+
+    if !fresh {
+        // A restarted member checks its clock with the others' before it stamps anything.
+        crate::cluster::ranking::check_clock(&app, Duration::from_millis(500)).await;
     }
 
     let (shutdown, _) = watch::channel(false);

@@ -9,6 +9,7 @@ mod backup;
 mod bad_input;
 mod cli;
 mod client;
+mod clocks;
 mod cluster;
 mod exactly_once;
 mod hostile;

@@ -53,8 +53,9 @@ const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
 impl App {
     /// How long ago this node was last in touch with a leader that had its quorum: as the
     /// leader, since a quorum of voters last acknowledged it; as a follower or learner, since
-    /// the leader it follows at the current term last reached it, minus how old that
-    /// leader's quorum then was ([`crate::raft::liveness`]). `None`: no leader, or never.
+    /// a message of the leader it follows at the current term last arrived (not since this
+    /// node finished handling it), plus how old that leader's quorum then was
+    /// ([`crate::raft::liveness`]). `None`: no leader, or never.
     fn contact_age(&self) -> Option<Duration> {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
@@ -135,6 +136,7 @@ impl App {
             ranking: Some(ranking::RankingSetup::of(self)),
             seen_you: asker
                 .and_then(|(id, incarnation)| self.network.witness().of(id, incarnation)),
+            wall_ms: crate::model::time::raw_now_ms(),
         }
     }
 

@@ -12,6 +12,8 @@
 //! (`resolver.members_ranking_otherwise`), the gRPC status, the gauge
 //! `rowcall_resolver_members_ranking_otherwise` and a warning in its log. Members of a
 //! version that does not say how it ranks are left out: that is unknown, not different.
+//! The same answers carry the members' clocks, which check this node's
+//! ([`crate::model::time`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -125,8 +127,12 @@ async fn ask_members(
         let Some(node) = membership.get_node(&id) else {
             continue;
         };
+        let sent_ms = crate::model::time::raw_now_ms();
         match app.network.hello(&node.grpc_addr, HELLO_TIMEOUT).await {
             Ok(hello) if hello.node_id == id => {
+                // The same answer checks this node's clock against the member's.
+                let received_ms = crate::model::time::raw_now_ms();
+                crate::model::time::observe_peer(id, sent_ms, hello.wall_ms, received_ms);
                 if let Some(theirs) = hello.ranking.filter(|theirs| theirs != mine) {
                     round.otherwise.insert(id, theirs);
                 }
@@ -140,6 +146,27 @@ async fn ask_members(
         }
     }
     round
+}
+
+/// Checks this node's clock against every other member's once, all at once, each within
+/// `timeout`: before a restarted node serves anything, so that it never stamps by a clock
+/// that jumped while it was down ([`crate::model::time`]). Members that do not answer are
+/// left to the rounds of [`run`].
+pub async fn check_clock(app: &App, timeout: Duration) {
+    let membership = app.membership();
+    let asks = other_members(app).into_iter().filter_map(|id| {
+        let addr = membership.get_node(&id)?.grpc_addr.clone();
+        Some(async move {
+            let sent_ms = crate::model::time::raw_now_ms();
+            if let Ok(hello) = app.network.hello(&addr, timeout).await {
+                if hello.node_id == id {
+                    let received_ms = crate::model::time::raw_now_ms();
+                    crate::model::time::observe_peer(id, sent_ms, hello.wall_ms, received_ms);
+                }
+            }
+        })
+    });
+    futures_util::future::join_all(asks).await;
 }
 
 /// The other members, by id.

@@ -83,6 +83,10 @@ pub struct Hello {
     /// it saw nothing, or the asker did not say who it is.
     #[serde(default)]
     pub seen_you: Option<super::standing::Progress>,
+    /// Its wall clock when it answered, ms since the epoch (0 from a version that does not
+    /// say), so members can check their clocks ([`crate::model::time`]).
+    #[serde(default)]
+    pub wall_ms: u64,
 }
 
 /// A node asking to become a member.

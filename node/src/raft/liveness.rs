@@ -16,7 +16,34 @@
 //! `stale_after` is openraft's leader lease (the longest election timeout): a voter refuses
 //! to vote for anyone until that long after it last heard from its leader, so the majority
 //! cannot have elected a new leader before the old leader's followers have turned stale.
-//! Writes fail fast only after twice that ([`Liveness::cut_off_after`]): a write that is
+//!
+//! ## What the bound is, and what it is counted from
+//!
+//! Write `Q` for the leader's quorum instant: a majority accepted messages the leader sent at
+//! or after `Q`. Each of those voters took its message at or after `Q` and, from the moment
+//! it handled it, refuses every vote and stands for no election for a lease (openraft 0.9:
+//! `handle_vote_req` and the election timer both count from that moment). Any new leader
+//! needs a vote from one of them, so **no other leader exists before `Q + lease`**.
+//!
+//! A follower cannot read `Q`: clocks are not shared. The leader sends `A = S - Q`, the
+//! quorum's age when it sent the message at `S` (its clock), and the follower counts
+//! `Q' = R - A`, where `R` is when the message *arrived* (the follower's clock, taken before
+//! the message is decoded or handed to Raft). Then `Q' - Q = R - S`, the message's time in
+//! transit, and the follower is fresh until `Q' + lease = Q + lease + (R - S)`: it may
+//! overlap a successor by that transit and by no more. Everything after the arrival is on
+//! the follower's own side and is counted against it: the append, the vote save, their
+//! fdatasyncs, a stalled disk. (Counting from when the handling *ended* instead, as this
+//! node once did, stretched freshness by the whole stall: a follower whose disk froze for
+//! seconds on one append read fresh for a lease after it thawed, while the majority had
+//! long elected someone else.) Transit cannot be measured one way, so it is neither
+//! subtracted nor known: on a healthy link it is the network's one-way delay (well under a
+//! millisecond on a LAN), and a link that holds messages for `d` stretches freshness by `d`.
+//! Within one leader and term the newest `Q'` counts, since messages finish handling in any
+//! order. Closing the transit gap too would take a time the follower itself sent (a lease
+//! counted from the follower's own request, as in lease-based reads): a change to the peer
+//! protocol, not made here.
+//!
+//! Writes fail fast only after twice the lease ([`Liveness::cut_off_after`]): a write that is
 //! tried needlessly is still safe (Raft decides), while one refused needlessly is lost
 //! availability, and a loaded machine can stall a heartbeat for a good part of a lease.
 //!
@@ -115,16 +142,27 @@ impl Liveness {
         self.stale_after * 2
     }
 
-    /// The leader `leader` of `term` reached us, saying a quorum acknowledged it
-    /// `quorum_age` ago.
-    pub fn leader_contacted(&self, leader: NodeId, term: u64, quorum_age: Duration) {
-        let Some(quorum_at) = Instant::now().checked_sub(quorum_age) else {
+    /// A message from the leader `leader` of `term` arrived at `received`, saying a quorum
+    /// had acknowledged it `quorum_age` before it was sent. Counted from the arrival, never
+    /// from when this node finished handling the message (see the module documentation).
+    pub fn leader_contacted(
+        &self,
+        leader: NodeId,
+        term: u64,
+        received: Instant,
+        quorum_age: Duration,
+    ) {
+        let Some(quorum_at) = received.checked_sub(quorum_age) else {
             return;
         };
         let mut contact = self.leader.lock().unwrap_or_else(|p| p.into_inner());
-        // A late message from an older term must not displace the current leader's contact.
-        if contact.is_some_and(|c| c.term > term) {
-            return;
+        match *contact {
+            // A late message from an older term must not displace the current leader's contact.
+            Some(c) if c.term > term => return,
+            // Messages of one leader are handled concurrently and finish in any order: one
+            // that arrived earlier, handled last, must not make the contact older.
+            Some(c) if c.term == term && c.leader == leader && c.quorum_at >= quorum_at => return,
+            _ => {}
         }
         *contact = Some(LeaderContact {
             leader,
@@ -185,16 +223,41 @@ mod tests {
     fn only_the_followed_leader_and_term_with_a_recent_quorum_count() {
         let liveness = Liveness::new(Duration::from_secs(5));
         let age = |at: Option<Instant>| at.map(|at| at.elapsed());
-        liveness.leader_contacted(1, 7, Duration::from_millis(100));
+        let now = Instant::now();
+        liveness.leader_contacted(1, 7, now, Duration::from_millis(100));
         assert!(age(liveness.leader_quorum_at(1, 7)).unwrap() >= Duration::from_millis(100));
         assert_eq!(liveness.leader_quorum_at(1, 8), None, "another term");
         assert_eq!(liveness.leader_quorum_at(2, 7), None, "another leader");
-        // A leader whose quorum is long gone keeps talking: its quorum instant says so.
-        liveness.leader_contacted(1, 7, Duration::from_secs(10));
-        assert!(age(liveness.leader_quorum_at(1, 7)).unwrap() > liveness.stale_after());
         // A straggler from an older term does not replace the newer contact.
-        liveness.leader_contacted(2, 8, Duration::ZERO);
-        liveness.leader_contacted(1, 7, Duration::ZERO);
-        assert!(liveness.leader_quorum_at(2, 8).is_some());
+        liveness.leader_contacted(2, 8, now, Duration::ZERO);
+        liveness.leader_contacted(1, 7, now, Duration::ZERO);
+        assert_eq!(liveness.leader_quorum_at(2, 8), Some(now));
+    }
+
+    #[test]
+    fn contact_counts_from_the_arrival_and_the_newest_quorum_of_a_term_wins() {
+        let liveness = Liveness::new(Duration::from_secs(5));
+        let now = Instant::now();
+        // A message that arrived 10 s ago (its handling stalled since) saying "quorum now".
+        let arrived = now - Duration::from_secs(10);
+        liveness.leader_contacted(1, 7, arrived, Duration::ZERO);
+        assert_eq!(liveness.leader_quorum_at(1, 7), Some(arrived));
+        // A later message of the same leader whose quorum had already gone stale.
+        liveness.leader_contacted(1, 7, now, Duration::from_secs(10));
+        assert_eq!(
+            liveness.leader_quorum_at(1, 7),
+            Some(arrived),
+            "the newest stays"
+        );
+        // One that arrived later, handled first, then an earlier one finishing last.
+        liveness.leader_contacted(1, 7, now, Duration::ZERO);
+        liveness.leader_contacted(1, 7, arrived, Duration::ZERO);
+        assert_eq!(liveness.leader_quorum_at(1, 7), Some(now));
+        // A new term starts over, even from an older quorum instant.
+        liveness.leader_contacted(2, 8, arrived, Duration::from_secs(1));
+        assert_eq!(
+            liveness.leader_quorum_at(2, 8),
+            Some(arrived - Duration::from_secs(1))
+        );
     }
 }

@@ -241,8 +241,13 @@ pub enum Command {
     /// (0: no age rule) and, of each row, all but the newest `keep_per_key` (0: no count
     /// rule), at most `limit` of them (the proposer repeats while more remain).
     PruneReceipts {
-        /// Receipts that started before this (ms since the epoch) go; decided by the proposer.
+        /// Receipts that started before this (ms since the epoch) go; decided by the proposer,
+        /// and held by apply to the log's own time less `max_age_ms` when that is set
+        /// ([`crate::dispatch::retention`]).
         before_ms: u64,
+        /// The age rule the cut-off came from (0: none, or a proposer that did not send it).
+        #[serde(default)]
+        max_age_ms: u64,
         /// Receipts kept per row key, newest first.
         keep_per_key: u32,
         /// Receipts dropped by this entry at most.

@@ -7,7 +7,7 @@
 //! admitted. A refusal is a `FailedPrecondition` status whose message says what to do.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rowcall_proto::raft::raft_service_server::RaftService;
 use rowcall_proto::raft::RaftMessage;
@@ -220,14 +220,22 @@ impl RaftGrpc {
         }
     }
 
-    /// Counts a leader's accepted message as contact: only from an established leader that
-    /// says how recent its quorum is (the term and leader are checked when read, against the
-    /// leader this node then follows).
-    fn leader_contacted(&self, vote: openraft::Vote<NodeId>, quorum_age_ms: Option<u64>) {
+    /// Counts a leader's accepted message, which arrived at `received`, as contact: only
+    /// from an established leader that says how recent its quorum is (the term and leader
+    /// are checked when read, against the leader this node then follows). Counted from its
+    /// arrival, not from now: handling it (a vote save, an append, their syncs) may have
+    /// taken long, and the leader's quorum aged meanwhile ([`super::liveness`]).
+    fn leader_contacted(
+        &self,
+        vote: openraft::Vote<NodeId>,
+        received: Instant,
+        quorum_age_ms: Option<u64>,
+    ) {
         if let (true, Some(age)) = (vote.is_committed(), quorum_age_ms) {
             self.app.liveness.leader_contacted(
                 vote.leader_id().node_id,
                 vote.leader_id().get_term(),
+                received,
                 Duration::from_millis(age),
             );
         }
@@ -306,6 +314,7 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        let received = Instant::now();
         self.taking_part()?;
         let message = request.into_inner();
         let quorum_age = message.leader_quorum_age_ms;
@@ -316,7 +325,7 @@ impl RaftService for RaftGrpc {
         let result = self.app.raft.append_entries(append).await;
         if let Ok(response) = &result {
             if !matches!(response, AppendEntriesResponse::HigherVote(_)) {
-                self.leader_contacted(vote, quorum_age);
+                self.leader_contacted(vote, received, quorum_age);
             }
         }
         self.encode(&result)
@@ -326,13 +335,14 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        let received = Instant::now();
         self.taking_part()?;
         let quorum_age = request.get_ref().leader_quorum_age_ms;
         let chunk: InstallSnapshotRequest<TypeConfig> = self.open(request, Admission::Raft)?;
         let vote = chunk.vote;
         let result = self.app.raft.install_snapshot(chunk).await;
         if result.as_ref().is_ok_and(|r| r.vote == vote) {
-            self.leader_contacted(vote, quorum_age);
+            self.leader_contacted(vote, received, quorum_age);
         }
         self.encode(&result)
     }

@@ -8,7 +8,7 @@ use crate::catalogue::row::{valid_key, validate_rows};
 use crate::dispatch::builtins::BUILTINS;
 use crate::model::receipt::valid_receipt_id;
 use crate::model::share::valid_token_id;
-use crate::model::time::parse_ms;
+use crate::model::time::{parse_ms, MAX_MS};
 
 use super::{Command, NodeId, Request, RequestId};
 
@@ -41,7 +41,7 @@ pub enum Refusal {
         /// The key.
         key: String,
     },
-    /// A time too far from the leader's clock.
+    /// A time too far from the leader's clock (a write's: too far behind it).
     #[error("{what} is {at_ms} ms since the epoch, more than {CLOCK_SKEW_MS} ms from the leader's clock ({now_ms})")]
     Time {
         /// Which time.
@@ -87,8 +87,12 @@ pub enum Refusal {
     },
 }
 
-fn near(what: &'static str, at_ms: u64, now_ms: u64) -> Result<(), Refusal> {
-    if at_ms.abs_diff(now_ms) > CLOCK_SKEW_MS {
+/// Refuses a time further than [`CLOCK_SKEW_MS`] behind the leader's clock, or one no clock
+/// shows (past year 9999). One ahead of the leader's clock is not refused but held back when
+/// proposed ([`hold_times`]): the sender's clock may be the fast one, or the leader's the
+/// slow one, and neither is the writer's fault.
+fn recent(what: &'static str, at_ms: u64, now_ms: u64) -> Result<(), Refusal> {
+    if now_ms.saturating_sub(at_ms) > CLOCK_SKEW_MS || at_ms > MAX_MS {
         return Err(Refusal::Time {
             what,
             at_ms,
@@ -96,6 +100,30 @@ fn near(what: &'static str, at_ms: u64, now_ms: u64) -> Result<(), Refusal> {
         });
     }
     Ok(())
+}
+
+/// Holds the times a proposer decided in `command` (a write's `updated_at`, a revocation's
+/// time) to `latest_ms`, the latest the leader accepts ([`crate::model::time::latest_stamp_ms`]):
+/// a proposer whose clock runs ahead of the majority's cannot pin them in the future. Only
+/// ever earlier, and never a receipt's start, which its invoker already showed the client
+/// (receipts are deduplicated by content, and retention does not trust their clocks).
+pub fn hold_times(command: &mut Command, latest_ms: u64) {
+    match command {
+        Command::PutRows { at_ms, .. } | Command::RevokeShare { at_ms, .. } => {
+            *at_ms = (*at_ms).min(latest_ms);
+        }
+        Command::Batch { requests } => {
+            for request in requests {
+                hold_times(&mut request.command, latest_ms);
+            }
+        }
+        Command::DeleteRow { .. }
+        | Command::AppendReceipt { .. }
+        | Command::SetShareSecret { .. }
+        | Command::RotateShareSecret { .. }
+        | Command::PruneReceipts { .. }
+        | Command::Cosign { .. } => {}
+    }
 }
 
 /// Checks `request`, forwarded by member `sender`, at the leader's time `now_ms`.
@@ -119,7 +147,7 @@ pub fn check_forwarded(request: &Request, sender: NodeId, now_ms: u64) -> Result
             if rows.is_empty() {
                 return Err(Refusal::NoRows);
             }
-            near("the write's time", *at_ms, now_ms)?;
+            recent("the write's time", *at_ms, now_ms)?;
             validate_rows(rows, &BUILTINS).map_err(|(position, rule)| Refusal::Row {
                 position,
                 reason: rule.to_string(),
@@ -213,7 +241,7 @@ pub fn check_forwarded(request: &Request, sender: NodeId, now_ms: u64) -> Result
             if !valid_token_id(id) {
                 return Err(Refusal::TokenId { id: id.clone() });
             }
-            near("the revocation's time", *at_ms, now_ms)
+            recent("the revocation's time", *at_ms, now_ms)
         }
     }
 }
@@ -249,6 +277,33 @@ mod tests {
     }
 
     #[test]
+    fn a_write_stamped_ahead_of_the_latest_time_is_held_back_to_it() {
+        const DAY: u64 = 86_400_000;
+        let mut batch = Command::Batch {
+            requests: vec![
+                put(vec![row("FAST")], NOW + DAY),
+                put(vec![row("TRUE")], NOW - 5),
+                Request::new(Command::RevokeShare {
+                    id: "abc".into(),
+                    at_ms: NOW + DAY,
+                }),
+            ],
+        };
+        hold_times(&mut batch, NOW + 2_000);
+        let Command::Batch { requests } = batch else {
+            panic!("a batch")
+        };
+        let times: Vec<u64> = requests
+            .iter()
+            .map(|r| match &r.command {
+                Command::PutRows { at_ms, .. } | Command::RevokeShare { at_ms, .. } => *at_ms,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(times, [NOW + 2_000, NOW - 5, NOW + 2_000]);
+    }
+
+    #[test]
     fn rows_are_checked_as_over_http_and_times_near_the_leaders_clock() {
         assert_eq!(check_forwarded(&put(vec![row("OK")], NOW), 2, NOW), Ok(()));
         let bad = check_forwarded(&put(vec![row("OK"), row("lower")], NOW), 2, NOW);
@@ -265,7 +320,12 @@ mod tests {
             check_forwarded(&put(vec![], NOW), 2, NOW),
             Err(Refusal::NoRows)
         );
-        // Past year 9999, or just far off: refused before it reaches the log.
+        // Ahead (a fast clock): taken, and held back when proposed (see below); past year
+        // 9999 or far behind: refused before it reaches the log.
+        assert_eq!(
+            check_forwarded(&put(vec![row("OK")], MAX_MS), 2, NOW),
+            Ok(())
+        );
         let far = check_forwarded(&put(vec![row("OK")], u64::MAX), 2, NOW);
         assert!(matches!(far, Err(Refusal::Time { .. })), "{far:?}");
         let late = check_forwarded(&put(vec![row("OK")], NOW - CLOCK_SKEW_MS - 1), 2, NOW);
@@ -322,6 +382,7 @@ mod tests {
         let prune = |before_ms| {
             Request::new(Command::PruneReceipts {
                 before_ms,
+                max_age_ms: 0,
                 keep_per_key: 0,
                 limit: 100,
             })

@@ -680,9 +680,22 @@ impl StateMachine {
             }
             Command::PruneReceipts {
                 before_ms,
+                max_age_ms,
                 keep_per_key,
                 limit,
-            } => self.prune(before_ms, keep_per_key, limit, stage),
+            } => {
+                // Never past the log's own time less the age, whatever the proposer's clock
+                // said (entries of proposers that do not send the age keep their cut-off).
+                let before_ms = match max_age_ms {
+                    0 => before_ms,
+                    age => crate::dispatch::retention::cut_off(
+                        before_ms,
+                        age,
+                        self.receipt_log_time(stage)?,
+                    ),
+                };
+                self.prune(before_ms, keep_per_key, limit, stage)
+            }
             Command::Cosign {
                 node,
                 size,
@@ -966,6 +979,7 @@ fn index_receipt_times(tree: &sled::Tree) -> Result<(), StorageError> {
     tree.apply_batch(batch).map_err(|e| read_err(&e))
 }
 
+mod clock;
 mod install;
 #[cfg(test)]
 mod tests;

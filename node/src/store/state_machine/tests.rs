@@ -564,6 +564,7 @@ async fn pruning_drops_by_age_then_per_key_surplus_in_bounded_steps() {
     let prune = |before_ms, keep_per_key, limit| {
         Request::new(Command::PruneReceipts {
             before_ms,
+            max_age_ms: 0,
             keep_per_key,
             limit,
         })
@@ -924,6 +925,7 @@ async fn an_install_keeps_stored_receipts_the_snapshot_holds_and_drops_pruned_on
             5,
             Request::new(Command::PruneReceipts {
                 before_ms: 0,
+                max_age_ms: 0,
                 keep_per_key: 2,
                 limit: 100,
             }),
@@ -1286,6 +1288,7 @@ mod receipt_log {
             8,
             Command::PruneReceipts {
                 before_ms: 0,
+                max_age_ms: 0,
                 keep_per_key: 1,
                 limit: 100,
             },
@@ -1353,6 +1356,7 @@ async fn a_prune_applied_while_a_snapshot_is_built_leaves_the_snapshot_at_its_cu
         before_ms: 1_000_000,
         keep_per_key: 0,
         limit: 2,
+        max_age_ms: 0,
     });
     // The build's cut is index 5; the prune at 6 applies before the build reads sled.
     let mut builder = leader.get_snapshot_builder().await;
@@ -1517,9 +1521,14 @@ mod totality {
             2 => receipt_command(),
             2 => prop::collection::vec(request(directory_write()), 0..4)
                 .prop_map(|requests| Command::Batch { requests }),
-            1 => (0u64..20_000, 0u32..3, 0u32..4).prop_map(|(before_ms, keep_per_key, limit)| {
-                Command::PruneReceipts { before_ms, keep_per_key, limit }
-            }),
+            1 => (0u64..20_000, 0u32..3, 0u32..4, 0u64..20_000).prop_map(
+                |(before_ms, keep_per_key, limit, max_age_ms)| Command::PruneReceipts {
+                    before_ms,
+                    keep_per_key,
+                    limit,
+                    max_age_ms,
+                }
+            ),
             1 => (0u64..5, 0u64..8, ".{0,12}", ".{0,12}").prop_map(|(node, size, root, signature)| {
                 Command::Cosign { node, size, root, signature }
             }),
