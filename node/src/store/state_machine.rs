@@ -159,6 +159,39 @@ fn drop_receipt(batch: &mut sled::Batch, receipt: &Receipt) {
     batch.remove(receipt_key(&receipt.id));
 }
 
+/// The keys of a tree scan and of a sorted list merged in scan order (descending when the
+/// scan runs backwards); the list's keys are not in the tree.
+fn merge_keys(
+    tree: impl Iterator<Item = sled::Result<sled::IVec>>,
+    staged: Vec<Vec<u8>>,
+    descending: bool,
+) -> impl Iterator<Item = sled::Result<Vec<u8>>> {
+    let mut tree = tree.peekable();
+    let mut staged: std::collections::VecDeque<Vec<u8>> = staged.into();
+    std::iter::from_fn(move || {
+        let next_staged = if descending {
+            staged.back()
+        } else {
+            staged.front()
+        };
+        let take_staged = match (tree.peek(), next_staged) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(Err(_)), Some(_)) => false,
+            (Some(Ok(key)), Some(candidate)) => (candidate.as_slice() < key.as_ref()) != descending,
+        };
+        if take_staged {
+            if descending {
+                staged.pop_back().map(Ok)
+            } else {
+                staged.pop_front().map(Ok)
+            }
+        } else {
+            tree.next().map(|key| key.map(|k| k.to_vec()))
+        }
+    })
+}
+
 fn revoked_key(id: &str) -> Vec<u8> {
     [SHARE_REVOKED, id.as_bytes()].concat()
 }
@@ -725,9 +758,23 @@ impl StateMachine {
     ) -> Result<CommandResult, StorageError> {
         let mut doomed: Vec<String> = Vec::new();
         let mut more = false;
+        // Receipts appended earlier in this apply batch are not in the tree yet: merged into
+        // both scans in key order, so a prune drops the same receipts however the entries
+        // before it were batched (a node applying them one by one finds them in the tree).
+        let staged = |index: fn(&Receipt) -> Vec<u8>| {
+            let mut keys: Vec<Vec<u8>> = stage
+                .receipts
+                .values()
+                .filter(|r| !stage.dropped.contains(&r.id))
+                .map(index)
+                .collect();
+            keys.sort();
+            keys
+        };
         if before_ms > 0 {
-            for item in self.tree.scan_prefix(RECEIPT_BY_TIME) {
-                let (key, _) = item.map_err(|e| read_err(&e))?;
+            let tree = self.tree.scan_prefix(RECEIPT_BY_TIME).keys();
+            for key in merge_keys(tree, staged(receipt_by_time), false) {
+                let key = key.map_err(|e| read_err(&e))?;
                 let rest = &key[RECEIPT_BY_TIME.len()..];
                 let Some((started, id)) = rest.split_at_checked(8) else {
                     continue;
@@ -750,8 +797,10 @@ impl StateMachine {
         if keep_per_key > 0 && !more {
             // Newest first within each key: skip the first `keep_per_key` of every key.
             let (mut group, mut seen): (Vec<u8>, u32) = (Vec::new(), 0);
-            for item in self.tree.scan_prefix(RECEIPT_BY_KEY).rev() {
-                let (key, _) = item.map_err(|e| read_err(&e))?;
+            let tree = self.tree.scan_prefix(RECEIPT_BY_KEY).keys().rev();
+            let by_key = |r: &Receipt| receipt_by_key(&r.key, r.index, &r.id);
+            for key in merge_keys(tree, staged(by_key), true) {
+                let key = key.map_err(|e| read_err(&e))?;
                 // `k/<KEY>/<index:be8><id>`: row keys hold no '/', the index bytes may.
                 let entry = &key[RECEIPT_BY_KEY.len()..];
                 let Some(slash) = entry.iter().position(|b| *b == b'/') else {
@@ -779,8 +828,12 @@ impl StateMachine {
         }
         let mut dropped = 0;
         for id in &doomed {
-            let Some(bytes) = self.tree.get(receipt_key(id)).map_err(|e| read_err(&e))? else {
-                continue;
+            let bytes = match stage.receipts.remove(id) {
+                Some(receipt) => encode(&receipt)?.into(),
+                None => match self.tree.get(receipt_key(id)).map_err(|e| read_err(&e))? {
+                    Some(bytes) => bytes,
+                    None => continue,
+                },
             };
             let Ok(receipt) = serde_json::from_slice::<Receipt>(&bytes) else {
                 continue;
