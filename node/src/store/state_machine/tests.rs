@@ -550,7 +550,7 @@ async fn pruning_drops_by_age_then_per_key_surplus_in_bounded_steps() {
     // Six receipts of two keys, started at 1 000 ms to 6 000 ms.
     let receipts: Vec<Receipt> = (1..=6u64)
         .map(|i| Receipt {
-            key: if i % 2 == 0 { "EVEN" } else { "ODD" }.into(),
+            key: if i.is_multiple_of(2) { "EVEN" } else { "ODD" }.into(),
             started_at: format_ms(i * 1_000),
             ..receipt(&format!("inv_000000000{i}"), "r")
         })
@@ -1707,7 +1707,7 @@ async fn an_idempotency_key_is_recognised_only_for_the_caller_that_sent_it() {
 #[tokio::test]
 async fn a_prune_drops_the_same_receipts_however_the_entries_before_it_were_batched() {
     let stamped = |i: u64| Receipt {
-        key: if i % 2 == 0 { "EVEN" } else { "ODD" }.into(),
+        key: if i.is_multiple_of(2) { "EVEN" } else { "ODD" }.into(),
         started_at: crate::model::time::format_ms(1_000 * i),
         ..receipt(&format!("inv_{i:010}"), "o")
     };
