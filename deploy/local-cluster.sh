@@ -205,6 +205,21 @@ launch_node() {
     fi
 }
 
+# Launches nodes $3.. of $2 with binary $1 all at once, then waits until each is ready.
+launch_all() {
+    local bin=$1 n=$2 id i
+    shift 2
+    local ids=("$@") pids=()
+    for id in ${ids[@]+"${ids[@]}"}; do
+        launch_node "$id" "$bin" "$n"
+        pids+=("$LAUNCHED_PID")
+    done
+    for i in ${ids[@]+"${!ids[@]}"}; do
+        wait_ready "${ids[$i]}" "${pids[$i]}"
+        echo "node ${ids[$i]}: ready on http://$(http_addr "${ids[$i]}")  (gRPC $(grpc_addr "${ids[$i]}"))"
+    done
+}
+
 cmd_up() {
     local n=${1:-}
     if ! [[ $n =~ ^[0-9]+$ ]] || ((n < 1 || n > MAX_NODES)); then
@@ -234,7 +249,7 @@ cmd_up() {
     # Nodes with state first, all at once: after a full stop none of them can elect a
     # leader (and so become ready) until a majority is back. Then the new nodes, also all at
     # once: the lowest id founds only when every peer answers, and the others join.
-    local restarted=() fresh=() pids=() i
+    local restarted=() fresh=()
     for id in "${missing[@]}"; do
         if has_state "$(node_dir "$id")"; then
             restarted+=("$id")
@@ -242,23 +257,8 @@ cmd_up() {
             fresh+=("$id")
         fi
     done
-    for id in ${restarted[@]+"${restarted[@]}"}; do
-        launch_node "$id" "$bin" "$n"
-        pids+=("$LAUNCHED_PID")
-    done
-    for i in ${restarted[@]+"${!restarted[@]}"}; do
-        wait_ready "${restarted[$i]}" "${pids[$i]}"
-        echo "node ${restarted[$i]}: ready on http://$(http_addr "${restarted[$i]}")  (gRPC $(grpc_addr "${restarted[$i]}"))"
-    done
-    pids=()
-    for id in ${fresh[@]+"${fresh[@]}"}; do
-        launch_node "$id" "$bin" "$n"
-        pids+=("$LAUNCHED_PID")
-    done
-    for i in ${fresh[@]+"${!fresh[@]}"}; do
-        wait_ready "${fresh[$i]}" "${pids[$i]}"
-        echo "node ${fresh[$i]}: ready on http://$(http_addr "${fresh[$i]}")  (gRPC $(grpc_addr "${fresh[$i]}"))"
-    done
+    launch_all "$bin" "$n" ${restarted[@]+"${restarted[@]}"}
+    launch_all "$bin" "$n" ${fresh[@]+"${fresh[@]}"}
     echo "admin key: $key"
     echo "try:       curl -s 'http://$(http_addr 1)/api/dispatch?ask=what+time+is+it'"
 }
