@@ -221,9 +221,16 @@ mod tests {
     #[test]
     fn a_witness_keeps_the_highest_promise_of_each_incarnation() {
         let witness = Witness::default();
-        witness.saw_ack(2, "i1", 3, 10);
         witness.saw_ack(2, "i1", 3, 7);
+        witness.saw_ack(2, "i1", 3, 10);
+        witness.saw_ack(2, "i1", 3, 8);
         assert_eq!(witness.of(2, "i1"), Some(at(3, Some(10))));
+        witness.saw_ack(2, "i1", 2, 50);
+        assert_eq!(
+            witness.of(2, "i1"),
+            Some(at(3, Some(10))),
+            "an older term's acknowledgement raises nothing"
+        );
         witness.saw_term(2, "i1", 4);
         assert_eq!(witness.of(2, "i1"), Some(at(4, None)));
         witness.saw_term(2, "i1", 3);
