@@ -385,10 +385,13 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         app.identity.set_founding(true);
     }
 
-    if !fresh {
-        // A restarted member checks its clock with the others' before it stamps anything.
-        crate::cluster::ranking::check_clock(&app, Duration::from_millis(500)).await;
-    }
+    // A restarted member checks its clock with the others' before it stamps anything; the
+    // same answers are the first round of its restart check (`cluster::verify`).
+    let first_answers = if fresh {
+        Vec::new()
+    } else {
+        crate::cluster::ranking::check_clock(&app, Duration::from_millis(500)).await
+    };
 
     let (shutdown, _) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -470,7 +473,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     if restarted {
         let (verifier, stop) = (app.clone(), shutdown.subscribe());
         tasks.push(tokio::spawn(async move {
-            crate::cluster::verify::run(&verifier, held, stop).await;
+            crate::cluster::verify::run(&verifier, held, first_answers, stop).await;
         }));
     }
     let stop = shutdown.subscribe();

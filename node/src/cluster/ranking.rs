@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use crate::app::App;
 use crate::catalogue::embed::QueryMode;
+use crate::raft::calls::Hello;
 use crate::raft::NodeId;
 
 /// How often every member is asked while all answer.
@@ -127,17 +128,13 @@ async fn ask_members(
         let Some(node) = membership.get_node(&id) else {
             continue;
         };
-        let sent_ms = crate::model::time::raw_now_ms();
-        match app.network.hello(&node.grpc_addr, HELLO_TIMEOUT).await {
-            Ok(hello) if hello.node_id == id => {
-                // The same answer checks this node's clock against the member's.
-                let received_ms = crate::model::time::raw_now_ms();
-                crate::model::time::observe_peer(id, sent_ms, hello.wall_ms, received_ms);
+        match ask_member(app, id, &node.grpc_addr, HELLO_TIMEOUT).await {
+            Some(hello) => {
                 if let Some(theirs) = hello.ranking.filter(|theirs| theirs != mine) {
                     round.otherwise.insert(id, theirs);
                 }
             }
-            _ => {
+            None => {
                 round.complete = false;
                 if let Some(last) = before.get(&id) {
                     round.otherwise.insert(id, last.clone());
@@ -148,25 +145,34 @@ async fn ask_members(
     round
 }
 
-/// Checks this node's clock against every other member's once, all at once, each within
-/// `timeout`: before a restarted node serves anything, so that it never stamps by a clock
-/// that jumped while it was down ([`crate::model::time`]). Members that do not answer are
-/// left to the rounds of [`run`].
-pub async fn check_clock(app: &App, timeout: Duration) {
+/// Asks member `id` at `addr` who it is (within `timeout`); an answer from that member
+/// also checks this node's clock against the member's ([`crate::model::time`]).
+pub async fn ask_member(app: &App, id: NodeId, addr: &str, timeout: Duration) -> Option<Hello> {
+    let sent_ms = crate::model::time::raw_now_ms();
+    let hello = app.network.hello(addr, timeout).await.ok()?;
+    if hello.node_id != id {
+        return None;
+    }
+    let received_ms = crate::model::time::raw_now_ms();
+    crate::model::time::observe_peer(id, sent_ms, hello.wall_ms, received_ms);
+    Some(hello)
+}
+
+/// Asks every other member once, all at once, each within `timeout`: before a restarted
+/// node serves anything, so that it never stamps by a clock that jumped while it was down
+/// ([`crate::model::time`]). Returns the answers, which are also the first round of the
+/// restart check ([`super::verify`]); members that do not answer are left to later rounds.
+pub async fn check_clock(app: &App, timeout: Duration) -> Vec<(NodeId, Hello)> {
     let membership = app.membership();
     let asks = other_members(app).into_iter().filter_map(|id| {
         let addr = membership.get_node(&id)?.grpc_addr.clone();
-        Some(async move {
-            let sent_ms = crate::model::time::raw_now_ms();
-            if let Ok(hello) = app.network.hello(&addr, timeout).await {
-                if hello.node_id == id {
-                    let received_ms = crate::model::time::raw_now_ms();
-                    crate::model::time::observe_peer(id, sent_ms, hello.wall_ms, received_ms);
-                }
-            }
-        })
+        Some(async move { Some((id, ask_member(app, id, &addr, timeout).await?)) })
     });
-    futures_util::future::join_all(asks).await;
+    futures_util::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// The other members, by id.

@@ -8,7 +8,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::ranking::ask_member;
 use crate::app::App;
+use crate::raft::calls::Hello;
 use crate::raft::standing::{behind_reason, Progress, Standing};
 use crate::raft::NodeId;
 
@@ -25,25 +27,22 @@ fn patience(app: &App) -> Duration {
 }
 
 /// Decides this node's standing after a restart on a store holding `mine`, then turns
-/// elections on when it may take part. Ends early when `stop` is set.
-pub async fn run(app: &App, mine: Progress, mut stop: watch::Receiver<bool>) {
+/// elections on when it may take part. `first` are the answers the start already had
+/// ([`super::ranking::check_clock`]); the members missing from it are asked in rounds. Ends
+/// early when `stop` is set.
+pub async fn run(
+    app: &App,
+    mine: Progress,
+    first: Vec<(NodeId, Hello)>,
+    mut stop: watch::Receiver<bool>,
+) {
     let started = Instant::now();
     let mut answered: BTreeSet<NodeId> = BTreeSet::new();
+    let mut answers = first;
     let standing = loop {
-        let membership = app.membership();
-        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
-        let members: Vec<(NodeId, String)> = membership
-            .nodes()
-            .filter(|(id, _)| **id != app.node_id && !answered.contains(id))
-            .map(|(id, node)| (*id, node.grpc_addr.clone()))
-            .collect();
-        let asks = members
-            .iter()
-            .map(|(id, addr)| async move { (*id, app.network.hello(addr, ASK_TIMEOUT).await) });
         let ours = app.identity.cluster_id();
-        for (peer, hello) in futures_util::future::join_all(asks).await {
-            let Ok(hello) = hello else { continue };
-            if hello.node_id != peer || hello.cluster_id != ours {
+        for (peer, hello) in answers.drain(..) {
+            if hello.cluster_id != ours {
                 continue;
             }
             answered.insert(peer);
@@ -53,6 +52,8 @@ pub async fn run(app: &App, mine: Progress, mut stop: watch::Receiver<bool>) {
                 return;
             }
         }
+        let membership = app.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
         let silent: Vec<NodeId> = membership
             .nodes()
             .map(|(id, _)| *id)
@@ -77,6 +78,15 @@ pub async fn run(app: &App, mine: Progress, mut stop: watch::Receiver<bool>) {
             _ = tokio::time::sleep(ROUND_EVERY) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
+        let asks = silent.iter().filter_map(|&id| {
+            let addr = membership.get_node(&id)?.grpc_addr.clone();
+            Some(async move { Some((id, ask_member(app, id, &addr, ASK_TIMEOUT).await?)) })
+        });
+        answers = futures_util::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
     };
     tracing::info!(
         asked = answered.len(),
