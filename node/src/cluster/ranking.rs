@@ -163,8 +163,17 @@ pub async fn ask_member(app: &App, id: NodeId, addr: &str, timeout: Duration) ->
 /// ([`crate::model::time`]). Returns the answers, which are also the first round of the
 /// restart check ([`super::verify`]); members that do not answer are left to later rounds.
 pub async fn check_clock(app: &App, timeout: Duration) -> Vec<(NodeId, Hello)> {
+    hello_members(app, other_members(app), timeout).await
+}
+
+/// [`ask_member`] for each of `ids`, all at once; the answers of those that answered.
+pub async fn hello_members(
+    app: &App,
+    ids: impl IntoIterator<Item = NodeId>,
+    timeout: Duration,
+) -> Vec<(NodeId, Hello)> {
     let membership = app.membership();
-    let asks = other_members(app).into_iter().filter_map(|id| {
+    let asks = ids.into_iter().filter_map(|id| {
         let addr = membership.get_node(&id)?.grpc_addr.clone();
         Some(async move { Some((id, ask_member(app, id, &addr, timeout).await?)) })
     });

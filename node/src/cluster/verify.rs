@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::ranking::ask_member;
+use super::ranking::hello_members;
 use crate::app::App;
 use crate::raft::calls::Hello;
 use crate::raft::standing::{behind_reason, Progress, Standing};
@@ -78,15 +78,7 @@ pub async fn run(
             _ = tokio::time::sleep(ROUND_EVERY) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        let asks = silent.iter().filter_map(|&id| {
-            let addr = membership.get_node(&id)?.grpc_addr.clone();
-            Some(async move { Some((id, ask_member(app, id, &addr, ASK_TIMEOUT).await?)) })
-        });
-        answers = futures_util::future::join_all(asks)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
+        answers = hello_members(app, silent, ASK_TIMEOUT).await;
     };
     tracing::info!(
         asked = answered.len(),
