@@ -32,6 +32,9 @@ pub struct App {
     pub node_id: NodeId,
     /// Its data folder's identity: incarnation and cluster.
     pub identity: Arc<LocalIdentity>,
+    /// The cluster's own CA (none with operator certificates): join tokens are minted with
+    /// it and enrollment hands it to their holders ([`crate::raft::peers`]).
+    pub peer_ca: Option<Arc<crate::raft::pki::ClusterCa>>,
     /// The Raft handle.
     pub raft: Raft,
     /// Proposes through `raft`, grouping concurrent directory writes into one entry.

@@ -250,16 +250,25 @@ pub struct ClusterConfig {
     pub join: Vec<String>,
     /// Join as a learner: a read replica that never votes.
     pub learner: bool,
-    /// Mutual TLS between nodes. Without it a node refuses to bind gRPC to a non-loopback
-    /// address unless `insecure_peers` is set.
+    /// Operator-supplied certificates for mutual TLS between nodes. Without them peers still
+    /// talk mutual TLS, with certificates from the cluster's own CA (`raft::pki`). Each
+    /// node's certificate must name `node-<id>.peer.rowcall` (deploy/tls/make-certs.sh adds
+    /// it): a peer speaks only for the node id its certificate names.
     pub tls: Option<PeerTlsConfig>,
-    /// The cluster secret every peer must show (at least 32 characters; the same on every
-    /// node). `ROWCALL_CLUSTER_SECRET` sets it too.
+    /// The cluster secret (at least 32 characters; the same on every node).
+    /// `ROWCALL_CLUSTER_SECRET` sets it too. Every node that holds it derives the same
+    /// cluster CA, so nodes started together (`bootstrap` with `join`) found one cluster and
+    /// join it with nothing else; peers also show its proof on every call.
     pub secret: Option<String>,
     /// A file holding the cluster secret.
     pub secret_file: Option<PathBuf>,
-    /// Run gRPC on a non-loopback address without peer TLS (warned about at start): anyone
-    /// who reaches the port could then act as a peer.
+    /// A join token from `rowcall cluster join-token` (`ROWCALL_JOIN_TOKEN`): how a node
+    /// without the cluster secret receives the cluster's credential when it first joins.
+    pub join_token: Option<String>,
+    /// A file holding the join token.
+    pub join_token_file: Option<PathBuf>,
+    /// No longer has an effect (peers always authenticate); accepted so old configurations
+    /// still load, with a warning.
     pub insecure_peers: bool,
     /// Found the new cluster (`bootstrap`, no `join`) from this backup (`rowcall backup
     /// FILE`): the state at the backup's index, a new cluster id, this node its only member.
@@ -277,6 +286,8 @@ impl std::fmt::Debug for ClusterConfig {
             .field("tls", &self.tls)
             .field("secret", &self.secret.as_ref().map(|_| ".."))
             .field("secret_file", &self.secret_file)
+            .field("join_token", &self.join_token.as_ref().map(|_| ".."))
+            .field("join_token_file", &self.join_token_file)
             .field("insecure_peers", &self.insecure_peers)
             .field("restore", &self.restore)
             .finish()
@@ -284,6 +295,21 @@ impl std::fmt::Debug for ClusterConfig {
 }
 
 impl ClusterConfig {
+    /// The join token, from the setting or its file.
+    pub fn read_join_token(&self) -> Result<Option<String>, ConfigError> {
+        if let Some(token) = &self.join_token {
+            return Ok(Some(token.trim().to_owned()));
+        }
+        let Some(path) = &self.join_token_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Some(text.trim().to_owned()))
+    }
+
     /// The cluster secret, from the setting or its file.
     pub fn read_secret(&self) -> Result<Option<String>, ConfigError> {
         if let Some(secret) = &self.secret {
@@ -778,6 +804,9 @@ impl Config {
         }
         if let Some(secret) = get("ROWCALL_CLUSTER_SECRET").filter(|s| !s.is_empty()) {
             self.cluster.secret = Some(secret);
+        }
+        if let Some(token) = get("ROWCALL_JOIN_TOKEN").filter(|s| !s.is_empty()) {
+            self.cluster.join_token = Some(token);
         }
         if let Some(routes) = get("ROWCALL_PEER_ROUTES") {
             self.node

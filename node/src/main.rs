@@ -33,8 +33,9 @@ struct Flags {
     /// Join as a learner: a read replica that never votes.
     #[arg(long, requires = "join")]
     learner: bool,
-    /// The cluster's CA certificate (PEM): with --peer-cert and --peer-key, peers talk
-    /// mutual TLS. Required when gRPC listens on a non-loopback address.
+    /// Operator certificates for peers: the CA certificate (PEM), with --peer-cert and
+    /// --peer-key. Without them peers talk mutual TLS with the cluster's own CA. A node's
+    /// certificate must name node-<id>.peer.rowcall.
     #[arg(long, value_name = "FILE", requires_all = ["peer_cert", "peer_key"])]
     peer_ca: Option<PathBuf>,
     /// This node's certificate (PEM), signed by the cluster's CA.
@@ -49,11 +50,17 @@ struct Flags {
     /// The private key (PEM) of --https-cert.
     #[arg(long, value_name = "FILE", requires = "https_cert")]
     https_key: Option<PathBuf>,
-    /// A file holding the cluster secret (or ROWCALL_CLUSTER_SECRET).
+    /// A file holding the cluster secret (or ROWCALL_CLUSTER_SECRET): nodes that share it
+    /// found one cluster together and join it without a join token.
     #[arg(long, value_name = "FILE")]
     cluster_secret_file: Option<PathBuf>,
-    /// Listen for peers on a non-loopback address without TLS (warned about at start).
-    #[arg(long)]
+    /// A file holding a join token from `rowcall cluster join-token` (or
+    /// ROWCALL_JOIN_TOKEN): a fresh node joining with --join and without the cluster secret
+    /// needs one.
+    #[arg(long, value_name = "FILE")]
+    join_token_file: Option<PathBuf>,
+    /// No longer has an effect: peers always authenticate (kept so old commands still run).
+    #[arg(long, hide = true)]
     insecure_peers: bool,
     /// Found a new cluster on a fresh data folder. With --join peers: only once every peer
     /// answers and none belongs to a cluster (else join theirs).
@@ -141,6 +148,10 @@ impl Flags {
         if let Some(file) = self.cluster_secret_file {
             config.cluster.secret = None;
             config.cluster.secret_file = Some(file);
+        }
+        if let Some(file) = self.join_token_file {
+            config.cluster.join_token = None;
+            config.cluster.join_token_file = Some(file);
         }
         if self.insecure_peers {
             config.cluster.insecure_peers = true;

@@ -25,14 +25,16 @@ use crate::cluster::enter::{enter, Entered, Plan};
 use crate::config::Config;
 use crate::dispatch::outbox::Outbox;
 use crate::model::time::now_ms;
-use crate::raft::auth::{ClusterSecret, PeerAuth};
+use crate::raft::auth::PeerAuth;
+use crate::raft::peers;
+use rowcall_proto::raft::peer_enrollment_server::PeerEnrollmentServer;
 use crate::raft::faults::Faults;
 use crate::raft::identity::LocalIdentity;
 use crate::raft::liveness::Liveness;
 use crate::raft::network::{Network, MAX_MESSAGE_BYTES};
 use crate::raft::service::RaftGrpc;
 use crate::raft::standing::{Progress, Standing};
-use crate::raft::tls::{incoming, PeerTls};
+use crate::raft::tls::incoming;
 use crate::raft::{Command, NodeInfo, Raft};
 use crate::store::{Durable, LogStore, StateMachine};
 
@@ -242,7 +244,6 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let config = Arc::new(config);
     let node = &config.node;
 
-    let (tls, secret) = peer_auth(&config)?;
     let https = match &node.https {
         Some(files) => Some(Arc::new(HttpsTls::load(files).context("HTTPS")?)),
         None => None,
@@ -314,13 +315,20 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let liveness = Arc::new(Liveness::new(Duration::from_millis(
         config.raft.election_timeout_max_ms,
     )));
-    let network = Network::new(identity.clone(), options.faults, liveness.clone())
-        .with_routes(node.peer_routes.clone())
-        .with_peer_auth(tls.clone(), secret.clone());
     // What this store promised its peers, as far as it knows: a node restarting on Raft
     // state takes no part (no elections, votes or entries) until its peers confirm they saw
     // no more than that (`cluster::verify`).
     let held = held_progress(&mut log).await?;
+    let situation = peers::Situation {
+        fresh: held == Progress::default(),
+        sole_member: sole_member(&mut state_machine, node.id).await?,
+    };
+    let credentials_of_peers = peers::resolve(&config, situation).await?;
+    let tls = credentials_of_peers.tls.clone();
+    let secret = credentials_of_peers.secret.clone();
+    let network = Network::new(identity.clone(), options.faults, liveness.clone())
+        .with_routes(node.peer_routes.clone())
+        .with_peer_auth(Some(tls.clone()), secret.clone());
     let restarted = held != Progress::default();
     let mut raft_config = raft_config(&config)?;
     raft_config.enable_elect = !restarted;
@@ -338,6 +346,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let app = Arc::new(App {
         node_id: node.id,
         identity,
+        peer_ca: credentials_of_peers.ca.clone(),
         raft: raft.clone(),
         batcher: crate::raft::batch::Batcher::start(raft.clone(), config.raft.max_entry_bytes),
         catalogue,
@@ -404,7 +413,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         http::serve::serve(http_listener, router, &limits, https_serving, stop).await;
     }));
     let mut stop = shutdown.subscribe();
-    let service = raft_service(app.clone(), PeerAuth::new(secret, tls.is_some()));
+    let service = raft_service(app.clone(), PeerAuth::new(secret));
     // The public API beside Raft, its links pointing at this node's HTTP address. Peer TLS
     // does not ask public clients for a certificate; the Raft service's interceptor does.
     let base = crate::service::base_url(&app, Some(&me.http_addr));
@@ -412,25 +421,23 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let router = grpc_server(&config.limits.grpc)
         .layer(grpc::trace::TraceLayer)
         .add_routes(public)
-        .add_service(service);
+        .add_service(service)
+        .add_service(PeerEnrollmentServer::new(peers::Enrollment::new(app.clone())));
     let stopped = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
-    tasks.push(match tls.clone() {
-        Some(tls) => tokio::spawn(async move {
-            let serve = router.serve_with_incoming_shutdown(incoming(grpc_listener, tls), stopped);
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "gRPC server stopped");
-            }
-        }),
-        None => tokio::spawn(async move {
-            let plain = crate::net::grpc(grpc_listener);
-            if let Err(e) = router.serve_with_incoming_shutdown(plain, stopped).await {
-                tracing::error!(error = %e, "gRPC server stopped");
-            }
-        }),
-    });
-    if let Some(tls) = tls {
+    // The cluster's own certificates: plaintext connections beside TLS ones, for public
+    // API clients and enrollment (the Raft service refuses them). Operator certificates:
+    // TLS only, as the operator configured.
+    let plaintext = !tls.from_files();
+    let peer_tls = tls.clone();
+    tasks.push(tokio::spawn(async move {
+        let connections = incoming(grpc_listener, peer_tls, plaintext);
+        if let Err(e) = router.serve_with_incoming_shutdown(connections, stopped).await {
+            tracing::error!(error = %e, "gRPC server stopped");
+        }
+    }));
+    if tls.from_files() {
         let every = tls.reload_every();
         let reload = move || tls.reload();
         tasks.push(tokio::spawn(reload_tls(
@@ -607,37 +614,12 @@ pub fn raft_service(
     InterceptedService::new(service, auth)
 }
 
-/// What a node shows its peers and asks of them: TLS material and the cluster secret.
-type PeerCredentials = (Option<Arc<PeerTls>>, Option<Arc<ClusterSecret>>);
-
-/// Peer TLS and the cluster secret from the configuration. A node whose gRPC listener is
-/// reachable from other hosts must have TLS, unless the operator insists otherwise.
-fn peer_auth(config: &Config) -> anyhow::Result<PeerCredentials> {
-    let cluster = &config.cluster;
-    let tls = match &cluster.tls {
-        Some(files) => Some(Arc::new(PeerTls::load(files).context("peer TLS")?)),
-        None => None,
-    };
-    let secret = match cluster.read_secret()? {
-        Some(secret) => Some(Arc::new(ClusterSecret::new(&secret)?)),
-        None => None,
-    };
-    let grpc = config.node.grpc;
-    if tls.is_none() && !grpc.ip().is_loopback() {
-        let danger = format!(
-            "gRPC listens on {grpc}, which other hosts can reach, without peer TLS: anyone who \
-             reaches it can act as a peer (write rows, forge receipts, join the cluster)"
-        );
-        anyhow::ensure!(
-            cluster.insecure_peers,
-            "{danger}. Configure [cluster.tls] (--peer-ca, --peer-cert, --peer-key; \
-             deploy/tls/make-certs.sh makes them), or bind gRPC to loopback, or pass \
-             --insecure-peers on a network you trust"
-        );
-        tracing::warn!("{danger} (--insecure-peers)");
-        eprintln!("rowcall: WARNING: {danger} (--insecure-peers)");
-    }
-    Ok((tls, secret))
+/// Whether this node's state machine says it is the only member of its cluster.
+async fn sole_member(state_machine: &mut StateMachine, me: crate::raft::NodeId) -> anyhow::Result<bool> {
+    use openraft::storage::RaftStateMachine;
+    let (_, membership) = state_machine.applied_state().await?;
+    let nodes: Vec<crate::raft::NodeId> = membership.nodes().map(|(id, _)| *id).collect();
+    Ok(nodes == [me])
 }
 
 /// Reads TLS files (`what`: peer TLS or HTTPS) again whenever they change, until `stop`.

@@ -1,9 +1,11 @@
-//! Peer authentication on the node-to-node service: a peer must show the cluster secret and,
-//! when peer TLS is configured, a client certificate the cluster's CA signed (rustls has
-//! verified the chain during the handshake; this checks one was presented). The check is a
-//! tonic interceptor on the Raft service alone, so it runs on the request's headers before
-//! any message is read, and a public API mounted on the same listener can bring its own
-//! client credentials.
+//! Peer authentication on the node-to-node service: a peer must present a client
+//! certificate the cluster's CA signed (rustls has verified the chain during the handshake;
+//! this checks one was presented) and, when a cluster secret is configured, its proof. There
+//! is no setting without a certificate: the cluster has its own CA from founding
+//! ([`super::pki`]). The check is a tonic interceptor on the Raft service alone, so it runs
+//! on the request's headers before any message is read, and a public API mounted on the same
+//! listener can bring its own client credentials. That the certificate names the node id the
+//! message claims is checked with the envelope ([`super::service`]).
 
 use std::sync::Arc;
 
@@ -73,17 +75,12 @@ impl ClusterSecret {
 #[derive(Debug, Clone, Default)]
 pub struct PeerAuth {
     secret: Option<Arc<ClusterSecret>>,
-    require_certificate: bool,
 }
 
 impl PeerAuth {
-    /// Requires `secret` (if any) and, with `require_certificate`, a verified client
-    /// certificate. With neither, every caller passes: a loopback cluster without TLS.
-    pub fn new(secret: Option<Arc<ClusterSecret>>, require_certificate: bool) -> Self {
-        Self {
-            secret,
-            require_certificate,
-        }
+    /// Requires a verified client certificate and `secret`'s proof, if any.
+    pub fn new(secret: Option<Arc<ClusterSecret>>) -> Self {
+        Self { secret }
     }
 
     fn refuse(reason: &'static str) -> Status {
@@ -95,7 +92,10 @@ impl PeerAuth {
 
 impl Interceptor for PeerAuth {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        if self.require_certificate && request.peer_certs().is_none_or(|certs| certs.is_empty()) {
+        let certified = super::tls::PeerConnectInfo::of(&request)
+            .and_then(|info| info.certs.as_ref())
+            .is_some_and(|certs| !certs.is_empty());
+        if !certified {
             return Err(Self::refuse(
                 "peers must present a client certificate signed by the cluster's CA",
             ));
@@ -116,6 +116,8 @@ impl Interceptor for PeerAuth {
 
 #[cfg(test)]
 mod tests {
+    use tokio_rustls::rustls::pki_types::CertificateDer;
+
     use super::*;
 
     const SECRET: &str = "0123456789abcdef0123456789abcdef";
@@ -123,14 +125,14 @@ mod tests {
     #[test]
     fn only_the_secrets_proof_passes_and_short_secrets_are_refused() {
         let secret = Arc::new(ClusterSecret::new(SECRET).unwrap());
-        let mut auth = PeerAuth::new(Some(secret.clone()), false);
-        let mut signed = Request::new(());
+        let mut auth = PeerAuth::new(Some(secret.clone()));
+        let mut signed = certified();
         secret.sign(&mut signed);
         assert!(auth.call(signed).is_ok());
-        let err = auth.call(Request::new(())).unwrap_err();
+        let err = auth.call(certified()).unwrap_err();
         assert_eq!(err.code(), tonic::Code::Unauthenticated);
         let other = ClusterSecret::new(&SECRET.replace('0', "x")).unwrap();
-        let mut wrong = Request::new(());
+        let mut wrong = certified();
         other.sign(&mut wrong);
         assert!(auth.call(wrong).is_err());
         assert!(!format!("{secret:?}").contains(&secret.token));
@@ -141,11 +143,31 @@ mod tests {
         );
     }
 
+    /// A request as it arrives over a TLS connection whose client showed a certificate.
+    fn certified() -> Request<()> {
+        let mut request = Request::new(());
+        request
+            .extensions_mut()
+            .insert(super::super::tls::PeerConnectInfo {
+                remote_addr: None,
+                certs: Some(Arc::new(vec![CertificateDer::from(vec![1, 2, 3])])),
+            });
+        request
+    }
+
     #[test]
-    fn a_certificate_is_required_when_tls_is_configured() {
-        let mut auth = PeerAuth::new(None, true);
+    fn a_certificate_is_always_required() {
+        let mut auth = PeerAuth::default();
+        assert!(auth.call(certified()).is_ok());
+        // Plaintext (no connection info with certificates), or TLS without a certificate.
         let err = auth.call(Request::new(())).unwrap_err();
         assert_eq!(err.code(), tonic::Code::Unauthenticated);
-        assert!(PeerAuth::default().call(Request::new(())).is_ok());
+        let mut bare = Request::new(());
+        bare.extensions_mut()
+            .insert(super::super::tls::PeerConnectInfo {
+                remote_addr: None,
+                certs: None,
+            });
+        assert!(auth.call(bare).is_err());
     }
 }

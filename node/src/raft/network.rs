@@ -254,9 +254,21 @@ impl Network {
         self.faults.as_ref()
     }
 
-    /// The client for the peer at `addr` (dialled through its route, if any), on a channel
-    /// kept per address; with peer TLS, the peer's certificate must name `addr`'s host.
-    fn client(&self, addr: &str) -> Result<RaftServiceClient<Channel>, TransportError> {
+    /// The name the certificate of the peer `to` must carry: its node id when the
+    /// membership says which node it is; when only an address is known (a join, a survey),
+    /// any member of the cluster (operator certificates: the address's host, as before).
+    fn expected_name(&self, tls: &PeerTls, to: Dest<'_>) -> String {
+        match (to.id, tls.from_files()) {
+            (UNKNOWN_NODE, true) => host_of(to.addr).to_owned(),
+            (UNKNOWN_NODE, false) => super::pki::PEER_NAME.to_owned(),
+            (id, _) => super::pki::node_name(id),
+        }
+    }
+
+    /// The client for the peer `to` (dialled through its route, if any), on a channel kept
+    /// per address and expected name; the peer's certificate must carry that name.
+    fn client(&self, to: Dest<'_>) -> Result<RaftServiceClient<Channel>, TransportError> {
+        let addr = to.addr;
         let dial = self.routes.get(addr).map_or(addr, String::as_str);
         let bad = |reason: String| TransportError::Protocol {
             addr: addr.to_owned(),
@@ -274,15 +286,17 @@ impl Network {
                 *built_with = tls.generation();
             }
         }
-        let channel = match channels.get(dial) {
+        let name = self.tls.as_ref().map(|tls| self.expected_name(tls, to));
+        let key = format!("{dial}#{}", name.as_deref().unwrap_or(""));
+        let channel = match channels.get(&key) {
             Some(channel) => channel.clone(),
             None => {
                 let scheme = if self.tls.is_some() { "https" } else { "http" };
                 let mut endpoint = Endpoint::from_shared(format!("{scheme}://{dial}"))
                     .map_err(|e| bad(format!("bad address: {e}")))?;
-                if let Some(tls) = &self.tls {
+                if let (Some(tls), Some(name)) = (&self.tls, &name) {
                     endpoint = endpoint
-                        .tls_config(tls.client(host_of(addr)))
+                        .tls_config(tls.client(name))
                         .map_err(|e| bad(format!("peer TLS: {e}")))?;
                 }
                 let channel = endpoint
@@ -290,7 +304,7 @@ impl Network {
                     .tcp_nodelay(true)
                     .http2_keep_alive_interval(Duration::from_secs(10))
                     .connect_lazy();
-                channels.insert(dial.to_owned(), channel.clone());
+                channels.insert(key, channel.clone());
                 channel
             }
         };
@@ -355,7 +369,7 @@ impl Network {
         };
         let payload = serde_json::to_vec(request).map_err(|e| protocol(e.to_string()))?;
         self.pass(self.me, to.id, addr, "request").await?;
-        let mut client = self.client(addr)?;
+        let mut client = self.client(to)?;
         let mut envelope = self.envelope(payload, to);
         envelope.leader_quorum_age_ms = quorum_age.map(|age| age.as_millis() as u64);
         let mut request = tonic::Request::new(envelope);

@@ -112,6 +112,13 @@ pub enum PeerRefusal {
         /// The sender.
         sender: NodeId,
     },
+    /// The sender's certificate names another node than the one the message claims to be
+    /// from (or the connection showed none).
+    #[error("the message claims to come from node {claimed}, but the sender's certificate does not name node {claimed}: a peer speaks only for the node id its certificate names")]
+    Impersonation {
+        /// The node id the message claims.
+        claimed: NodeId,
+    },
     /// The sender's build speaks a peer protocol too far from this one's.
     #[error("node {sender} speaks peer protocol {theirs} and node {me} speaks {ours}: builds more than one protocol version apart cannot talk. Upgrade one version at a time (every node onto the next version before any goes further)")]
     Protocol {
@@ -138,6 +145,7 @@ impl PeerRefusal {
             Self::StaleSender { .. } => "stale_sender",
             Self::NotMember { .. } => "not_member",
             Self::Protocol { .. } => "protocol",
+            Self::Impersonation { .. } => "impersonation",
         }
     }
 }
@@ -151,14 +159,24 @@ impl From<PeerRefusal> for Status {
 }
 
 impl RaftGrpc {
-    /// Checks the envelope of `message` for `admission`; refusals are logged (rate-limited by
-    /// the sender's backoff) so the operator of this node sees them too.
-    fn admit(&self, message: &RaftMessage, admission: Admission) -> Result<(), PeerRefusal> {
-        let result = self.check(message, admission);
+    /// Opens `request`: its sender's certificate must name the node the envelope claims, and
+    /// the envelope must pass `admission`; refusals are logged (rate-limited by the sender's
+    /// backoff) so the operator of this node sees them too.
+    fn admit(
+        &self,
+        request: Request<RaftMessage>,
+        admission: Admission,
+    ) -> Result<RaftMessage, PeerRefusal> {
+        let certificate = super::tls::PeerConnectInfo::of(&request)
+            .and_then(|info| info.certs.as_ref())
+            .and_then(|certs| certs.first().cloned());
+        let message = request.into_inner();
+        let result = speaks_for(certificate.as_ref(), &message)
+            .and_then(|()| self.check(&message, admission));
         if let Err(refusal) = &result {
             tracing::debug!(%refusal, "refused a peer's message");
         }
-        result
+        result.map(|()| message)
     }
 
     fn check(&self, message: &RaftMessage, admission: Admission) -> Result<(), PeerRefusal> {
@@ -272,9 +290,34 @@ impl RaftGrpc {
         request: Request<RaftMessage>,
         admission: Admission,
     ) -> Result<T, Status> {
-        let message = request.into_inner();
-        self.admit(&message, admission)?;
+        let message = self.admit(request, admission)?;
         decode(&message)
+    }
+}
+
+/// Whether the certificate the connection showed names the node `message` claims to come
+/// from. The interceptor ([`super::auth`]) already refused a connection without one.
+fn speaks_for(
+    certificate: Option<&tokio_rustls::rustls::pki_types::CertificateDer<'static>>,
+    message: &RaftMessage,
+) -> Result<(), PeerRefusal> {
+    let from = message.from.as_ref().ok_or(PeerRefusal::Anonymous)?;
+    match certificate {
+        Some(der) if super::pki::names_node(der, from.node_id) => Ok(()),
+        _ => Err(PeerRefusal::Impersonation {
+            claimed: from.node_id,
+        }),
+    }
+}
+
+/// Refuses a Raft message whose payload speaks for another node than its sender: a vote
+/// asked, entries or a snapshot sent, in another node's name.
+fn payload_from_sender(message: &RaftMessage, leader: NodeId) -> Result<(), PeerRefusal> {
+    let sender = message.from.as_ref().map_or(0, |f| f.node_id);
+    if leader == sender {
+        Ok(())
+    } else {
+        Err(PeerRefusal::Impersonation { claimed: leader })
     }
 }
 
@@ -299,9 +342,9 @@ impl RaftGrpc {
 impl RaftService for RaftGrpc {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         self.taking_part()?;
-        let message = request.into_inner();
-        self.admit(&message, Admission::Raft)?;
+        let message = self.admit(request, Admission::Raft)?;
         let vote: VoteRequest<NodeId> = decode(&message)?;
+        payload_from_sender(&message, vote.vote.leader_id().node_id)?;
         self.witness_sender(&message, vote.vote.leader_id().get_term());
         let result = self.app.raft.vote(vote.clone()).await;
         if let Ok(answer) = &result {
@@ -316,10 +359,10 @@ impl RaftService for RaftGrpc {
     ) -> Result<Response<RaftMessage>, Status> {
         let received = Instant::now();
         self.taking_part()?;
-        let message = request.into_inner();
+        let message = self.admit(request, Admission::Raft)?;
         let quorum_age = message.leader_quorum_age_ms;
-        self.admit(&message, Admission::Raft)?;
         let append: AppendEntriesRequest<TypeConfig> = decode(&message)?;
+        payload_from_sender(&message, append.vote.leader_id().node_id)?;
         let vote = append.vote;
         self.witness_sender(&message, vote.leader_id().get_term());
         let result = self.app.raft.append_entries(append).await;
@@ -337,8 +380,10 @@ impl RaftService for RaftGrpc {
     ) -> Result<Response<RaftMessage>, Status> {
         let received = Instant::now();
         self.taking_part()?;
-        let quorum_age = request.get_ref().leader_quorum_age_ms;
-        let chunk: InstallSnapshotRequest<TypeConfig> = self.open(request, Admission::Raft)?;
+        let message = self.admit(request, Admission::Raft)?;
+        let quorum_age = message.leader_quorum_age_ms;
+        let chunk: InstallSnapshotRequest<TypeConfig> = decode(&message)?;
+        payload_from_sender(&message, chunk.vote.leader_id().node_id)?;
         let vote = chunk.vote;
         let result = self.app.raft.install_snapshot(chunk).await;
         if result.as_ref().is_ok_and(|r| r.vote == vote) {
@@ -384,7 +429,13 @@ impl RaftService for RaftGrpc {
     }
 
     async fn join(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let join: JoinRequest = self.open(request, Admission::Cluster)?;
+        let message = self.admit(request, Admission::Cluster)?;
+        let join: JoinRequest = decode(&message)?;
+        // A node asks for itself; only a member passes on another node's request.
+        let sender = message.from.as_ref().map_or(0, |f| f.node_id);
+        if join.id != sender && self.app.membership().get_node(&sender).is_none() {
+            return Err(PeerRefusal::Impersonation { claimed: join.id }.into());
+        }
         let result = self.app.join(join).await;
         self.encode(&result)
     }
@@ -416,9 +467,14 @@ impl RaftService for RaftGrpc {
     }
 
     async fn hello(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        // Anyone who passed the transport's authentication may ask who is here; a node of
-        // this cluster that says who it is also hears what it promised this node.
+        // Any holder of a certificate of this cluster may ask who is here (a fresh node has
+        // no cluster id yet); a node of this cluster that says who it is also hears what it
+        // promised this node.
+        let certificate = super::tls::PeerConnectInfo::of(&request)
+            .and_then(|info| info.certs.as_ref())
+            .and_then(|certs| certs.first().cloned());
         let message = request.into_inner();
+        speaks_for(certificate.as_ref(), &message)?;
         let () = decode(&message)?;
         let asker = message.from.as_ref().filter(|from| {
             self.app.identity.cluster_id().as_deref() == Some(from.cluster_id.as_str())

@@ -25,6 +25,8 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
+use super::pki::ClusterCa;
+use super::NodeId;
 use crate::config::PeerTlsConfig;
 
 /// How long a TLS handshake may take before the connection is dropped.
@@ -69,9 +71,10 @@ struct Loaded {
     generation: u64,
 }
 
-/// This node's peer TLS material, reloadable.
+/// This node's peer TLS material: the operator's files (reloadable), or the cluster's own
+/// CA and the certificate this node signed for itself at start ([`super::pki`]).
 pub struct PeerTls {
-    files: PeerTlsConfig,
+    files: Option<PeerTlsConfig>,
     current: RwLock<Arc<Loaded>>,
 }
 
@@ -140,14 +143,30 @@ fn build(files: &PeerTlsConfig, generation: u64) -> Result<Loaded, TlsError> {
     let ca = read(&files.ca_file)?;
     let cert = read(&files.cert_file)?;
     let key = read(&files.key_file)?;
+    let paths = [
+        files.ca_file.as_path(),
+        files.cert_file.as_path(),
+        files.key_file.as_path(),
+    ];
+    build_from(ca, cert, key, paths, stamp, generation)
+}
+
+fn build_from(
+    ca: Vec<u8>,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    [ca_path, cert_path, key_path]: [&Path; 3],
+    stamp: Vec<Option<(SystemTime, u64)>>,
+    generation: u64,
+) -> Result<Loaded, TlsError> {
     let mut roots = RootCertStore::empty();
-    for root in certificates(&ca, &files.ca_file)? {
+    for root in certificates(&ca, ca_path)? {
         roots.add(root).map_err(|e| TlsError::Config {
-            reason: format!("CA {}: {e}", files.ca_file.display()),
+            reason: format!("CA {}: {e}", ca_path.display()),
         })?;
     }
-    let chain = certificates(&cert, &files.cert_file)?;
-    let private = private_key(&key, &files.key_file)?;
+    let chain = certificates(&cert, cert_path)?;
+    let private = private_key(&key, key_path)?;
     let provider = Arc::new(aws_lc_rs::default_provider());
     let config_error = |e: tokio_rustls::rustls::Error| TlsError::Config {
         reason: e.to_string(),
@@ -182,9 +201,40 @@ impl PeerTls {
     pub fn load(files: &PeerTlsConfig) -> Result<Self, TlsError> {
         let loaded = build(files, 0)?;
         Ok(Self {
-            files: files.clone(),
+            files: Some(files.clone()),
             current: RwLock::new(Arc::new(loaded)),
         })
+    }
+
+    /// The cluster's own CA and a certificate it signed for this node just now.
+    pub fn of_cluster(ca: &ClusterCa, node: NodeId) -> Result<Self, TlsError> {
+        let mine = ca.issue(node).map_err(|e| TlsError::Config {
+            reason: e.to_string(),
+        })?;
+        let memory = Path::new("(the cluster's CA, in memory)");
+        let loaded = build_from(
+            ca.cert_pem().as_bytes().to_vec(),
+            mine.cert_pem.into_bytes(),
+            mine.key_pem.into_bytes(),
+            [memory; 3],
+            Vec::new(),
+            0,
+        )?;
+        Ok(Self {
+            files: None,
+            current: RwLock::new(Arc::new(loaded)),
+        })
+    }
+
+    /// Whether the certificates are the operator's (files) rather than the cluster's own.
+    pub fn from_files(&self) -> bool {
+        self.files.is_some()
+    }
+
+    /// This node's certificate, DER.
+    pub fn own_certificate(&self) -> Option<CertificateDer<'static>> {
+        let loaded = self.current();
+        CertificateDer::pem_slice_iter(&loaded.cert).next()?.ok()
     }
 
     fn current(&self) -> Arc<Loaded> {
@@ -196,7 +246,8 @@ impl PeerTls {
 
     /// How often to look for changed files.
     pub fn reload_every(&self) -> Duration {
-        Duration::from_secs(self.files.reload_secs.max(1))
+        let secs = self.files.as_ref().map_or(3600, |files| files.reload_secs);
+        Duration::from_secs(secs.max(1))
     }
 
     /// Bumped each time the files are read again.
@@ -217,24 +268,154 @@ impl PeerTls {
     /// Reads the files again if they changed. Returns whether it did; on an error the old
     /// material stays in use.
     pub fn reload(&self) -> Result<bool, TlsError> {
+        let Some(files) = &self.files else {
+            return Ok(false);
+        };
         let current = self.current();
-        if stamp(&self.files) == current.stamp {
+        if stamp(files) == current.stamp {
             return Ok(false);
         }
-        let loaded = build(&self.files, current.generation + 1)?;
+        let loaded = build(files, current.generation + 1)?;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(loaded);
         Ok(true)
     }
 }
 
-/// The TLS connections `listener` accepts, handshaken with the material current at each
-/// accept. Handshakes run concurrently and a failed one is logged and dropped; the accept
-/// loop ends when the server drops the stream.
+/// One connection on the gRPC listener: TLS, or plaintext where the listener also takes
+/// plaintext (public API clients and enrollment; the Raft service refuses a caller without
+/// a verified certificate, [`super::auth`]).
+pub enum PeerStream {
+    /// No TLS.
+    Plain(TcpStream),
+    /// A finished TLS handshake.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// What a gRPC request knows about its connection (a request extension).
+#[derive(Debug, Clone)]
+pub struct PeerConnectInfo {
+    /// The client's address.
+    pub remote_addr: Option<std::net::SocketAddr>,
+    /// The client certificate chain the handshake verified against the CA, if any.
+    pub certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+}
+
+impl PeerConnectInfo {
+    /// The connection info of `request`, if it came through [`incoming`].
+    pub fn of<T>(request: &tonic::Request<T>) -> Option<&Self> {
+        request.extensions().get::<Self>()
+    }
+}
+
+impl tonic::transport::server::Connected for PeerStream {
+    type ConnectInfo = PeerConnectInfo;
+
+    fn connect_info(&self) -> PeerConnectInfo {
+        match self {
+            Self::Plain(tcp) => PeerConnectInfo {
+                remote_addr: tcp.peer_addr().ok(),
+                certs: None,
+            },
+            Self::Tls(tls) => {
+                let (tcp, session) = tls.get_ref();
+                PeerConnectInfo {
+                    remote_addr: tcp.peer_addr().ok(),
+                    certs: session
+                        .peer_certificates()
+                        .map(|certs| Arc::new(certs.to_vec())),
+                }
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for PeerStream {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for PeerStream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> std::task::Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+            Self::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Plain(s) => s.is_write_vectored(),
+            Self::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
+
+/// The first byte of a TLS connection: a handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// Whether the client on `tcp` opens with a TLS handshake; `None` if it sent nothing in
+/// time or hung up.
+async fn opens_with_tls(tcp: &TcpStream) -> Option<bool> {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await {
+        Ok(Ok(1)) => Some(first[0] == TLS_HANDSHAKE),
+        _ => None,
+    }
+}
+
+/// The connections `listener` accepts: TLS handshaken with the material current at each
+/// accept and, with `plaintext`, plaintext connections beside them (told apart by their
+/// first byte). Handshakes run concurrently and a failed one is logged and dropped; the
+/// accept loop ends when the server drops the stream.
 pub fn incoming(
     listener: TcpListener,
     tls: Arc<PeerTls>,
-) -> impl Stream<Item = Result<TlsStream<TcpStream>, io::Error>> {
-    let (tx, rx) = mpsc::channel::<TlsStream<TcpStream>>(64);
+    plaintext: bool,
+) -> impl Stream<Item = Result<PeerStream, io::Error>> {
+    let (tx, rx) = mpsc::channel::<PeerStream>(64);
     tokio::spawn(async move {
         loop {
             let (tcp, peer) = tokio::select! {
@@ -253,9 +434,19 @@ pub fn incoming(
             let acceptor = TlsAcceptor::from(tls.current().server.clone());
             let tx = tx.clone();
             tokio::spawn(async move {
+                if plaintext {
+                    match opens_with_tls(&tcp).await {
+                        Some(true) => {}
+                        Some(false) => {
+                            let _ = tx.send(PeerStream::Plain(tcp)).await;
+                            return;
+                        }
+                        None => return,
+                    }
+                }
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => {
-                        let _ = tx.send(stream).await;
+                        let _ = tx.send(PeerStream::Tls(Box::new(stream))).await;
                     }
                     Ok(Err(e)) => tracing::warn!(%peer, error = %e, "peer TLS handshake failed"),
                     Err(_) => tracing::warn!(%peer, "peer TLS handshake timed out"),

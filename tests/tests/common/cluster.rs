@@ -44,6 +44,8 @@ pub struct Cluster {
     tweak: fn(&mut Config),
     /// The CA of a secured cluster.
     pub ca: Option<TestCa>,
+    /// The join token node 1 minted for the others (a cluster without the secret).
+    pub join_token: Option<String>,
 }
 
 /// Polls `check` every 20 ms until it holds or `within` passes.
@@ -93,6 +95,9 @@ impl Cluster {
         if let Some(ca) = &self.ca {
             config.cluster.tls = Some(ca.node(&format!("node-{id}")));
             config.cluster.secret = Some(CLUSTER_SECRET.into());
+        } else {
+            // As an operator would: the joiners bring a join token node 1 minted.
+            config.cluster.join_token = self.join_token.clone();
         }
         (self.tweak)(&mut config);
         config
@@ -125,6 +130,7 @@ impl Cluster {
             voters,
             tweak,
             ca,
+            join_token: None,
         };
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         for id in 1..=voters + learners {
@@ -140,6 +146,10 @@ impl Cluster {
                     .current_leader(1, "node 1 leads the new cluster")
                     .await
                     .unwrap();
+                cluster.join_token = handle.app.peer_ca.as_ref().map(|ca| {
+                    let day = rowcall_node::model::time::now_ms() + 24 * 3600 * 1000;
+                    ca.mint_token(day)
+                });
             }
             cluster.members.push(Member {
                 id,

@@ -42,10 +42,14 @@ impl TestCa {
     }
 
     /// A certificate and key for `who` on 127.0.0.1 and localhost (server and client use),
-    /// PEM.
+    /// PEM. A node's (`who` = `node-<id>`) also names `node-<id>.peer.rowcall`, as every
+    /// peer certificate must.
     pub fn issue(&self, who: &str) -> (String, String) {
-        let mut params =
-            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+        let mut names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+        if who.starts_with("node-") {
+            names.push(format!("{who}.peer.rowcall"));
+        }
+        let mut params = CertificateParams::new(names).unwrap();
         params.distinguished_name.push(DnType::CommonName, who);
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
