@@ -58,15 +58,14 @@ fn term(cluster: &Cluster, id: u64) -> u64 {
     handle.app.raft.metrics().borrow().current_term
 }
 
-/// A raw client of node `id`'s Raft service, for messages no real peer would send.
-async fn raft_client(cluster: &Cluster, id: u64) -> RaftServiceClient<tonic::transport::Channel> {
-    let url = format!("http://{}", cluster.member(id).grpc);
-    let channel = tonic::transport::Channel::from_shared(url)
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    RaftServiceClient::new(channel)
+/// A raw client of node `id`'s Raft service, for messages no real peer would send, with a
+/// certificate of the cluster naming node `as_node`.
+async fn raft_client(
+    cluster: &Cluster,
+    id: u64,
+    as_node: u64,
+) -> RaftServiceClient<tonic::transport::Channel> {
+    RaftServiceClient::new(cluster.peer_channel(id, as_node).await)
 }
 
 fn leads(cluster: &Cluster, id: u64) -> bool {
@@ -271,6 +270,8 @@ async fn nodes_started_alike_with_bootstrap_and_peers_form_one_cluster() {
         config.node.demo = false;
         config.auth.admin_key = Some(ADMIN.into());
         config.cluster.bootstrap = true;
+        // Nodes started together share the cluster secret: it gives them one CA.
+        config.cluster.secret = Some(common::cluster::CLUSTER_SECRET.into());
         config.cluster.join = grpc
             .iter()
             .enumerate()
@@ -305,7 +306,7 @@ async fn messages_from_another_cluster_or_for_another_incarnation_are_refused() 
     let target = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
     let (_, _, status) = cluster.get(target, "/api/cluster").await;
     let ours = status["cluster_id"].as_str().unwrap().to_owned();
-    let mut client = raft_client(&cluster, target).await;
+    let mut client = raft_client(&cluster, target, 9).await;
     let vote = json!({"vote": {"leader_id": {"term": 1_000, "node_id": 9}, "committed": false},
                       "last_log_id": null});
     let message = |cluster_id: &str, to_incarnation: &str| RaftMessage {
@@ -370,7 +371,7 @@ async fn only_the_leader_may_ask_a_voter_to_stand_for_election() {
             .to_owned()
     };
     let before = term(&cluster, target);
-    let reply = raft_client(&cluster, target)
+    let reply = raft_client(&cluster, target, asker)
         .await
         .timeout_now(RaftMessage {
             payload: b"null".to_vec(),

@@ -205,7 +205,7 @@ async fn the_leader_refuses_forwarded_writes_the_http_rules_refuse() {
     cluster.converge(cluster.applied(leader)).await;
     let (_, _, status) = cluster.get(leader, "/api/cluster").await;
     let before = cluster.digests().await;
-    let mut client = RaftServiceClient::new(channel(&cluster, leader, None).await.unwrap());
+    let mut client = RaftServiceClient::new(cluster.peer_channel(leader, member).await);
 
     let reply = client
         .forward(message(&status, member, &put_far_in_the_future()))

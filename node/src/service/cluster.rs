@@ -366,3 +366,46 @@ pub async fn snapshot(app: &App, _admin: &Admin) -> Result<(), ServiceError> {
         .await
         .map_err(|e| ServiceError::internal(format!("snapshot trigger: {e}")))
 }
+
+/// The shortest and longest a join token may live, and how long one lives unless asked.
+pub const JOIN_TOKEN_TTL_SECS: (u64, u64, u64) = (60, 7 * 24 * 3600, 3600);
+
+/// A minted join token.
+#[derive(Debug, Clone, Serialize)]
+pub struct JoinToken {
+    /// The token: a fresh node started with it and `--join` receives the cluster's peer
+    /// credential from any member.
+    pub token: String,
+    /// When it expires (Unix milliseconds).
+    pub expires_ms: u64,
+}
+
+/// Mints a join token valid for `ttl_secs` (default and bounds: [`JOIN_TOKEN_TTL_SECS`]).
+pub fn join_token(
+    app: &App,
+    _admin: &Admin,
+    ttl_secs: Option<u64>,
+) -> Result<JoinToken, ServiceError> {
+    let (shortest, longest, default) = JOIN_TOKEN_TTL_SECS;
+    let ttl = ttl_secs.filter(|t| *t != 0).unwrap_or(default);
+    if !(shortest..=longest).contains(&ttl) {
+        return Err(ServiceError::BadRequest {
+            message: format!("a join token lives {shortest} to {longest} seconds, not {ttl}"),
+            hint: "leave ttl out for an hour",
+        });
+    }
+    let Some(ca) = &app.peer_ca else {
+        return Err(ServiceError::BadRequest {
+            message: "this cluster uses operator certificates (--peer-ca): a new node needs its \
+                      own certificate from the operator's CA, not a join token"
+                .into(),
+            hint: "issue the new node a certificate naming node-<id>.peer.rowcall (deploy/tls/make-certs.sh)",
+        });
+    };
+    let expires_ms = crate::model::time::now_ms() + ttl * 1000;
+    tracing::info!(ttl_secs = ttl, "minted a join token");
+    Ok(JoinToken {
+        token: ca.mint_token(expires_ms),
+        expires_ms,
+    })
+}

@@ -161,6 +161,67 @@ impl Cluster {
         cluster
     }
 
+    /// The cluster's own CA (a cluster without operator certificates), as a running member
+    /// holds it, else as node 1's data folder keeps it.
+    pub fn peer_ca(&self) -> std::sync::Arc<rowcall_node::raft::pki::ClusterCa> {
+        self.members
+            .iter()
+            .find_map(|m| m.handle.as_ref()?.app.peer_ca.clone())
+            .unwrap_or_else(|| {
+                let data = self.member_config(1).node.data;
+                let ca = rowcall_node::raft::pki::ClusterCa::load(&data).unwrap();
+                std::sync::Arc::new(ca.expect("node 1 keeps the cluster's CA"))
+            })
+    }
+
+    /// A raw peer channel to node `to`, showing a certificate of this cluster's CA that
+    /// names node `as_node`, as that member's would: for messages no real peer would send.
+    pub async fn peer_channel(&self, to: u64, as_node: u64) -> tonic::transport::Channel {
+        use rowcall_node::raft::pki::node_name;
+        use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+        let (ca_pem, cert, key) = match &self.ca {
+            Some(ca) => {
+                let (cert, key) = ca.issue(&format!("node-{as_node}"));
+                (ca.ca_pem(), cert, key)
+            }
+            None => {
+                let ca = self.peer_ca();
+                let mine = ca.issue(as_node).unwrap();
+                (ca.cert_pem().to_owned(), mine.cert_pem, mine.key_pem)
+            }
+        };
+        let tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(ca_pem))
+            .identity(Identity::from_pem(cert, key))
+            .domain_name(node_name(to));
+        Endpoint::from_shared(format!("https://{}", self.member(to).grpc))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    /// `message` as it arrives from member `from` over a verified connection, for calling a
+    /// node's Raft service in process.
+    pub fn from_peer<T>(&self, from: u64, message: T) -> tonic::Request<T> {
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        let cert = self.peer_ca().issue(from).unwrap();
+        let der = tokio_rustls::rustls::pki_types::CertificateDer::from_pem_slice(
+            cert.cert_pem.as_bytes(),
+        )
+        .unwrap();
+        let mut request = tonic::Request::new(message);
+        request
+            .extensions_mut()
+            .insert(rowcall_node::raft::tls::PeerConnectInfo {
+                remote_addr: None,
+                certs: Some(std::sync::Arc::new(vec![der])),
+            });
+        request
+    }
+
     pub fn member(&self, id: u64) -> &Member {
         &self.members[(id - 1) as usize]
     }

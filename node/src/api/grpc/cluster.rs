@@ -3,8 +3,9 @@
 
 use rowcall_proto::v1::cluster_server::Cluster;
 use rowcall_proto::v1::{
-    AddLearnerRequest, MembershipResponse, PromoteRequest, RemoveRequest, SnapshotRequest,
-    SnapshotResponse, StatusRequest, StatusResponse,
+    AddLearnerRequest, CreateJoinTokenRequest, JoinTokenResponse, MembershipResponse,
+    PromoteRequest, RemoveRequest, SnapshotRequest, SnapshotResponse, StatusRequest,
+    StatusResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -81,6 +82,25 @@ impl Cluster for Api {
             let admin = Admin::check(&self.app, Self::credential(&request), "trigger snapshots")?;
             service::snapshot(&self.app, &admin).await?;
             Ok(self.reply(SnapshotResponse {}, None))
+        })
+        .await
+    }
+
+    async fn create_join_token(
+        &self,
+        request: Request<CreateJoinTokenRequest>,
+    ) -> Result<Response<JoinTokenResponse>, Status> {
+        self.answer(async {
+            let admin = Admin::check(&self.app, Self::credential(&request), "mint join tokens")?;
+            let ttl = Some(request.get_ref().ttl_seconds);
+            let minted = service::join_token(&self.app, &admin, ttl)?;
+            Ok(self.reply(
+                JoinTokenResponse {
+                    token: minted.token,
+                    expires_at: crate::model::time::format_ms(minted.expires_ms),
+                },
+                None,
+            ))
         })
         .await
     }

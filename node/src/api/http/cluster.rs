@@ -143,6 +143,37 @@ pub async fn snapshot(
         .into_response())
 }
 
+/// What `POST /api/cluster/join-token` takes.
+#[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JoinTokenBody {
+    /// Seconds the token stays valid (60 to 604800; default 3600).
+    pub ttl_seconds: Option<u64>,
+}
+
+/// Mints a join token (admin key): a fresh node started with it (`ROWCALL_JOIN_TOKEN`) and
+/// `--join` receives the cluster's peer credential from any member.
+#[utoipa::path(post, path = "/api/cluster/join-token", request_body(content = JoinTokenBody, description = "optional"), responses((status = 200, description = "the token and when it expires"), (status = 401, description = "no admin key")))]
+pub async fn join_token(
+    State(http): State<Http>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ServiceError> {
+    let admin = Admin::check(&http.app, credential(&headers), "mint join tokens")?;
+    let asked: JoinTokenBody = if body.iter().all(u8::is_ascii_whitespace) {
+        JoinTokenBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ServiceError::MalformedJson(e.to_string()))?
+    };
+    let minted = service::join_token(&http.app, &admin, asked.ttl_seconds)?;
+    Ok(Json(json!({
+        "ok": true,
+        "token": minted.token,
+        "expires_at": crate::model::time::format_ms(minted.expires_ms),
+    }))
+    .into_response())
+}
+
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", responses((status = 200, description = "alive")))]
 pub async fn healthz() -> Json<serde_json::Value> {

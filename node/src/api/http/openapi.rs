@@ -38,6 +38,7 @@ use super::{changes, cluster, directory, dispatch, import, receipts, share, tran
         cluster::add_member,
         cluster::remove_member,
         cluster::snapshot,
+        cluster::join_token,
         cluster::healthz,
         cluster::readyz,
         cluster::metrics,
