@@ -17,6 +17,10 @@
 #   ROWCALL_BIN          the binary (default target/release/rowcall-node, then target/debug)
 #   ROWCALL_CLUSTER_DIR  where node folders live (default ./rowcall-cluster)
 #   ROWCALL_ADMIN_KEY    shared admin key (default: generated once into the cluster dir)
+# Every node is started with the cluster secret in $ROWCALL_CLUSTER_DIR/cluster.secret
+# (generated once, mode 600; --cluster-secret-file): it gives the nodes their common CA, so
+# they found one cluster together and authenticate each other with certificates naming
+# their ids, and a node that lost its folder rejoins with its original command.
 #   ROWCALL_NO_DEMO=1    start node 1 with --no-demo (an empty catalogue)
 #   ROWCALL_WAIT_SECS    how long to wait for each node's /readyz (default 30)
 #   ROWCALL_STOP_SECS    how long `down` waits after SIGTERM before SIGKILL (default 15)
@@ -140,6 +144,18 @@ admin_key() {
     fi
 }
 
+# The file holding the cluster secret every node is started with, made once (mode 600).
+cluster_secret_file() {
+    local file=$CLUSTER_DIR/cluster.secret
+    if [[ ! -s $file ]]; then
+        (
+            umask 077
+            od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$file"
+        )
+    fi
+    echo "$file"
+}
+
 # True if folder $1 holds anything besides our own log and pid file (the node's state).
 has_state() {
     local entry
@@ -170,7 +186,8 @@ launch_node() {
     has_state "$dir" && fresh=0
     # The same flags on every start, as a service unit keeps them: a node with Raft state
     # ignores --bootstrap and --join.
-    local args=(--id "$id" --http "$(http_addr "$id")" --grpc "$(grpc_addr "$id")" --data "$dir")
+    local args=(--id "$id" --http "$(http_addr "$id")" --grpc "$(grpc_addr "$id")" --data "$dir"
+        --cluster-secret-file "$(cluster_secret_file)")
     if ((n > 1)); then
         args+=(--bootstrap --join "$(peers_of "$id" "$n")")
     else
@@ -240,6 +257,7 @@ cmd_up() {
 
     local bin key
     bin=$(find_binary)
+    [[ -n ${ROWCALL_ADMIN_KEY:-} ]] && ROWCALL_ADMIN_KEY_FROM_ENV=1
     key=$(admin_key)
     export ROWCALL_ADMIN_KEY=$key
     # Plain log files, without ANSI colour codes.
@@ -259,7 +277,11 @@ cmd_up() {
     done
     launch_all "$bin" "$n" ${restarted[@]+"${restarted[@]}"}
     launch_all "$bin" "$n" ${fresh[@]+"${fresh[@]}"}
-    echo "admin key: $key"
+    if [[ -n ${ROWCALL_ADMIN_KEY_FROM_ENV:-} ]]; then
+        echo "admin key: from ROWCALL_ADMIN_KEY"
+    else
+        echo "admin key: in $CLUSTER_DIR/admin.key (export ROWCALL_ADMIN_KEY=\$(cat $CLUSTER_DIR/admin.key))"
+    fi
     echo "try:       curl -s 'http://$(http_addr 1)/api/dispatch?ask=what+time+is+it'"
 }
 

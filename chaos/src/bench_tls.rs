@@ -243,7 +243,7 @@ pub async fn tls(options: &TlsOptions) -> Result<TlsReport, ChaosError> {
     std::fs::create_dir_all(&options.out)
         .map_err(|e| ChaosError::io(format!("create {}", options.out.display()), e))?;
     let machine = machine();
-    let files = test_certificates(&options.out.join("certificates"))?;
+    let files = test_certificates(&options.out.join("certificates"), 0)?;
     let ca_pem = std::fs::read(&files.ca)
         .map_err(|e| ChaosError::io(format!("read {}", files.ca.display()), e))?;
     let ca = reqwest::Certificate::from_pem(&ca_pem).map_err(|e| ChaosError::Setup {

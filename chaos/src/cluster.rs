@@ -153,10 +153,11 @@ pub struct ClusterOptions {
     pub tls: bool,
 }
 
-/// The cluster secret of a `--tls` run.
+/// The cluster secret every node of a run holds.
 const CLUSTER_SECRET: &str = "chaos-cluster-secret-0123456789abcdef";
 
-/// A CA and one certificate (with its key) for 127.0.0.1, as PEM files.
+/// A CA, one certificate (with its key) for 127.0.0.1, and one per node naming its id, as
+/// PEM files.
 #[derive(Debug, Clone)]
 pub struct TestCertificates {
     /// The CA's certificate.
@@ -165,11 +166,15 @@ pub struct TestCertificates {
     pub cert: PathBuf,
     /// Its private key.
     pub key: PathBuf,
+    /// Per node id: its peer certificate (127.0.0.1 and `node-<id>.peer.rowcall`, the name a
+    /// peer certificate must carry) and key.
+    pub nodes: std::collections::BTreeMap<u64, (PathBuf, PathBuf)>,
 }
 
-/// Makes a CA and one certificate for 127.0.0.1 (every node listens there) under `dir` with
-/// rcgen. Test material only: it lives in the run's output folder.
-pub fn test_certificates(dir: &Path) -> Result<TestCertificates, ChaosError> {
+/// Makes a CA, one certificate for 127.0.0.1 (every node listens there) and a peer
+/// certificate for each of nodes 1..=`nodes` under `dir` with rcgen. Test material only: it
+/// lives in the run's output folder.
+pub fn test_certificates(dir: &Path, nodes: u64) -> Result<TestCertificates, ChaosError> {
     use rcgen::{
         BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
         KeyPair, KeyUsagePurpose,
@@ -183,13 +188,17 @@ pub fn test_certificates(dir: &Path) -> Result<TestCertificates, ChaosError> {
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let issuer =
         CertifiedIssuer::self_signed(ca, KeyPair::generate().map_err(setup)?).map_err(setup)?;
-    let mut node = CertificateParams::new(vec!["127.0.0.1".to_owned()]).map_err(setup)?;
-    node.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let key = KeyPair::generate().map_err(setup)?;
-    let cert = node.signed_by(&key, &issuer).map_err(setup)?;
+    let issue = |names: Vec<String>| {
+        let mut node = CertificateParams::new(names).map_err(setup)?;
+        node.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let key = KeyPair::generate().map_err(setup)?;
+        let cert = node.signed_by(&key, &issuer).map_err(setup)?;
+        Ok::<_, ChaosError>((cert.pem(), key.serialize_pem()))
+    };
+    let (cert, key) = issue(vec!["127.0.0.1".to_owned()])?;
     std::fs::create_dir_all(dir)
         .map_err(|e| ChaosError::io(format!("create {}", dir.display()), e))?;
     let write = |file: &str, pem: String| {
@@ -198,19 +207,36 @@ pub fn test_certificates(dir: &Path) -> Result<TestCertificates, ChaosError> {
             .map_err(|e| ChaosError::io(format!("write {}", path.display()), e))?;
         Ok::<_, ChaosError>(path)
     };
+    let mut peers = std::collections::BTreeMap::new();
+    for id in 1..=nodes {
+        let (cert, key) = issue(vec![
+            "127.0.0.1".to_owned(),
+            format!("node-{id}.peer.rowcall"),
+        ])?;
+        let files = (
+            write(&format!("node-{id}.crt"), cert)?,
+            write(&format!("node-{id}.key"), key)?,
+        );
+        peers.insert(id, files);
+    }
     Ok(TestCertificates {
         ca: write("ca.crt", issuer.pem())?,
-        cert: write("node.crt", cert.pem())?,
-        key: write("node.key", key.serialize_pem())?,
+        cert: write("node.crt", cert)?,
+        key: write("node.key", key)?,
+        nodes: peers,
     })
 }
 
-/// Flags for peer TLS with `files`.
-fn peer_tls_flags(files: &TestCertificates) -> Vec<String> {
+/// Flags for node `id`'s peer TLS with `files`.
+fn peer_tls_flags(files: &TestCertificates, id: u64) -> Vec<String> {
+    let (cert, key) = files
+        .nodes
+        .get(&id)
+        .map_or((&files.cert, &files.key), |(cert, key)| (cert, key));
     [
         ("--peer-ca", &files.ca),
-        ("--peer-cert", &files.cert),
-        ("--peer-key", &files.key),
+        ("--peer-cert", cert),
+        ("--peer-key", key),
     ]
     .into_iter()
     .flat_map(|(flag, path)| [flag.to_owned(), path.display().to_string()])
@@ -263,8 +289,8 @@ pub struct Cluster {
     snapshot_every: u64,
     /// When set, nodes (re)started from now on snapshot this often.
     storm: Option<SnapshotStorm>,
-    /// Peer TLS flags, with the cluster secret, for a `--tls` run.
-    peer_tls: Option<Vec<String>>,
+    /// The run's certificates, for a `--tls` run: each node gets its own peer certificate.
+    peer_tls: Option<TestCertificates>,
     /// The CA of the nodes' gRPC certificates in a `--tls` run (PEM), for clients.
     pub ca: Option<Vec<u8>>,
     /// The nodes, index = id - 1.
@@ -452,7 +478,7 @@ impl Cluster {
             }
         }
         let certificates = if options.tls {
-            Some(test_certificates(&options.root.join("tls"))?)
+            Some(test_certificates(&options.root.join("tls"), n as u64)?)
         } else {
             None
         };
@@ -478,7 +504,7 @@ impl Cluster {
             bin: options.bin.clone(),
             snapshot_every: options.snapshot_every,
             storm: None,
-            peer_tls: certificates.as_ref().map(peer_tls_flags),
+            peer_tls: certificates.clone(),
             ca,
             incarnations: Arc::new((0..n).map(|_| AtomicU32::new(0)).collect()),
             nodes,
@@ -605,11 +631,13 @@ impl Cluster {
         for route in routes {
             command.arg("--peer-route").arg(route);
         }
-        if let Some(flags) = &self.peer_tls {
-            command
-                .args(flags)
-                .env("ROWCALL_CLUSTER_SECRET", CLUSTER_SECRET);
+        if let Some(files) = &self.peer_tls {
+            command.args(peer_tls_flags(files, id));
         }
+        // Every node holds the cluster secret, as the README's multi-node start does: it
+        // gives them their common CA, so nodes started together found one cluster and a
+        // node that lost its folder rejoins with its original command.
+        command.env("ROWCALL_CLUSTER_SECRET", CLUSTER_SECRET);
         let (every, keep) = match self.storm {
             Some(storm) => (storm.every, Some(storm.keep)),
             None => (self.snapshot_every, None),

@@ -308,6 +308,14 @@ pub enum ClusterCommand {
     },
     /// Build a snapshot now and purge the log behind it.
     Snapshot,
+    /// Mint a join token: start a new node with it (ROWCALL_JOIN_TOKEN or
+    /// --join-token-file) and --join to give it the cluster's peer credential. Anyone who
+    /// holds it can add a node until it expires: hand it over as a secret.
+    JoinToken {
+        /// How long it stays valid, in seconds (60 to 604800).
+        #[arg(long, default_value_t = 3600)]
+        ttl: u64,
+    },
 }
 
 /// Runs the command line of this process: parses it, runs the command, prints, and says
@@ -731,6 +739,15 @@ async fn cluster(
         ClusterCommand::Snapshot => {
             client.snapshot().await?;
             ("snapshot started", None)
+        }
+        ClusterCommand::JoinToken { ttl } => {
+            let minted = client.join_token(ttl).await?;
+            out.emit(
+                || serde_json::json!({"ok": true, "token": minted.token, "expires_at": minted.expires_at}),
+                // The token alone on stdout, so `$(rowcall cluster join-token)` captures it.
+                || format!("{}\n", minted.token),
+            );
+            return Ok(());
         }
     };
     out.emit(

@@ -1706,6 +1706,26 @@ impl Client {
         Ok(())
     }
 
+    /// Mints a join token valid for `ttl_seconds` (admin key): a new node started with it
+    /// and `--join` receives the cluster's peer credential. Minted once: never retried after
+    /// it may have reached a node (each attempt would mint another).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let minted = client.join_token(3600).await?;
+    /// println!("ROWCALL_JOIN_TOKEN={}", minted.token);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn join_token(&self, ttl_seconds: u64) -> Result<proto::JoinTokenResponse, Error> {
+        let message = proto::CreateJoinTokenRequest { ttl_seconds };
+        self.call(Kind::Once, true, message, |ch, r| async move {
+            ClusterClient::new(ch).create_join_token(r).await
+        })
+        .await
+        .map(tonic::Response::into_inner)
+    }
+
     /// Has the node that answers build a snapshot now and purge its log (admin key).
     ///
     /// ```no_run

@@ -26,17 +26,17 @@ use crate::config::Config;
 use crate::dispatch::outbox::Outbox;
 use crate::model::time::now_ms;
 use crate::raft::auth::PeerAuth;
-use crate::raft::peers;
-use rowcall_proto::raft::peer_enrollment_server::PeerEnrollmentServer;
 use crate::raft::faults::Faults;
 use crate::raft::identity::LocalIdentity;
 use crate::raft::liveness::Liveness;
 use crate::raft::network::{Network, MAX_MESSAGE_BYTES};
+use crate::raft::peers;
 use crate::raft::service::RaftGrpc;
 use crate::raft::standing::{Progress, Standing};
 use crate::raft::tls::incoming;
 use crate::raft::{Command, NodeInfo, Raft};
 use crate::store::{Durable, LogStore, StateMachine};
+use rowcall_proto::raft::peer_enrollment_server::PeerEnrollmentServer;
 
 /// A running node: its bound addresses and the means to stop it.
 pub struct NodeHandle {
@@ -422,7 +422,9 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         .layer(grpc::trace::TraceLayer)
         .add_routes(public)
         .add_service(service)
-        .add_service(PeerEnrollmentServer::new(peers::Enrollment::new(app.clone())));
+        .add_service(PeerEnrollmentServer::new(peers::Enrollment::new(
+            app.clone(),
+        )));
     let stopped = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
@@ -433,7 +435,10 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let peer_tls = tls.clone();
     tasks.push(tokio::spawn(async move {
         let connections = incoming(grpc_listener, peer_tls, plaintext);
-        if let Err(e) = router.serve_with_incoming_shutdown(connections, stopped).await {
+        if let Err(e) = router
+            .serve_with_incoming_shutdown(connections, stopped)
+            .await
+        {
             tracing::error!(error = %e, "gRPC server stopped");
         }
     }));
@@ -615,7 +620,10 @@ pub fn raft_service(
 }
 
 /// Whether this node's state machine says it is the only member of its cluster.
-async fn sole_member(state_machine: &mut StateMachine, me: crate::raft::NodeId) -> anyhow::Result<bool> {
+async fn sole_member(
+    state_machine: &mut StateMachine,
+    me: crate::raft::NodeId,
+) -> anyhow::Result<bool> {
     use openraft::storage::RaftStateMachine;
     let (_, membership) = state_machine.applied_state().await?;
     let nodes: Vec<crate::raft::NodeId> = membership.nodes().map(|(id, _)| *id).collect();

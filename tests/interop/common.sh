@@ -34,3 +34,14 @@ node_binary() { # name of the calling check, for the log
         BIN="${CARGO_TARGET_DIR:-target}/debug/rowcall-node"
     fi
 }
+
+# A join token minted by the node at $1 with the admin key (ROWCALL_ADMIN_KEY): the
+# documented way to add a node to a running cluster. Prints the token.
+mint_join_token() {
+    local answer token
+    answer=$(curl -sf -X POST "$1/api/cluster/join-token" -H "x-terminal-key: $ROWCALL_ADMIN_KEY") ||
+        { echo "minting a join token at $1 failed" >&2; return 1; }
+    token=$(printf '%s' "$answer" | sed -n 's/.*"token":"\([^"]*\)".*/\1/p')
+    [[ -n $token ]] || { echo "no token in: $answer" >&2; return 1; }
+    printf '%s' "$token"
+}

@@ -31,6 +31,9 @@ H1=$(free_port) G1=$(free_port) H2=$(free_port) G2=$(free_port) H3=$(free_port) 
 PIDS+=($!)
 P1=$!
 wait_ready "http://127.0.0.1:$H1" "$WORK/node-1.log"
+# The others join with a join token node 1 mints, as an operator adds nodes to a cluster.
+ROWCALL_JOIN_TOKEN=$(mint_join_token "http://127.0.0.1:$H1")
+export ROWCALL_JOIN_TOKEN
 "$BIN" --id 2 --http "127.0.0.1:$H2" --grpc "127.0.0.1:$G2" --data "$WORK/node-2" --join "127.0.0.1:$G1" \
     >"$WORK/node-2.log" 2>&1 &
 PIDS+=($!)

@@ -118,7 +118,10 @@ pub async fn resolve(config: &Config, situation: Situation) -> Result<PeerCreden
     }
     if let Some(files) = &cluster.tls {
         let tls = PeerTls::load(files)?;
-        if !tls.own_certificate().is_some_and(|own| names_node(&own, id)) {
+        if !tls
+            .own_certificate()
+            .is_some_and(|own| names_node(&own, id))
+        {
             return Err(PeersError::Unnamed {
                 id,
                 name: node_name(id),
@@ -271,8 +274,7 @@ impl Enrollment {
 }
 
 fn refuse(status: Status) -> Status {
-    metrics::counter!(crate::metrics::PEER_REFUSALS_TOTAL, "reason" => "join_token")
-        .increment(1);
+    metrics::counter!(crate::metrics::PEER_REFUSALS_TOTAL, "reason" => "join_token").increment(1);
     status
 }
 

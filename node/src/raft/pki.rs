@@ -28,8 +28,8 @@ use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use aws_lc_rs::signature::Ed25519KeyPair;
 use hmac::{Hmac, Mac};
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose, SerialNumber, PKCS_ED25519,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SerialNumber, PKCS_ED25519,
 };
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
@@ -325,7 +325,12 @@ fn parse_token_id(id: &str) -> Result<u64, TokenError> {
 fn request_proof(secret: &[u8; 32], id: &str, node: NodeId, nonce: &[u8]) -> [u8; 32] {
     mac(
         secret,
-        &[b"rowcall enroll v1", id.as_bytes(), &node.to_be_bytes(), nonce],
+        &[
+            b"rowcall enroll v1",
+            id.as_bytes(),
+            &node.to_be_bytes(),
+            nonce,
+        ],
     )
 }
 
@@ -528,7 +533,13 @@ mod tests {
             ca.seal_for(&proof.token_id, 4, &proof.nonce, &proof.proof, "c1", 9_000),
             Err(TokenError::Unknown)
         );
-        assert_eq!(JoinToken::parse("rcj1_x").unwrap_err(), TokenError::Malformed);
-        assert_eq!(JoinToken::parse("hello").unwrap_err(), TokenError::Malformed);
+        assert_eq!(
+            JoinToken::parse("rcj1_x").unwrap_err(),
+            TokenError::Malformed
+        );
+        assert_eq!(
+            JoinToken::parse("hello").unwrap_err(),
+            TokenError::Malformed
+        );
     }
 }
