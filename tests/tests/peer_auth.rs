@@ -1,8 +1,12 @@
-//! Peers authenticate each other (issue 11): on a cluster with mutual TLS and a cluster
-//! secret, a raw gRPC client that lacks either — no certificate, no secret, or a certificate
-//! from another CA — gets nothing through Forward, Join, Remove, Vote, AppendEntries or
-//! InstallSnapshot, and the directory and receipts stay exactly as they were. And the leader
-//! checks a forwarded write as the HTTP rules would, even from an authenticated member.
+//! Peers authenticate each other (issues 11 and 30): on a cluster with mutual TLS and a
+//! cluster secret, a raw gRPC client that lacks either — no certificate, no secret, or a
+//! certificate from another CA — gets nothing through Forward, Join, Remove, Vote,
+//! AppendEntries or InstallSnapshot, and the directory and receipts stay exactly as they
+//! were. On a cluster started with the defaults (no flags about peers) the same holds, on
+//! loopback too: the cluster has its own CA from founding. A member speaks only for the node
+//! id its certificate names; a fresh node without a credential, or with a forged or expired
+//! join token, gets nothing; a cluster of an older build is upgraded by one secret. And the
+//! leader checks a forwarded write as the HTTP rules would, even from an authenticated member.
 
 use crate::common;
 
@@ -242,5 +246,260 @@ async fn the_leader_refuses_forwarded_writes_the_http_rules_refuse() {
         .unwrap_err();
     assert_eq!(stranger.code(), tonic::Code::FailedPrecondition);
     assert_eq!(cluster.digests().await, before);
+    cluster.shutdown().await;
+}
+
+/// Issue 30, attack 1: on the defaults, any local process could forge a member's messages
+/// from what `GET /api/cluster` showed. Here it even knows everything the admin sees, and the
+/// cluster's CA certificate (which is not secret), and still gets nothing through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_the_defaults_a_local_process_gets_nothing_through_the_peer_port() {
+    let cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    cluster.converge(cluster.applied(leader)).await;
+    let before = cluster.digests().await;
+    let status: Value = cluster
+        .http
+        .get(format!("{}/api/cluster", cluster.url(leader)))
+        .header("x-terminal-key", ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let member = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
+    let trusting = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(cluster.peer_ca().cert_pem()))
+        .domain_name("peer.rowcall");
+    let stranger = TestCa::new(&cluster.dir.path().join("stranger"), "stranger");
+    let (cert, key) = stranger.issue(&format!("node-{member}"));
+    let foreign = trusting.clone().identity(Identity::from_pem(cert, key));
+    for target in cluster.ids() {
+        for (what, tls) in [
+            ("plaintext", None),
+            ("TLS without a certificate", Some(trusting.clone())),
+            ("a certificate of another CA", Some(foreign.clone())),
+        ] {
+            let Some(channel) = channel(&cluster, target, tls).await else {
+                continue; // a refused handshake is a refusal too
+            };
+            for (call, code) in every_peer_call(channel, &status, member, None).await {
+                // A foreign certificate fails the handshake itself (a transport error);
+                // the others are answered, with a refusal.
+                if tls_refuses_handshake(what) {
+                    assert_ne!(code, tonic::Code::Ok, "{what}: {call} on node {target}");
+                } else {
+                    assert_eq!(
+                        code,
+                        tonic::Code::Unauthenticated,
+                        "{what}: {call} on node {target}"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(
+        cluster.digests().await,
+        before,
+        "nothing reached any state machine"
+    );
+    let (_, _, after) = cluster.get(leader, "/api/cluster").await;
+    assert_eq!(after["members"], status["members"], "nobody joined or left");
+    cluster.shutdown().await;
+}
+
+fn tls_refuses_handshake(what: &str) -> bool {
+    what == "a certificate of another CA"
+}
+
+/// Issue 30, attack 1: with TLS on, a peer holding a valid certificate could claim any node
+/// id (`--from-id 3`). Now each message's sender, and the node a vote or an append speaks
+/// for, must be the node its certificate names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_peer_speaks_only_for_the_node_its_certificate_names() {
+    let cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    cluster.converge(cluster.applied(leader)).await;
+    let before = cluster.digests().await;
+    let status: Value = cluster
+        .http
+        .get(format!("{}/api/cluster", cluster.url(leader)))
+        .header("x-terminal-key", ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let term = || {
+        let handle = cluster.member(leader).handle.as_ref().expect("running");
+        handle.app.raft.metrics().borrow().current_term
+    };
+    let term_before = term();
+    let mut others = cluster.ids().into_iter().filter(|&i| i != leader);
+    let (member, victim) = (others.next().unwrap(), others.next().unwrap());
+    // Node `member`'s certificate, messages that say they come from `victim`.
+    let mut client = RaftServiceClient::new(cluster.peer_channel(leader, member).await);
+    let forged = client
+        .forward(message(&status, victim, &put_far_in_the_future()))
+        .await
+        .unwrap_err();
+    assert_eq!(forged.code(), tonic::Code::FailedPrecondition, "{forged}");
+    assert!(
+        forged.message().contains("certificate does not name node"),
+        "{forged}"
+    );
+    for (call, code) in every_peer_call(
+        cluster.peer_channel(leader, member).await,
+        &status,
+        victim,
+        None,
+    )
+    .await
+    {
+        assert_eq!(
+            code,
+            tonic::Code::FailedPrecondition,
+            "{call} as node {victim}"
+        );
+    }
+    // Its own id in the envelope, another's in the vote it asks for.
+    let vote = json!({"vote": {"leader_id": {"term": 999, "node_id": victim}, "committed": false},
+                      "last_log_id": null});
+    let refused = client
+        .vote(message(&status, member, &vote))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.message().contains("does not name node"),
+        "{refused}"
+    );
+    // Its own name passes the check (the leader then judges the write itself).
+    let hello = client.hello(message(&status, member, &json!(null))).await;
+    assert!(hello.is_ok(), "a member may speak for itself: {hello:?}");
+    assert_eq!(term(), term_before, "no election was forced");
+    assert_eq!(
+        cluster.digests().await,
+        before,
+        "nothing reached any state machine"
+    );
+    cluster.shutdown().await;
+}
+
+/// A fresh node told to join, without the cluster secret or a join token, refuses to start
+/// and says what to give it; a forged or expired token gets nothing from the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joining_needs_a_join_token_this_cluster_minted_and_that_has_not_expired() {
+    let cluster = Cluster::start(1, 0).await;
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let fresh = |token: Option<String>| {
+        let mut config = cluster.config(2, any, any);
+        config.cluster.join_token = token;
+        config
+    };
+    let started = |config| async { rowcall_node::start_with(config, cluster.options()).await };
+
+    let without = started(fresh(None))
+        .await
+        .err()
+        .expect("no credential, no start");
+    assert!(
+        format!("{without:#}").contains("rowcall cluster join-token"),
+        "{without:#}"
+    );
+
+    let real = cluster.join_token.clone().unwrap();
+    let (public, _) = real.rsplit_once('_').unwrap();
+    let forged = format!("{public}_{}", "ab".repeat(32));
+    let refused = started(fresh(Some(forged)))
+        .await
+        .err()
+        .expect("a forged token");
+    assert!(
+        format!("{refused:#}").contains("not minted by this cluster"),
+        "{refused:#}"
+    );
+
+    let expired = cluster
+        .peer_ca()
+        .mint_token(rowcall_node::model::time::now_ms() - 1);
+    let refused = started(fresh(Some(expired)))
+        .await
+        .err()
+        .expect("an expired token");
+    assert!(format!("{refused:#}").contains("expired"), "{refused:#}");
+
+    let (_, _, status) = cluster.get(1, "/api/cluster").await;
+    assert_eq!(
+        status["members"].as_array().unwrap().len(),
+        1,
+        "nobody joined"
+    );
+    // And the real one works.
+    let joined = started(fresh(Some(real)))
+        .await
+        .expect("a minted token admits");
+    assert!(joined.app.identity.cluster_id().is_some());
+    joined.halt().await;
+    cluster.shutdown().await;
+}
+
+/// A cluster whose folders hold no peer credential (a build from before peers always
+/// authenticated) refuses to start with the one step that upgrades it, and after that step —
+/// every node restarted with the same cluster secret — serves its old rows and takes writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_of_an_older_build_is_upgraded_by_restarting_every_node_with_one_secret() {
+    let mut cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let put = |key: &'static str| json!({"key": key, "type": "static", "auth": "public", "content": "# WHAT: kept\n\n{}\n"});
+    let written = cluster
+        .http
+        .post(format!("{}/api/directory", cluster.url(leader)))
+        .header("x-terminal-key", ADMIN)
+        .json(&put("BEFORE_UPGRADE"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(written.status(), 201);
+    cluster.converge(cluster.applied(leader)).await;
+    for id in cluster.ids() {
+        cluster.stop(id).await;
+        let data = cluster.member_config(id).node.data;
+        std::fs::remove_file(data.join(rowcall_node::raft::pki::SEED_FILE)).unwrap();
+    }
+    let old = common::start_once_unlocked(cluster.member_config(1), cluster.options())
+        .await
+        .err()
+        .expect("no credential, no start");
+    assert!(
+        format!("{old:#}").contains("Upgrade in one step"),
+        "{old:#}"
+    );
+
+    let mut starting = Vec::new();
+    for id in cluster.ids() {
+        let mut config = cluster.member_config(id);
+        config.cluster.secret = Some(CLUSTER_SECRET.into());
+        starting.push(tokio::spawn(common::start_once_unlocked(
+            config,
+            cluster.options(),
+        )));
+    }
+    for (i, start) in starting.into_iter().enumerate() {
+        cluster.members[i].handle = Some(start.await.unwrap().expect("upgraded node starts"));
+    }
+    let leader = cluster.leader().await;
+    let (status, _, _) = cluster.get(leader, "/api/directory/BEFORE_UPGRADE").await;
+    assert_eq!(status, 200, "the old rows are there");
+    let written = cluster
+        .http
+        .post(format!("{}/api/directory", cluster.url(leader)))
+        .header("x-terminal-key", ADMIN)
+        .json(&put("AFTER_UPGRADE"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(written.status(), 201, "the upgraded cluster takes writes");
     cluster.shutdown().await;
 }
