@@ -348,6 +348,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         credentials,
         network,
         liveness,
+        spending: crate::service::quota::Spending::new(&config.limits),
         invocation_slots: Arc::new(tokio::sync::Semaphore::new(
             config.limits.max_concurrent_invocations.max(1),
         )),
@@ -409,6 +410,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     // does not ask public clients for a certificate; the Raft service's interceptor does.
     let base = crate::service::base_url(&app, Some(&me.http_addr));
     let public = grpc::routes(app.clone(), base, shutdown.subscribe())?;
+    let grpc_limits = config.limits.grpc.clone();
     let router = grpc_server(&config.limits.grpc)
         .layer(grpc::trace::TraceLayer)
         .add_routes(public)
@@ -418,13 +420,14 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     };
     tasks.push(match tls.clone() {
         Some(tls) => tokio::spawn(async move {
-            let serve = router.serve_with_incoming_shutdown(incoming(grpc_listener, tls), stopped);
+            let incoming = grpc::per_client(incoming(grpc_listener, tls), &grpc_limits);
+            let serve = router.serve_with_incoming_shutdown(incoming, stopped);
             if let Err(e) = serve.await {
                 tracing::error!(error = %e, "gRPC server stopped");
             }
         }),
         None => tokio::spawn(async move {
-            let plain = crate::net::grpc(grpc_listener);
+            let plain = grpc::per_client(crate::net::grpc(grpc_listener), &grpc_limits);
             if let Err(e) = router.serve_with_incoming_shutdown(plain, stopped).await {
                 tracing::error!(error = %e, "gRPC server stopped");
             }
