@@ -57,6 +57,8 @@ pub struct App {
     pub liveness: Arc<Liveness>,
     /// The configuration the node started with (secrets scrubbed: see `auth`).
     pub config: Arc<Config>,
+    /// What each caller may spend: rate quotas and stream slots ([`crate::service::quota`]).
+    pub spending: crate::service::quota::Spending,
     /// Invocations that may run at once (`limits.max_concurrent_invocations`).
     pub invocation_slots: Arc<tokio::sync::Semaphore>,
     /// True while this leader hands leadership over: proposals wait ([`crate::cluster::handover`]).

@@ -411,11 +411,22 @@ pub struct LimitsConfig {
     pub body_read_timeout_ms: u64,
     /// Open HTTP connections at most; more are closed as soon as they are accepted.
     pub max_connections: usize,
+    /// Open HTTP connections one client address (IPv6: its /64) may hold, within
+    /// `max_connections`; more from it are closed as soon as they are accepted, so one
+    /// address cannot take every slot (slow headers, idle connections).
+    pub max_connections_per_client: usize,
+    /// An HTTP connection with no request in flight for this long is closed (HTTP/2 with
+    /// GOAWAY), so idle connections do not hold slots; an open stream is not idle.
+    pub idle_timeout_ms: u64,
     /// Invocations running at once on this node (the http and mcp runners hold upstream
     /// connections); more get 503 with `Retry-After` rather than queueing.
     pub max_concurrent_invocations: usize,
-    /// Open change-feed streams (`GET /api/directory/changes`) at most; more get 503.
+    /// Open change-feed streams (`GET /api/directory/changes` and gRPC `Watch` together) at
+    /// most; more get 503.
     pub max_feed_subscribers: usize,
+    /// Change-feed streams one client (a credential, else an address) may hold open, within
+    /// `max_feed_subscribers`; more get 429. The admin key meets only the node's cap.
+    pub max_feed_subscribers_per_client: usize,
     /// Changes a change-feed subscriber is replayed at most; one further behind is told to
     /// read the directory again (`reset`).
     pub max_feed_replay: usize,
@@ -440,8 +451,11 @@ impl Default for LimitsConfig {
             header_read_timeout_ms: 15_000,
             body_read_timeout_ms: 30_000,
             max_connections: 8_192,
+            max_connections_per_client: 1_024,
+            idle_timeout_ms: 30_000,
             max_concurrent_invocations: 256,
             max_feed_subscribers: 1_024,
+            max_feed_subscribers_per_client: 64,
             max_feed_replay: 1_024,
             max_mcp_sessions_per_token: 64,
             max_mcp_sessions: 4_096,
@@ -527,6 +541,12 @@ pub struct GrpcLimits {
     pub keepalive_interval_ms: u64,
     /// See `keepalive_interval_ms`.
     pub keepalive_timeout_ms: u64,
+    /// Open connections at most (clients and peers); more are closed as they are accepted.
+    pub max_connections: usize,
+    /// Open connections one client address (IPv6: its /64) may hold, within
+    /// `max_connections`. Peers on one host share it: keep it well above what a node opens
+    /// to another (a few channels).
+    pub max_connections_per_client: usize,
 }
 
 impl Default for GrpcLimits {
@@ -537,6 +557,8 @@ impl Default for GrpcLimits {
             request_timeout_ms: 120_000,
             keepalive_interval_ms: 10_000,
             keepalive_timeout_ms: 20_000,
+            max_connections: 8_192,
+            max_connections_per_client: 1_024,
         }
     }
 }
@@ -981,6 +1003,12 @@ mod tests {
         let config = Config::from_toml(text).unwrap();
         assert_eq!(config.node.id, 1);
         assert!(config.limits.max_body_bytes > 0);
+        // The sample lists every limit at its default.
+        let (sample, default) = (&config.limits, LimitsConfig::default());
+        assert_eq!(
+            serde_json::to_value(sample).unwrap(),
+            serde_json::to_value(&default).unwrap()
+        );
     }
 
     #[test]

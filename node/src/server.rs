@@ -357,6 +357,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         credentials,
         network,
         liveness,
+        spending: crate::service::quota::Spending::new(&config.limits),
         invocation_slots: Arc::new(tokio::sync::Semaphore::new(
             config.limits.max_concurrent_invocations.max(1),
         )),
@@ -418,6 +419,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     // does not ask public clients for a certificate; the Raft service's interceptor does.
     let base = crate::service::base_url(&app, Some(&me.http_addr));
     let public = grpc::routes(app.clone(), base, shutdown.subscribe())?;
+    let grpc_limits = config.limits.grpc.clone();
     let router = grpc_server(&config.limits.grpc)
         .layer(grpc::trace::TraceLayer)
         .add_routes(public)
@@ -434,7 +436,8 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let plaintext = !tls.from_files();
     let peer_tls = tls.clone();
     tasks.push(tokio::spawn(async move {
-        let connections = incoming(grpc_listener, peer_tls, plaintext);
+        let connections =
+            grpc::per_client(incoming(grpc_listener, peer_tls, plaintext), &grpc_limits);
         if let Err(e) = router
             .serve_with_incoming_shutdown(connections, stopped)
             .await

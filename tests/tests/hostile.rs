@@ -73,9 +73,13 @@ async fn slow_headers_are_cut_off_and_the_node_keeps_answering() {
             .unwrap();
         sockets.push(socket);
     }
-    // While they hang, real clients are served.
-    let answer = node
-        .http
+    // While they hang, real clients are served: from another address, since one address
+    // holds at most `max_connections_per_client` of them (the rest are closed at once).
+    let other = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let answer = other
         .get(format!("{}/api/dispatch?ask=what+time+is+it", node.url))
         .fetch()
         .await;

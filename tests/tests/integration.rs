@@ -5,6 +5,7 @@
 
 mod common;
 
+mod attack_spend;
 mod backup;
 mod bad_input;
 mod cli;

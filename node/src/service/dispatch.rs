@@ -3,6 +3,7 @@
 //! receipt without a credential).
 
 use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,6 +12,7 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use super::error::{run_error_parts, ErrorDetail, ErrorKind, ServiceError};
+use super::quota::{Caller, Payer, Quota};
 use super::{identify, read_barrier, Freshness};
 use crate::app::App;
 use crate::auth::{Principal, Scope};
@@ -125,12 +127,14 @@ impl std::str::FromStr for Ranking {
 pub async fn ask(
     app: &App,
     freshness: &Freshness,
-    credential: Option<&str>,
+    caller: Caller<'_>,
     base: &str,
     ask: &str,
     limit: Option<usize>,
     ranking: Ranking,
 ) -> Result<AskAnswer, ServiceError> {
+    app.spending.spend(Quota::Ask, &caller.payer(app))?;
+    let credential = caller.credential;
     read_barrier(app, freshness).await?;
     let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let mut answer = rank(app, base, ask, limit, ranking).await?;
@@ -519,12 +523,16 @@ fn contract_markdown(row: &Row, base: &str) -> String {
 pub async fn invoke(
     app: &App,
     freshness: &Freshness,
-    credential: Option<&str>,
+    caller: Caller<'_>,
     share: Option<&str>,
     base: &str,
     key: &str,
     input: InvokeInput,
 ) -> Result<Invocation, ServiceError> {
+    // Before the share token is checked: guessing at tokens spends the quota too. A share
+    // token is no credential of its own: its holder pays as its address.
+    app.spending.spend(Quota::Invoke, &caller.payer(app))?;
+    let credential = caller.credential;
     read_barrier(app, freshness).await?;
     let caller = match share {
         Some(token) => {
@@ -536,7 +544,7 @@ pub async fn invoke(
         }
         None => identify(app, credential)?,
     };
-    invoke_as(app, caller, Scope::Invoke, base, key, input).await
+    run_as(app, caller, Scope::Invoke, base, key, input).await
 }
 
 /// Gives a `key`-auth best candidate a `run_now` link with a share token when the asker
@@ -627,7 +635,24 @@ pub struct Invocation {
 /// the same auth rule, argument validation and receipt. `scope` is the credential that lets
 /// its holder run `auth: key` rows on the calling interface (invoke keys over HTTP and gRPC,
 /// MCP tokens over MCP); the admin key always does.
+///
+/// The invocation spends the invoke quota of `caller` (of `peer` without one) first.
 pub async fn invoke_as(
+    app: &App,
+    caller: Option<Principal>,
+    peer: Option<IpAddr>,
+    scope: Scope,
+    base: &str,
+    key: &str,
+    input: InvokeInput,
+) -> Result<Invocation, ServiceError> {
+    app.spending
+        .spend(Quota::Invoke, &Payer::of_principal(caller.as_ref(), peer))?;
+    run_as(app, caller, scope, base, key, input).await
+}
+
+/// [`invoke_as`] once the quota is spent.
+async fn run_as(
     app: &App,
     caller: Option<Principal>,
     scope: Scope,

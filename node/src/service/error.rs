@@ -212,6 +212,14 @@ pub enum ServiceError {
         /// The limit.
         limit: usize,
     },
+    /// One client holds as many change-feed or Watch streams as it may.
+    #[error("{subject} holds {limit} change-feed streams on this node, its limit")]
+    TooManyStreams {
+        /// Whose (`this address`, `credential "ci"`).
+        subject: String,
+        /// The limit.
+        limit: usize,
+    },
     /// The request body did not arrive within the body read timeout.
     #[error("the request body did not arrive within {ms} ms")]
     BodyTimeout {
@@ -294,7 +302,7 @@ impl ServiceError {
             Self::RateLimited {
                 retry_after_secs, ..
             } => Some((*retry_after_secs).max(1)),
-            Self::TooManySessions { .. } => Some(1),
+            Self::TooManySessions { .. } | Self::TooManyStreams { .. } => Some(1),
             Self::Write(WriteError::OutcomeUnknown { .. }) => Some(1),
             _ if self.kind() == ErrorKind::Unavailable => Some(1),
             _ => None,
@@ -345,6 +353,7 @@ impl ServiceError {
             Self::RateLimited { .. } => (S::TooManyRequests, "rate_limited", "wait Retry-After seconds; an invoke key has a larger quota than an address"),
             Self::Busy { .. } => (S::Unavailable, "busy", "retry after the Retry-After delay, or use another node"),
             Self::TooManySessions { .. } => (S::TooManyRequests, "too_many_sessions", "close sessions you no longer use (DELETE /api/mcp with the session id), or wait until idle ones expire"),
+            Self::TooManyStreams { .. } => (S::TooManyRequests, "too_many_streams", "close streams you no longer read; one client may hold only its share of this node's streams"),
             Self::BodyTimeout { .. } => (S::RequestTimeout, "body_timeout", "send the whole body promptly"),
             Self::NotCheckpointed(_) => (S::Conflict, "not_yet_checkpointed", "the cluster co-signs a checkpoint about every second while receipts arrive: retry shortly (or POST /api/receipts/checkpoint with the admin key)"),
             Self::CheckpointTimeout { .. } => (S::Unavailable, "no_checkpoint", "a majority of voters must be reachable to co-sign; retry after the Retry-After delay"),

@@ -3,6 +3,10 @@
 //! replay (the index is older than it retains, or than its last restart or snapshot
 //! install), or the follower is too slow to keep up, the feed says `Reset`: read the
 //! directory again, then keep following.
+//!
+//! Every feed holds a stream slot of its subscriber ([`quota::Spending::open_stream`]) for
+//! as long as it is open, whichever front end serves it (HTTP's change feed, gRPC's
+//! `Watch`), so one client cannot take the node's streams.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -10,6 +14,7 @@ use std::sync::Arc;
 use futures_util::Stream;
 use tokio::sync::{broadcast, watch};
 
+use super::quota::{self, StreamSlot};
 use crate::app::App;
 use crate::catalogue::feed::{Backlog, Change, ChangeOp};
 use crate::catalogue::row::Row;
@@ -48,12 +53,20 @@ struct Follow {
     reset_first: bool,
     changes: broadcast::Receiver<Change>,
     stop: watch::Receiver<bool>,
+    _slot: StreamSlot,
+}
+
+/// A stream slot for a feed of `payer`: 429 when the payer holds its share, 503 when the
+/// node holds all it allows.
+pub fn subscribe(app: &App, payer: &quota::Payer) -> Result<StreamSlot, super::ServiceError> {
+    app.spending.open_stream(payer)
 }
 
 /// The feed from after index `since` (live changes only without it), until `stop` turns
-/// true or the node stops applying.
+/// true or the node stops applying; `slot` is given back when the feed is dropped.
 pub fn follow(
     app: Arc<App>,
+    slot: StreamSlot,
     since: Option<u64>,
     stop: watch::Receiver<bool>,
 ) -> impl Stream<Item = FeedEvent> + Send + 'static {
@@ -76,6 +89,7 @@ pub fn follow(
         reset_first,
         changes,
         stop,
+        _slot: slot,
     };
     futures_util::stream::unfold(follow, |mut follow| async move {
         if std::mem::take(&mut follow.reset_first) {

@@ -23,6 +23,7 @@ pub mod dispatch;
 pub mod error;
 pub mod feed;
 pub mod import;
+pub mod quota;
 pub mod receipts;
 pub mod share;
 pub mod transparency;

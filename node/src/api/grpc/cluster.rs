@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 
 use super::Api;
 use crate::service::cluster::{self as service, AddMember};
-use crate::service::Admin;
+use crate::service::quota;
 
 const MEMBERSHIP: &str = "change the membership";
 
@@ -30,7 +30,7 @@ impl Cluster for Api {
         request: Request<AddLearnerRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.answer(async {
-            let admin = Admin::check(&self.app, Self::credential(&request), MEMBERSHIP)?;
+            let admin = quota::admin_write(&self.app, Self::caller(&request), MEMBERSHIP)?;
             let AddLearnerRequest {
                 id,
                 grpc_addr,
@@ -53,7 +53,7 @@ impl Cluster for Api {
         request: Request<PromoteRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.answer(async {
-            let admin = Admin::check(&self.app, Self::credential(&request), MEMBERSHIP)?;
+            let admin = quota::admin_write(&self.app, Self::caller(&request), MEMBERSHIP)?;
             let id = request.get_ref().id;
             service::promote(&self.app, &admin, id).await?;
             Ok(self.reply(MembershipResponse { id }, None))
@@ -66,7 +66,7 @@ impl Cluster for Api {
         request: Request<RemoveRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.answer(async {
-            let admin = Admin::check(&self.app, Self::credential(&request), MEMBERSHIP)?;
+            let admin = quota::admin_write(&self.app, Self::caller(&request), MEMBERSHIP)?;
             let id = request.get_ref().id;
             service::remove_member(&self.app, &admin, id).await?;
             Ok(self.reply(MembershipResponse { id }, None))
@@ -79,7 +79,7 @@ impl Cluster for Api {
         request: Request<SnapshotRequest>,
     ) -> Result<Response<SnapshotResponse>, Status> {
         self.answer(async {
-            let admin = Admin::check(&self.app, Self::credential(&request), "trigger snapshots")?;
+            let admin = quota::admin_write(&self.app, Self::caller(&request), "trigger snapshots")?;
             service::snapshot(&self.app, &admin).await?;
             Ok(self.reply(SnapshotResponse {}, None))
         })
@@ -91,7 +91,11 @@ impl Cluster for Api {
         request: Request<CreateJoinTokenRequest>,
     ) -> Result<Response<JoinTokenResponse>, Status> {
         self.answer(async {
-            let admin = Admin::check(&self.app, Self::credential(&request), "mint join tokens")?;
+            let admin = crate::service::Admin::check(
+                &self.app,
+                Self::credential(&request),
+                "mint join tokens",
+            )?;
             let ttl = Some(request.get_ref().ttl_seconds);
             let minted = service::join_token(&self.app, &admin, ttl)?;
             Ok(self.reply(

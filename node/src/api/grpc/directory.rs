@@ -16,7 +16,7 @@ use super::convert::{row_input, rows};
 use super::Api;
 use crate::service::directory::{self as service, Put, PutAnswer};
 use crate::service::feed;
-use crate::service::{Admin, ServiceError};
+use crate::service::{quota, ServiceError};
 
 const WRITE: &str = "write the directory";
 
@@ -70,7 +70,7 @@ impl Directory for Api {
         request: Request<PutRowRequest>,
     ) -> Result<Response<PutRowsResponse>, Status> {
         self.answer(async {
-            let admin = Admin::check(&self.app, Self::credential(&request), WRITE)?;
+            let admin = quota::admin_write(&self.app, Self::caller(&request), WRITE)?;
             let id = Self::request_id(&request)?;
             let Some(row) = request.into_inner().row else {
                 return Err(ServiceError::WrongShape("row is required".into()));
@@ -86,7 +86,7 @@ impl Directory for Api {
         request: Request<PutManyRequest>,
     ) -> Result<Response<PutRowsResponse>, Status> {
         self.answer(async {
-            let admin = Admin::check(&self.app, Self::credential(&request), WRITE)?;
+            let admin = quota::admin_write(&self.app, Self::caller(&request), WRITE)?;
             let id = Self::request_id(&request)?;
             let rows = request.into_inner().rows.into_iter().map(row_input);
             let put = Put::Many(rows.collect());
@@ -101,7 +101,7 @@ impl Directory for Api {
         request: Request<DeleteRowRequest>,
     ) -> Result<Response<DeleteRowResponse>, Status> {
         self.answer(async {
-            let admin = Admin::check(&self.app, Self::credential(&request), WRITE)?;
+            let admin = quota::admin_write(&self.app, Self::caller(&request), WRITE)?;
             let fresh = Self::freshness(&request)?;
             let id = Self::request_id(&request)?;
             let DeleteRowRequest { key, if_version } = request.get_ref();
@@ -131,8 +131,10 @@ impl Directory for Api {
         &self,
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        let payer = Self::caller(&request).payer(&self.app);
+        let slot = feed::subscribe(&self.app, &payer).map_err(|e| self.fail(e))?;
         let since = request.get_ref().since;
-        let events = feed::follow(self.app.clone(), since, self.stop.clone())
+        let events = feed::follow(self.app.clone(), slot, since, self.stop.clone())
             .map(|event| Ok(WatchEvent::from(event)));
         Ok(self.reply(Box::pin(events) as Self::WatchStream, None))
     }

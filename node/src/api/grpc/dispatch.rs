@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status};
 use super::Api;
 use crate::dispatch::InvokeInput;
 use crate::service::dispatch::{self as service, Contract};
+use crate::service::quota::Caller;
 use crate::service::ServiceError;
 
 /// A count of zero means "the default", as proto3 cannot tell unset from zero.
@@ -25,7 +26,7 @@ impl Dispatch for Api {
     async fn ask(&self, request: Request<AskRequest>) -> Result<Response<AskResponse>, Status> {
         self.answer(async {
             let fresh = Self::freshness(&request)?;
-            let credential = Self::credential(&request);
+            let caller = Self::caller(&request);
             let ask = &request.get_ref().ask;
             let limit = limit(request.get_ref().limit);
             let ranking =
@@ -37,10 +38,8 @@ impl Dispatch for Api {
                         message,
                         hint: "leave mode empty unless comparing rankings",
                     })?;
-            let answer = service::ask(
-                &self.app, &fresh, credential, &self.base, ask, limit, ranking,
-            )
-            .await?;
+            let answer =
+                service::ask(&self.app, &fresh, caller, &self.base, ask, limit, ranking).await?;
             Ok(self.reply(answer.into(), None))
         })
         .await
@@ -79,6 +78,7 @@ impl Dispatch for Api {
         self.answer(async {
             let fresh = Self::freshness(&request)?;
             let credential = Self::credential(&request).map(str::to_owned);
+            let peer = Self::peer(&request);
             let InvokeRequest {
                 key,
                 args,
@@ -91,10 +91,14 @@ impl Dispatch for Api {
                 body,
                 repeatable,
             };
+            let caller = Caller {
+                credential: credential.as_deref(),
+                peer,
+            };
             let invocation = service::invoke(
                 &self.app,
                 &fresh,
-                credential.as_deref(),
+                caller,
                 share.as_deref(),
                 &self.base,
                 &key,

@@ -14,6 +14,7 @@
 //! ```
 
 mod cluster;
+mod connections;
 mod convert;
 mod directory;
 mod dispatch;
@@ -37,8 +38,10 @@ use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 
+pub use self::connections::per_client;
 use crate::app::App;
 use crate::raft::{BadRequestId, RequestId};
+use crate::service::quota::Caller;
 use crate::service::{Freshness, Logged, ServiceError};
 
 /// Response metadata: the applied index, or a write's index.
@@ -71,6 +74,24 @@ impl Api {
     /// `x-terminal-key`), as over HTTP.
     fn credential<T>(request: &Request<T>) -> Option<&str> {
         crate::api::presented_credential(request.metadata().as_ref())
+    }
+
+    /// The client's address, when its connection has one.
+    fn peer<T>(request: &Request<T>) -> Option<std::net::IpAddr> {
+        // The listener's own connection info (`raft::tls::incoming`), else tonic's.
+        crate::raft::tls::PeerConnectInfo::of(request)
+            .and_then(|info| info.remote_addr)
+            .or_else(|| request.remote_addr())
+            .map(|addr| addr.ip())
+    }
+
+    /// Where the request comes from: what it spends is keyed on it
+    /// ([`crate::service::quota`]).
+    fn caller<T>(request: &Request<T>) -> Caller<'_> {
+        Caller {
+            credential: Self::credential(request),
+            peer: Self::peer(request),
+        }
     }
 
     /// The freshness a read asks for in its metadata.

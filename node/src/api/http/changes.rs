@@ -10,8 +10,10 @@
 //! read `GET /api/directory` again, then follow the stream. A subscriber too slow to keep up
 //! also gets `reset`. The feed itself is [`crate::service::feed`].
 //!
-//! At most `limits.max_feed_subscribers` streams are open on a node (more get 503), and a
-//! subscriber further behind than `limits.max_feed_replay` changes gets `reset`. Without
+//! At most `limits.max_feed_subscribers` streams are open on a node (more get 503), one
+//! client holds at most `limits.max_feed_subscribers_per_client` of them (more get 429;
+//! [`crate::service::quota`]), and a subscriber further behind than
+//! `limits.max_feed_replay` changes gets `reset`. Without
 //! the admin key, rows come without their `target` and hidden rows' changes without the row.
 
 use std::convert::Infallible;
@@ -24,9 +26,10 @@ use serde::Deserialize;
 use serde_json::json;
 use utoipa::IntoParams;
 
-use super::{credential, Http};
+use super::{credential, Http, Peer};
 use crate::service::directory::RowView;
 use crate::service::feed::{self, FeedEvent};
+use crate::service::quota::Payer;
 use crate::service::ServiceError;
 
 /// Where to start.
@@ -41,31 +44,24 @@ pub struct ChangesQuery {
 /// Streams the directory's changes.
 #[utoipa::path(get, path = "/api/directory/changes", params(ChangesQuery),
     responses((status = 200, description = "`text/event-stream` of `change` and `reset` events"),
+              (status = 429, description = "this client holds as many streams as it may"),
               (status = 503, description = "this node has as many streams open as it allows")))]
 pub async fn changes(
     State(http): State<Http>,
+    Peer(peer): Peer,
     headers: HeaderMap,
     Query(query): Query<ChangesQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ServiceError> {
-    let limit = http.app.config.limits.max_feed_subscribers;
-    let slot = http.feed_slots.clone().try_acquire_owned().map_err(|_| {
-        metrics::counter!(crate::metrics::BUSY_TOTAL, "what" => "feed").increment(1);
-        ServiceError::Busy {
-            what: "change-feed streams",
-            limit,
-        }
-    })?;
+    let payer = Payer::of(&http.app, credential(&headers), peer);
+    let slot = feed::subscribe(&http.app, &payer)?;
     let view = RowView::for_caller(&http.app, credential(&headers));
     let resume = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let since = query.since.or(resume);
-    let events = feed::follow(http.app.clone(), since, http.stop.clone()).map(move |e| {
-        // The slot is held for as long as the stream is.
-        let _held = &slot;
-        Ok(sse(e, view))
-    });
+    let events = feed::follow(http.app.clone(), slot, since, http.stop.clone())
+        .map(move |e| Ok(sse(e, view)));
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 

@@ -8,8 +8,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use super::{credential, read_json, Http, ReadOptions};
+use super::{caller, credential, read_json, Http, Peer, ReadOptions};
 use crate::service::cluster::{self as service, Status};
+use crate::service::quota;
 use crate::service::{Admin, ServiceError};
 
 /// This node, the leader, the term, the indexes and every member (their addresses only
@@ -45,11 +46,12 @@ pub struct AddMember {
     responses((status = 200, description = "member added (or already there)"), (status = 409, description = "refused"), (status = 503, description = "no leader or quorum")))]
 pub async fn add_member(
     State(http): State<Http>,
+    peer: Peer,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = Admin::check(app, credential(&headers), "change the membership")?;
+    let admin = quota::admin_write(app, caller(&headers, peer), "change the membership")?;
     let add: AddMember = read_json(&headers, body, 64 * 1024).await?;
     let id = add.id;
     let add = service::AddMember {
@@ -67,10 +69,11 @@ pub async fn add_member(
     responses((status = 200, description = "member removed"), (status = 409, description = "not a member, or refused"), (status = 503, description = "no leader or quorum")))]
 pub async fn remove_member(
     State(http): State<Http>,
+    peer: Peer,
     headers: HeaderMap,
     Path(id): Path<u64>,
 ) -> Result<Response, ServiceError> {
-    let admin = Admin::check(&http.app, credential(&headers), "change the membership")?;
+    let admin = quota::admin_write(&http.app, caller(&headers, peer), "change the membership")?;
     service::remove_member(&http.app, &admin, id).await?;
     Ok(Json(json!({ "ok": true, "removed": id })).into_response())
 }
@@ -132,9 +135,10 @@ pub async fn backup(
 #[utoipa::path(post, path = "/api/cluster/snapshot", responses((status = 202, description = "snapshot started"), (status = 401, description = "no admin key")))]
 pub async fn snapshot(
     State(http): State<Http>,
+    peer: Peer,
     headers: HeaderMap,
 ) -> Result<Response, ServiceError> {
-    let admin = Admin::check(&http.app, credential(&headers), "trigger snapshots")?;
+    let admin = quota::admin_write(&http.app, caller(&headers, peer), "trigger snapshots")?;
     service::snapshot(&http.app, &admin).await?;
     Ok((
         StatusCode::ACCEPTED,

@@ -11,12 +11,14 @@ use serde_json::{json, Value};
 use utoipa::IntoParams;
 
 use super::{
-    credential, header_freshness, read_json, request_id, written_headers, Http, ReadOptions,
+    caller, credential, header_freshness, read_json, request_id, written_headers, Http, Peer,
+    ReadOptions,
 };
 use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::Counts;
 use crate::service::directory::{self as service, field_schema, Put, RowView};
-use crate::service::{Admin, ServiceError};
+use crate::service::quota;
+use crate::service::ServiceError;
 
 /// Paging and filtering of `GET /api/directory`.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -114,11 +116,12 @@ enum UpsertBody {
               (status = 413, description = "body over the limit"), (status = 422, description = "a row broke a rule")))]
 pub async fn upsert(
     State(http): State<Http>,
+    peer: Peer,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = Admin::check(app, credential(&headers), "write the directory")?;
+    let admin = quota::admin_write(app, caller(&headers, peer), "write the directory")?;
     let body: UpsertBody = read_json(&headers, body, app.config.limits.max_body_bytes).await?;
     let put = match body {
         UpsertBody::One(value) => Put::One(value),
@@ -160,12 +163,13 @@ pub async fn upsert(
               (status = 409, description = "if_version did not hold")))]
 pub async fn delete_row(
     State(http): State<Http>,
+    peer: Peer,
     headers: HeaderMap,
     Path(key): Path<String>,
     Query(query): Query<DeleteQuery>,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = Admin::check(app, credential(&headers), "write the directory")?;
+    let admin = quota::admin_write(app, caller(&headers, peer), "write the directory")?;
     let fresh = header_freshness(&headers)?;
     let id = request_id(&headers)?;
     let deleted = service::delete(app, &admin, &fresh, id, &key, query.if_version).await?;

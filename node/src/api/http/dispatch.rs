@@ -14,7 +14,8 @@ use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use super::error::status;
 use super::{
-    credential, header_freshness, no_store, read_json, share_token, Http, ReadOptions, INDEX_HEADER,
+    caller, header_freshness, no_store, read_json, share_token, Http, Peer, ReadOptions,
+    INDEX_HEADER,
 };
 use crate::api::base_url;
 use crate::dispatch::InvokeInput;
@@ -115,6 +116,7 @@ impl ToSchema for DispatchAnswer {}
               (status = 404, description = "unknown key, or unknown receipt (`confirmed: false`)")))]
 pub async fn get_dispatch(
     State(http): State<Http>,
+    peer: Peer,
     headers: HeaderMap,
     Query(query): Query<DispatchQuery>,
     Query(read): Query<ReadOptions>,
@@ -142,16 +144,8 @@ pub async fn get_dispatch(
                 message,
                 hint: "leave mode out unless comparing rankings",
             })?;
-        let answer = service::ask(
-            app,
-            &fresh,
-            credential(&headers),
-            &base,
-            ask,
-            query.limit,
-            ranking,
-        )
-        .await?;
+        let caller = caller(&headers, peer);
+        let answer = service::ask(app, &fresh, caller, &base, ask, query.limit, ranking).await?;
         let carries_token = answer.carries_token();
         let response = Json(answer).into_response();
         return Ok(if carries_token {
@@ -199,8 +193,8 @@ pub async fn get_dispatch(
             ..InvokeInput::default()
         };
         let share = share_token(&headers).or(query.share.as_deref());
-        let invocation =
-            service::invoke(app, &fresh, credential(&headers), share, &base, key, input).await?;
+        let caller = caller(&headers, peer);
+        let invocation = service::invoke(app, &fresh, caller, share, &base, key, input).await?;
         return Ok(invoked(invocation));
     }
     let id = query.confirm.as_deref().unwrap_or_default();
@@ -226,6 +220,7 @@ pub async fn get_dispatch(
               (status = 503, description = "the receipt could not be committed")))]
 pub async fn post_invoke(
     State(http): State<Http>,
+    peer: Peer,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ServiceError> {
@@ -241,7 +236,7 @@ pub async fn post_invoke(
     let invocation = service::invoke(
         app,
         &fresh,
-        credential(&headers),
+        caller(&headers, peer),
         share_token(&headers),
         &base,
         &body.key,

@@ -8,9 +8,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::{credential, read_json, Http, INDEX_HEADER};
+use super::{caller, read_json, Http, Peer, INDEX_HEADER};
 use crate::dispatch::import::{self, ImportRequest};
-use crate::service::{Admin, ServiceError};
+use crate::service::quota;
+use crate::service::ServiceError;
 
 /// Import (or re-import) an upstream MCP server's tools as rows (admin key).
 #[utoipa::path(post, path = "/api/directory/import-mcp", request_body = ImportRequest,
@@ -21,11 +22,12 @@ use crate::service::{Admin, ServiceError};
               (status = 502, description = "the upstream failed"), (status = 504, description = "the upstream timed out")))]
 pub async fn import_mcp(
     State(http): State<Http>,
+    peer: Peer,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = Admin::check(app, credential(&headers), "import MCP tools")?;
+    let admin = quota::admin_write(app, caller(&headers, peer), "import MCP tools")?;
     let request: ImportRequest =
         read_json(&headers, body, app.config.limits.max_body_bytes).await?;
     let report = crate::service::import::import_mcp(app, &admin, request).await?;

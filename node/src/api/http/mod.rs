@@ -105,26 +105,32 @@ pub struct Http {
     pub metrics: PrometheusHandle,
     /// Turns true when the node shuts down: long-lived streams end.
     pub stop: watch::Receiver<bool>,
-    /// Rate limits (`None` when turned off).
-    pub limiter: Option<Arc<limits::RateLimiter>>,
-    /// Open change-feed streams, at most `limits.max_feed_subscribers`.
-    pub feed_slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// The client's address, as the connection loop recorded it (`ConnectInfo`); `None` when
+/// the router is served without one. What a caller may spend is keyed on it when no
+/// credential is presented ([`crate::service::quota::Payer`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub Option<std::net::IpAddr>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let info = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>();
+        Ok(Self(info.map(|c| c.0.ip())))
+    }
 }
 
 /// The full router. `stop` turns true when the node shuts down.
 pub fn router(app: Arc<App>, metrics: PrometheusHandle, stop: watch::Receiver<bool>) -> Router {
     let mcp = crate::api::mcp::routes(&app, stop.clone());
-    let limiter = limits::RateLimiter::new(&app.config.limits.rate).map(Arc::new);
-    let feed_slots = Arc::new(tokio::sync::Semaphore::new(
-        app.config.limits.max_feed_subscribers,
-    ));
-    let state = Http {
-        app,
-        metrics,
-        stop,
-        limiter,
-        feed_slots,
-    };
+    let state = Http { app, metrics, stop };
     Router::new()
         .route(
             "/api/dispatch",
@@ -323,6 +329,14 @@ async fn json_rejection(response: Response) -> Response {
 /// The credential the request presents, if any.
 fn credential(headers: &HeaderMap) -> Option<&str> {
     crate::api::presented_credential(headers)
+}
+
+/// Where the request comes from: its credential and its client's address.
+fn caller(headers: &HeaderMap, Peer(peer): Peer) -> crate::service::quota::Caller<'_> {
+    crate::service::quota::Caller {
+        credential: credential(headers),
+        peer,
+    }
 }
 
 /// Reads a JSON body: checks the content type, refuses a declared length over the limit

@@ -11,10 +11,11 @@ use serde::Deserialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::{credential, no_store, read_json, request_id, written_headers, Http};
+use super::{caller, no_store, read_json, request_id, written_headers, Http, Peer};
 use crate::api::base_url;
+use crate::service::quota;
 use crate::service::share as service;
-use crate::service::{Admin, ServiceError};
+use crate::service::ServiceError;
 
 /// The body of `POST /api/share`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -34,11 +35,12 @@ pub struct MintBody {
               (status = 422, description = "ttl_secs out of range")))]
 pub async fn mint(
     State(http): State<Http>,
+    peer: Peer,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = Admin::check(app, credential(&headers), "mint share tokens")?;
+    let admin = quota::admin_write(app, caller(&headers, peer), "mint share tokens")?;
     let body: MintBody = read_json(&headers, body, app.config.limits.max_body_bytes).await?;
     let base = base_url(app, &headers);
     let minted = service::mint(app, &admin, &base, &body.key, body.ttl_secs).await?;
@@ -74,11 +76,12 @@ pub struct RotateBody {
               (status = 503, description = "no quorum")))]
 pub async fn rotate(
     State(http): State<Http>,
+    peer: Peer,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = Admin::check(app, credential(&headers), "rotate the share secret")?;
+    let admin = quota::admin_write(app, caller(&headers, peer), "rotate the share secret")?;
     let body: RotateBody = read_json(&headers, body, 4096).await?;
     let rotated = service::rotate(app, &admin, request_id(&headers)?, body.keep_previous).await?;
     let response =
@@ -93,11 +96,12 @@ pub async fn rotate(
               (status = 400, description = "not a token id")))]
 pub async fn revoke(
     State(http): State<Http>,
+    peer: Peer,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = Admin::check(app, credential(&headers), "revoke share tokens")?;
+    let admin = quota::admin_write(app, caller(&headers, peer), "revoke share tokens")?;
     let (id, logged) = service::revoke(app, &admin, request_id(&headers)?, &id).await?;
     let response = Json(json!({ "ok": true, "revoked": id })).into_response();
     Ok(written_headers(response, logged))

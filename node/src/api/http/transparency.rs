@@ -7,11 +7,12 @@ use axum::Json;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::{credential, Http, ReadOptions};
+use super::{caller, Http, Peer, ReadOptions};
+use crate::service::quota;
 use crate::service::transparency::{
     self as service, ConsistencyProof, InclusionProof, Leaves, SignedCheckpoint,
 };
-use crate::service::{Admin, ServiceError};
+use crate::service::ServiceError;
 
 /// Which receipt, against which tree.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -65,10 +66,11 @@ pub async fn checkpoint(
               (status = 503, description = "no majority signed within 10 s")))]
 pub async fn request_checkpoint(
     State(http): State<Http>,
+    peer: Peer,
     headers: HeaderMap,
 ) -> Result<Json<SignedCheckpoint>, ServiceError> {
     let app = &http.app;
-    let admin = Admin::check(app, credential(&headers), "ask for a checkpoint")?;
+    let admin = quota::admin_write(app, caller(&headers, peer), "ask for a checkpoint")?;
     Ok(Json(service::request_checkpoint(app, &admin).await?))
 }
 

@@ -87,7 +87,8 @@ impl Projection {
         key: &str,
         input: InvokeInput,
     ) -> CallToolResult {
-        match invoke_as(&self.app, caller, Scope::Mcp, base, key, input).await {
+        // Every MCP request bears a credential, so the caller pays, never an address.
+        match invoke_as(&self.app, caller, None, Scope::Mcp, base, key, input).await {
             Ok(invocation) => {
                 let failed = invocation.failure.is_some();
                 let body = serde_json::to_value(invocation.answer).unwrap_or(Value::Null);

@@ -9,7 +9,7 @@
 //!             │    └─ Replay (event ids, Last-Event-ID resumption, bounded buffers — replay.rs)
 //!             └─ Projection (one per session — handler.rs)
 //!                  tools/list ── catalogue (key order, pages, opaque cursors — tools.rs)
-//!                  tools/call ── service::dispatch::invoke_as (auth, validation, receipt)
+//!                  tools/call ── service::dispatch::invoke_as (quota, auth, validation, receipt)
 //!                  list_changed ◄── catalogue change feed ◄── state machine apply
 //! ```
 //!
@@ -47,6 +47,7 @@ use crate::api::presented_credential;
 use crate::app::App;
 use crate::auth::Scope;
 use crate::config::Config;
+use crate::service::quota::{Payer, Quota};
 use crate::service::ServiceError;
 
 /// Which projection an endpoint serves.
@@ -218,6 +219,14 @@ async fn authenticate(
             let holder = principal.name.clone();
             let now = std::time::Instant::now();
             let closing = request.method() == axum::http::Method::DELETE;
+            if request.method() == Method::POST {
+                // Every JSON-RPC message spends an ask; a tools/call that runs a row spends an
+                // invocation too, in the service's invoke path.
+                let payer = Payer::of_principal(Some(&principal), None);
+                if let Err(refused) = app.spending.spend(Quota::Ask, &payer) {
+                    return refused.into_response();
+                }
+            }
             if !closing {
                 if let Err(refusal) = caps.admit(&holder, session.as_deref(), now) {
                     let error = match refusal {
