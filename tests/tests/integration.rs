@@ -5,6 +5,7 @@
 
 mod common;
 
+mod attack_view;
 mod backup;
 mod bad_input;
 mod cli;

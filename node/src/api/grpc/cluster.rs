@@ -18,9 +18,11 @@ const MEMBERSHIP: &str = "change the membership";
 impl Cluster for Api {
     async fn status(
         &self,
-        _request: Request<StatusRequest>,
+        request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
-        self.answer(async { Ok(self.reply(service::status(&self.app).into(), None)) })
+        let viewer = self.viewer(&request);
+        let status = service::status(&self.app, &viewer);
+        self.answer(viewer, async { Ok(self.reply(status.into(), None)) })
             .await
     }
 
@@ -28,7 +30,7 @@ impl Cluster for Api {
         &self,
         request: Request<AddLearnerRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = Admin::check(&self.app, Self::credential(&request), MEMBERSHIP)?;
             let AddLearnerRequest {
                 id,
@@ -51,7 +53,7 @@ impl Cluster for Api {
         &self,
         request: Request<PromoteRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = Admin::check(&self.app, Self::credential(&request), MEMBERSHIP)?;
             let id = request.get_ref().id;
             service::promote(&self.app, &admin, id).await?;
@@ -64,7 +66,7 @@ impl Cluster for Api {
         &self,
         request: Request<RemoveRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = Admin::check(&self.app, Self::credential(&request), MEMBERSHIP)?;
             let id = request.get_ref().id;
             service::remove_member(&self.app, &admin, id).await?;
@@ -77,7 +79,7 @@ impl Cluster for Api {
         &self,
         request: Request<SnapshotRequest>,
     ) -> Result<Response<SnapshotResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = Admin::check(&self.app, Self::credential(&request), "trigger snapshots")?;
             service::snapshot(&self.app, &admin).await?;
             Ok(self.reply(SnapshotResponse {}, None))

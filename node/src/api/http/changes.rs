@@ -25,8 +25,8 @@ use serde_json::json;
 use utoipa::IntoParams;
 
 use super::{credential, Http};
-use crate::service::directory::RowView;
 use crate::service::feed::{self, FeedEvent};
+use crate::service::view::Viewer;
 use crate::service::ServiceError;
 
 /// Where to start.
@@ -55,7 +55,7 @@ pub async fn changes(
             limit,
         }
     })?;
-    let view = RowView::for_caller(&http.app, credential(&headers));
+    let viewer = Viewer::of(&http.app, credential(&headers));
     let resume = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -64,17 +64,17 @@ pub async fn changes(
     let events = feed::follow(http.app.clone(), since, http.stop.clone()).map(move |e| {
         // The slot is held for as long as the stream is.
         let _held = &slot;
-        Ok(sse(e, view))
+        Ok(sse(e, &viewer))
     });
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
 /// `change` (data: the change, with the row for a put) or `reset`, with the index as id.
-fn sse(event: FeedEvent, view: RowView) -> Event {
+fn sse(event: FeedEvent, viewer: &Viewer) -> Event {
     match event {
         FeedEvent::Change { change, row } => {
             let mut data = json!(change);
-            if let Some(row) = row.as_deref().and_then(|r| view.show(r)) {
+            if let Some(row) = row.as_deref().and_then(|r| viewer.row_json(r)) {
                 data["row"] = row;
             }
             Event::default()
