@@ -1076,6 +1076,7 @@ impl Cluster {
         }
         self.http
             .get(format!("{}/api/cluster", node.url()))
+            .header("x-terminal-key", ADMIN_KEY)
             .timeout(Duration::from_millis(800))
             .send()
             .await

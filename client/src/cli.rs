@@ -69,7 +69,10 @@ pub struct Cli {
     #[arg(long, global = true, env = "ROWCALL_TLS_DOMAIN", requires = "ca")]
     pub tls_domain: Option<String>,
     /// The credential sent with every call: the admin key (directory writes, receipts,
-    /// membership), or an invoke key.
+    /// membership, the cluster's full status), or an invoke key. Given on the command line
+    /// it shows in the process list (`ps`) and shell history of everyone on the machine:
+    /// prefer the environment, `ROWCALL_ADMIN_KEY`, e.g. read from a file kept mode 0600
+    /// (`ROWCALL_ADMIN_KEY=$(cat ~/.rowcall/admin.key) rowcall …`).
     #[arg(long, global = true, env = "ROWCALL_ADMIN_KEY", hide_env_values = true)]
     pub admin_key: Option<String>,
     /// Print JSON (the HTTP protocol's shapes) instead of text.
@@ -854,6 +857,9 @@ async fn http_address(client: &Client, tls: bool) -> anyhow::Result<String> {
         .iter()
         .find(|m| m.id == status.node_id)
         .context("the answering node is not in its own member list; pass --http")?;
+    if me.http_addr.is_empty() {
+        anyhow::bail!("the nodes tell member addresses to the admin key only: pass --http");
+    }
     let scheme = if tls { "https" } else { "http" };
     Ok(format!("{scheme}://{}", me.http_addr))
 }

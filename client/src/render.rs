@@ -436,8 +436,10 @@ pub fn status_json(s: &proto::StatusResponse) -> Value {
         "node_id": s.node_id, "role": s.role, "leader": s.leader, "term": s.term,
         "last_applied": s.last_applied, "last_log_index": s.last_log_index,
         "snapshot_index": s.snapshot_index, "purged_index": s.purged_index, "stale": s.stale,
+        "cluster_id": s.cluster_id, "incarnation": s.incarnation,
         "members": s.members.iter().map(|m| json!({"id": m.id, "grpc_addr": m.grpc_addr,
-            "http_addr": m.http_addr, "voter": m.voter, "leader": m.leader})).collect::<Vec<_>>(),
+            "http_addr": m.http_addr, "incarnation": m.incarnation, "voter": m.voter,
+            "leader": m.leader})).collect::<Vec<_>>(),
         "follower_lag": s.follower_lag.iter().map(|(id, lag)| (id.to_string(), json!(lag)))
             .collect::<serde_json::Map<_, _>>(),
         "unanswered_appends": s.unanswered_appends.iter().map(|(id, n)| (id.to_string(), json!(n)))
@@ -481,6 +483,10 @@ pub fn status_text(style: Style, s: &proto::StatusResponse) -> String {
         out.push_str(&style.bad(&format!("{}: {reason}", s.standing)));
         out.push_str("\n\n");
     }
+    // Told only to the admin key, as are the member addresses and incarnations below.
+    if let (Some(cluster), Some(incarnation)) = (&s.cluster_id, &s.incarnation) {
+        out.push_str(&format!("cluster {cluster}, incarnation {incarnation}\n\n"));
+    }
     let rows: Vec<Vec<String>> = s
         .members
         .iter()
@@ -498,6 +504,7 @@ pub fn status_text(style: Style, s: &proto::StatusResponse) -> String {
                 role,
                 m.grpc_addr.clone(),
                 m.http_addr.clone(),
+                m.incarnation.clone().unwrap_or_default(),
                 count(&s.follower_lag),
                 count(&s.unanswered_appends),
             ]
@@ -505,7 +512,15 @@ pub fn status_text(style: Style, s: &proto::StatusResponse) -> String {
         .collect();
     out.push_str(&table(
         style,
-        &["ID", "ROLE", "GRPC", "HTTP", "LAG", "UNANSWERED"],
+        &[
+            "ID",
+            "ROLE",
+            "GRPC",
+            "HTTP",
+            "INCARNATION",
+            "LAG",
+            "UNANSWERED",
+        ],
         &rows,
     ));
     let otherwise = s.resolver.iter().flat_map(|r| &r.members_ranking_otherwise);

@@ -62,7 +62,28 @@ impl Principal {
     pub fn allows(&self, needed: Scope) -> bool {
         self.scope == Scope::Admin || self.scope == needed
     }
+
+    /// A short digest of who this is (scope and name, never the secret), to mark what the
+    /// principal owns where anyone may see the mark: MCP session ids and their streams. It
+    /// is not secret and need not be: an owner check compares the mark with the digest of
+    /// the credential presented, which nobody can choose.
+    pub fn owner_tag(&self) -> String {
+        let scope = match self.scope {
+            Scope::Admin => "admin",
+            Scope::Invoke => "invoke",
+            Scope::Mcp => "mcp",
+        };
+        let mut hasher = Sha256::new();
+        for part in ["rowcall owner", scope, &self.name] {
+            hasher.update(part.as_bytes());
+            hasher.update([0]);
+        }
+        hex::encode(&hasher.finalize()[..OWNER_TAG_BYTES])
+    }
 }
+
+/// Bytes of an owner tag ([`Principal::owner_tag`]): 16 hex characters.
+pub const OWNER_TAG_BYTES: usize = 8;
 
 struct Secret {
     name: String,
@@ -173,6 +194,22 @@ mod tests {
         assert!(creds.identify("mcp-secret").unwrap().allows(Scope::Mcp));
         assert!(creds.identify("admin-secre").is_none());
         assert!(creds.identify("").is_none());
+        // Owners are told apart by name and scope, and the mark names neither outright.
+        let agent = creds.identify("mcp-secret").unwrap();
+        let tags = [admin.owner_tag(), ci.owner_tag(), agent.owner_tag()];
+        assert!(tags
+            .iter()
+            .all(|t| t.len() == 2 * OWNER_TAG_BYTES && !t.contains("claude")));
+        assert!(tags[0] != tags[1] && tags[1] != tags[2] && tags[0] != tags[2]);
+        let same_name = Principal {
+            name: "claude".into(),
+            scope: Scope::Invoke,
+        };
+        assert_ne!(same_name.owner_tag(), agent.owner_tag());
+        assert_eq!(
+            agent.owner_tag(),
+            creds.identify("mcp-secret").unwrap().owner_tag()
+        );
     }
 
     #[test]

@@ -23,9 +23,10 @@ fail() {
     exit 1
 }
 url() { echo "http://127.0.0.1:$((8080 + $1))"; }
-# A field of node $1's GET /api/cluster (empty when it does not answer).
+# A field of node $1's GET /api/cluster (empty when it does not answer); the admin key, as
+# the cluster id is told to no one else.
 cluster_field() {
-    curl -s --max-time 2 "$(url "$1")/api/cluster" |
+    curl -s --max-time 2 -H "x-terminal-key: $ROWCALL_ADMIN_KEY" "$(url "$1")/api/cluster" |
         python3 -c "import json,sys; print(json.load(sys.stdin).get('$2') or '')" 2>/dev/null || true
 }
 

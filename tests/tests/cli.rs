@@ -230,8 +230,18 @@ async fn cluster_and_tooling_subcommands_and_failures_exit_as_documented() {
     let node = start(true).await;
     let status = ok(rowcall(&node, &["cluster", "status"]).await).out;
     assert!(status.starts_with("node 1 is leader"), "{status}");
+    // With the admin key, everything: the cluster id and incarnations too.
+    let identity = node.handle.app.identity.get();
+    let cluster = identity.cluster_id.unwrap();
+    assert!(status.contains(&format!("cluster {cluster}")), "{status}");
+    assert!(status.contains(&identity.incarnation), "{status}");
     let status = ok(rowcall(&node, &["--json", "cluster", "status"]).await).json();
     assert_eq!(status["members"][0]["leader"], true);
+    assert_eq!(status["cluster_id"], cluster.as_str());
+    assert_eq!(
+        status["members"][0]["incarnation"],
+        identity.incarnation.as_str()
+    );
     let snapshot = ok(rowcall(&node, &["cluster", "snapshot"]).await).out;
     assert_eq!(snapshot, "snapshot started\n");
     let refused = rowcall(&node, &["cluster", "promote", "9"]).await;

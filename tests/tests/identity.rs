@@ -181,7 +181,7 @@ async fn a_member_on_a_new_data_folder_is_refused_until_its_old_self_is_removed(
     assert_eq!(written.status(), 201);
     let leader = cluster.leader().await;
     let wiped = cluster.ids().into_iter().rfind(|&i| i != leader).unwrap();
-    let (_, _, before) = cluster.get(leader, "/api/cluster").await;
+    let (_, _, before) = cluster.admin_get(leader, "/api/cluster").await;
 
     cluster.stop(wiped).await;
     cluster.wipe(wiped);
@@ -196,7 +196,7 @@ async fn a_member_on_a_new_data_folder_is_refused_until_its_old_self_is_removed(
         "{message}"
     );
     // Refused, it changed nothing: the same members, the same incarnations.
-    let (_, _, after) = cluster.get(leader, "/api/cluster").await;
+    let (_, _, after) = cluster.admin_get(leader, "/api/cluster").await;
     assert_eq!(before["members"], after["members"]);
 
     assert_eq!(remove_member(&cluster, leader, wiped).await, 200);
@@ -205,7 +205,7 @@ async fn a_member_on_a_new_data_folder_is_refused_until_its_old_self_is_removed(
     cluster.converge(last).await;
     let (status, _, _) = cluster.get(wiped, "/api/directory/BEFORE_THE_WIPE").await;
     assert_eq!(status, 200);
-    let (_, _, status) = cluster.get(wiped, "/api/cluster").await;
+    let (_, _, status) = cluster.admin_get(wiped, "/api/cluster").await;
     let member = member_of(&status, wiped);
     let old = member_of(&before, wiped);
     assert_eq!(member["incarnation"], status["incarnation"]);
@@ -220,7 +220,7 @@ async fn a_member_on_a_new_data_folder_is_refused_until_its_old_self_is_removed(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_founder_that_lost_its_disk_does_not_found_again() {
     let mut cluster = Cluster::start(3, 0).await;
-    let (_, _, before) = cluster.get(2, "/api/cluster").await;
+    let (_, _, before) = cluster.admin_get(2, "/api/cluster").await;
     let cluster_id = before["cluster_id"].as_str().unwrap().to_owned();
     cluster.stop(1).await;
     cluster.wipe(1);
@@ -304,7 +304,7 @@ async fn messages_from_another_cluster_or_for_another_incarnation_are_refused() 
     let cluster = Cluster::start(3, 0).await;
     let leader = cluster.leader().await;
     let target = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
-    let (_, _, status) = cluster.get(target, "/api/cluster").await;
+    let (_, _, status) = cluster.admin_get(target, "/api/cluster").await;
     let ours = status["cluster_id"].as_str().unwrap().to_owned();
     let mut client = raft_client(&cluster, target, 9).await;
     let vote = json!({"vote": {"leader_id": {"term": 1_000, "node_id": 9}, "committed": false},
@@ -359,7 +359,7 @@ async fn only_the_leader_may_ask_a_voter_to_stand_for_election() {
     let leader = cluster.leader().await;
     let mut followers = cluster.ids().into_iter().filter(|&i| i != leader);
     let (target, asker) = (followers.next().unwrap(), followers.next().unwrap());
-    let (_, _, status) = cluster.get(target, "/api/cluster").await;
+    let (_, _, status) = cluster.admin_get(target, "/api/cluster").await;
     let incarnation = |id: u64| {
         status["members"]
             .as_array()
@@ -538,12 +538,12 @@ async fn a_voter_restored_from_an_older_copy_of_its_folder_stays_out_until_readm
         Duration::from_secs(20),
         "the restored node finds itself behind",
         || {
-            let status = cluster.get(restored, "/api/cluster");
+            let status = cluster.admin_get(restored, "/api/cluster");
             async move { status.await.2["standing"] == "behind" }
         },
     )
     .await;
-    let (_, _, status) = cluster.get(restored, "/api/cluster").await;
+    let (_, _, status) = cluster.admin_get(restored, "/api/cluster").await;
     let reason = status["standing_reason"]
         .as_str()
         .unwrap_or_default()

@@ -6,6 +6,7 @@
 mod common;
 
 mod attack_spend;
+mod attack_view;
 mod backup;
 mod bad_input;
 mod cli;

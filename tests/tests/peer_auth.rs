@@ -129,7 +129,7 @@ async fn a_caller_without_peer_credentials_gets_nothing_through_and_changes_noth
     let leader = cluster.leader().await;
     cluster.converge(cluster.applied(leader)).await;
     let before = cluster.digests().await;
-    let (_, _, status) = cluster.get(leader, "/api/cluster").await;
+    let (_, _, status) = cluster.admin_get(leader, "/api/cluster").await;
     let ca = cluster.ca.as_ref().unwrap();
     let trusting = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(ca.ca_pem()))
@@ -172,7 +172,7 @@ async fn a_caller_without_peer_credentials_gets_nothing_through_and_changes_noth
         before,
         "nothing reached any state machine"
     );
-    let (_, _, after) = cluster.get(leader, "/api/cluster").await;
+    let (_, _, after) = cluster.admin_get(leader, "/api/cluster").await;
     assert_eq!(after["members"], status["members"]);
     cluster.shutdown().await;
 }
@@ -181,7 +181,7 @@ async fn a_caller_without_peer_credentials_gets_nothing_through_and_changes_noth
 async fn a_peer_with_a_certificate_from_another_ca_cannot_join() {
     let cluster = Cluster::start_secured(3).await;
     let leader = cluster.leader().await;
-    let (_, _, status) = cluster.get(leader, "/api/cluster").await;
+    let (_, _, status) = cluster.admin_get(leader, "/api/cluster").await;
     let other = TestCa::new(&cluster.dir.path().join("other"), "other");
     let (cert, key) = other.issue("stranger");
     let ca = cluster.ca.as_ref().unwrap();
@@ -196,7 +196,7 @@ async fn a_peer_with_a_certificate_from_another_ca_cannot_join() {
             assert_ne!(code, tonic::Code::Ok, "{call} with a foreign certificate");
         }
     }
-    let (_, _, after) = cluster.get(leader, "/api/cluster").await;
+    let (_, _, after) = cluster.admin_get(leader, "/api/cluster").await;
     assert_eq!(after["members"], status["members"], "nobody joined");
     cluster.shutdown().await;
 }
@@ -207,7 +207,7 @@ async fn the_leader_refuses_forwarded_writes_the_http_rules_refuse() {
     let leader = cluster.leader().await;
     let member = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
     cluster.converge(cluster.applied(leader)).await;
-    let (_, _, status) = cluster.get(leader, "/api/cluster").await;
+    let (_, _, status) = cluster.admin_get(leader, "/api/cluster").await;
     let before = cluster.digests().await;
     let mut client = RaftServiceClient::new(cluster.peer_channel(leader, member).await);
 

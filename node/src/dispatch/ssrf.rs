@@ -5,8 +5,8 @@
 //! Refused unless the operator's allow-list permits them: loopback, unspecified, private
 //! (RFC 1918, IPv6 unique-local), shared (CGNAT), link-local (which holds the cloud metadata
 //! address 169.254.169.254), multicast, broadcast and reserved ranges, also when they hide in
-//! an IPv6 address that carries an IPv4 one (IPv4-mapped `::ffff:0:0/96`, IPv4-compatible
-//! `::/96`, NAT64 `64:ff9b::/96`). Transition ranges whose far end the node cannot see
+//! an IPv6 address that carries an IPv4 one (IPv4-mapped `::ffff:0:0/96`, IPv4-translated
+//! `::ffff:0:0:0/96`, IPv4-compatible `::/96`, NAT64 `64:ff9b::/96`). Transition ranges whose far end the node cannot see
 //! (local-use NAT64 `64:ff9b:1::/48`, 6to4 `2002::/16`, Teredo `2001::/32`) and the discard
 //! prefix `100::/64` are refused whole. One forbidden address among several refuses the
 //! whole destination: an attacker's DNS must not be able to mix one in.
@@ -230,9 +230,10 @@ fn v6_range(ip: Ipv6Addr) -> Option<Range> {
     if ip.is_unspecified() {
         return Some(Range::Unspecified);
     }
-    // IPv4-compatible (::a.b.c.d, deprecated): some stacks still route it to the IPv4
-    // address, so `::7f00:1` is 127.0.0.1. Nothing public lives there either way.
-    if segments[..6] == [0; 6] {
+    // IPv4-compatible (::a.b.c.d, deprecated) and IPv4-translated (::ffff:0:a.b.c.d, SIIT,
+    // RFC 2765): some stacks and translators still take them to the IPv4 address, so
+    // `::7f00:1` and `::ffff:0:7f00:1` are 127.0.0.1. Nothing public lives there either way.
+    if segments[..6] == [0; 6] || segments[..6] == [0, 0, 0, 0, 0xffff, 0] {
         return Some(v4_range(last_v4).unwrap_or(Range::Reserved));
     }
     // Local-use NAT64 (RFC 8215), 6to4 (RFC 3056) and Teredo (RFC 4380) reach IPv4 hosts
@@ -328,6 +329,13 @@ mod tests {
             ("255.255.255.255", Range::Multicast),
             ("::ffff:127.0.0.1", Range::Loopback),
             ("::ffff:169.254.169.254", Range::LinkLocal),
+            ("::ffff:0.0.0.0", Range::Unspecified),
+            ("::ffff:10.9.8.7", Range::Private),
+            ("::ffff:0:7f00:1", Range::Loopback),
+            ("::ffff:0:a9fe:a9fe", Range::LinkLocal),
+            ("::ffff:0:808:808", Range::Reserved),
+            ("64:ff9b::7f00:1", Range::Loopback),
+            ("64:ff9b::a9fe:a9fe", Range::LinkLocal),
             ("64:ff9b::a00:1", Range::Private),
             ("240.0.0.1", Range::Reserved),
             ("::7f00:1", Range::Loopback),

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use openraft::ServerState;
 use serde::Serialize;
 
+use super::view::Viewer;
 use super::{read_barrier, Admin, Freshness, ServiceError};
 use crate::app::App;
 use crate::catalogue::embed::ModelInfo;
@@ -25,8 +26,9 @@ pub struct Member {
     /// Its HTTP address; admin key only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_addr: Option<String>,
-    /// The incarnation (data folder) the membership admitted.
-    pub incarnation: String,
+    /// The incarnation (data folder) the membership admitted; admin key only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<String>,
     /// Whether it votes (else a learner).
     pub voter: bool,
     /// Whether it leads, as this node knows.
@@ -38,10 +40,12 @@ pub struct Member {
 pub struct Status {
     /// This node.
     pub node_id: NodeId,
-    /// The cluster it belongs to (none before it founded or joined one).
+    /// The cluster it belongs to (none before it founded or joined one); admin key only.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster_id: Option<String>,
-    /// Its data folder's incarnation.
-    pub incarnation: String,
+    /// Its data folder's incarnation; admin key only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<String>,
     /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
     pub role: &'static str,
     /// The leader, if known.
@@ -133,8 +137,9 @@ fn role(state: ServerState) -> &'static str {
     }
 }
 
-/// This node, the leader, the term, the indexes and every member.
-pub fn status(app: &App) -> Status {
+/// This node, the leader, the term, the indexes and every member, as `viewer` may see them
+/// (see [`Viewer::status`]).
+pub fn status(app: &App, viewer: &Viewer) -> Status {
     let metrics = app.raft.metrics().borrow().clone();
     let membership = metrics.membership_config.membership();
     let voters: Vec<u64> = membership.voter_ids().collect();
@@ -144,7 +149,7 @@ pub fn status(app: &App) -> Status {
             id: *id,
             grpc_addr: Some(node.grpc_addr.clone()),
             http_addr: Some(node.http_addr.clone()),
-            incarnation: node.incarnation.clone(),
+            incarnation: Some(node.incarnation.clone()),
             voter: voters.contains(id),
             leader: metrics.current_leader == Some(*id),
         })
@@ -167,10 +172,10 @@ pub fn status(app: &App) -> Status {
         .unwrap_or_default();
     let identity = app.identity.get();
     let standing = app.standing();
-    Status {
+    let status = Status {
         node_id: app.node_id,
         cluster_id: identity.cluster_id,
-        incarnation: identity.incarnation,
+        incarnation: Some(identity.incarnation),
         role: role(metrics.state),
         leader: metrics.current_leader,
         term: metrics.current_term,
@@ -187,19 +192,8 @@ pub fn status(app: &App) -> Status {
         unanswered_appends: app.liveness.unanswered_appends(),
         outbox: app.outbox.len(),
         resolver: resolver_status(app),
-    }
-}
-
-impl Status {
-    /// The status as a caller without the admin key sees it: no member addresses (the Raft
-    /// port is for peers only, and its address helps nobody else).
-    pub fn without_addresses(mut self) -> Self {
-        for member in &mut self.members {
-            member.grpc_addr = None;
-            member.http_addr = None;
-        }
-        self
-    }
+    };
+    viewer.status(status)
 }
 
 /// Whether this node should get traffic.

@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::{json, Value};
 
+use super::view::{Sight, Viewer};
 use super::{read_barrier, Admin, Freshness, Logged, ServiceError};
 use crate::app::App;
 use crate::catalogue::row::{validate_rows, Row, RowInput, RowRuleError};
@@ -44,46 +45,13 @@ pub fn field_schema() -> &'static Value {
     })
 }
 
-/// How much of a row a caller may see. With the admin key, all of it; anyone else sees no
-/// `target` (it names internal hosts and paths) and no hidden row (`planner_visible: false`:
-/// kept out of every listing on purpose).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RowView {
-    /// Everything (the admin key).
-    Full,
-    /// What strangers may see.
-    Public,
-}
-
-impl RowView {
-    /// The view of whoever presented `credential`.
-    pub fn for_caller(app: &App, credential: Option<&str>) -> Self {
-        match Admin::check(app, credential, "see targets and hidden rows") {
-            Ok(_) => Self::Full,
-            Err(_) => Self::Public,
-        }
-    }
-
-    /// `row` as this view shows it, or `None` if it does not show it at all.
-    pub fn show(self, row: &Row) -> Option<Value> {
-        let mut value = serde_json::to_value(row).ok()?;
-        if self == Self::Public {
-            if !row.planner_visible {
-                return None;
-            }
-            if let Some(fields) = value.as_object_mut() {
-                fields.remove("target");
-            }
-        }
-        Some(value)
-    }
-}
-
-/// One page of rows, in key order.
+/// One page of rows, in key order, as a viewer may see them.
 #[derive(Debug, Clone)]
 pub struct Page {
-    /// The rows.
+    /// The rows the viewer may see (hidden ones left out, unless it is the admin).
     pub rows: Vec<Arc<Row>>,
+    /// How much of each row it sees.
+    pub sight: Sight,
     /// Where the next page starts, if there is one.
     pub next_cursor: Option<String>,
     /// The index this node had applied when it answered.
@@ -91,9 +59,10 @@ pub struct Page {
 }
 
 /// A page of at most `limit` rows (default 100, at most 1000) after `cursor`, only of
-/// `category` (case-insensitive) if given.
+/// `category` (case-insensitive) if given, of those `viewer` may see.
 pub async fn list(
     app: &App,
+    viewer: &Viewer,
     freshness: &Freshness,
     category: Option<&str>,
     cursor: Option<&str>,
@@ -102,17 +71,36 @@ pub async fn list(
     read_barrier(app, freshness).await?;
     let limit = limit.unwrap_or(PAGE_DEFAULT).clamp(1, PAGE_MAX);
     let (rows, next_cursor) = app.catalogue.read().page(category, cursor, limit);
+    let rows = rows
+        .into_iter()
+        .filter(|r| viewer.row(r).is_some())
+        .collect();
     Ok(Page {
         rows,
+        sight: if viewer.is_admin() {
+            Sight::Whole
+        } else {
+            Sight::WithoutTarget
+        },
         next_cursor,
         index: app.applied_index(),
     })
 }
 
-/// One row.
-pub async fn get(app: &App, freshness: &Freshness, key: &str) -> Result<Arc<Row>, ServiceError> {
+/// One row, and how much of it `viewer` sees; 404 for a row it may not see at all (as for
+/// a row that is not there).
+pub async fn get(
+    app: &App,
+    viewer: &Viewer,
+    freshness: &Freshness,
+    key: &str,
+) -> Result<(Arc<Row>, Sight), ServiceError> {
     read_barrier(app, freshness).await?;
-    super::dispatch::find_row(app, key)
+    let row = super::dispatch::find_row(app, key)?;
+    match viewer.row(&row) {
+        Some(sight) => Ok((row, sight)),
+        None => Err(super::dispatch::no_row(key)),
+    }
 }
 
 /// The four counts of DESIGN §2.3.

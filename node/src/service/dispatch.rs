@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 
 use super::error::{run_error_parts, ErrorDetail, ErrorKind, ServiceError};
 use super::quota::{Caller, Payer, Quota};
+use super::view::Viewer;
 use super::{identify, read_barrier, Freshness};
 use crate::app::App;
 use crate::auth::{Principal, Scope};
@@ -158,10 +159,22 @@ pub async fn ask(
 
 /// The row `key`, or 404.
 pub fn find_row(app: &App, key: &str) -> Result<Arc<Row>, ServiceError> {
-    app.catalogue
-        .read()
-        .get(key)
-        .ok_or_else(|| ServiceError::NotFound(format!("no row with key {key:?}")))
+    app.catalogue.read().get(key).ok_or_else(|| no_row(key))
+}
+
+/// The row `key` if `viewer` may read its contract, else the same 404 as for no row.
+pub fn readable_row(app: &App, viewer: &Viewer, key: &str) -> Result<Arc<Row>, ServiceError> {
+    let row = find_row(app, key)?;
+    if viewer.contract(&row) {
+        Ok(row)
+    } else {
+        Err(no_row(key))
+    }
+}
+
+/// The 404 of a row that is not there, or that the caller may not know is.
+pub fn no_row(key: &str) -> ServiceError {
+    ServiceError::NotFound(format!("no row with key {key:?}"))
 }
 
 fn round(score: f32) -> f64 {
@@ -307,16 +320,18 @@ pub enum Contract {
 }
 
 /// The contract of row `key` in `format` (`json`, the default, or `markdown`), after the
-/// read barrier.
+/// read barrier; 404 to a `viewer` who may not read it (a hidden row's, to a stranger: see
+/// [`Viewer::contract`]).
 pub async fn contract(
     app: &App,
     freshness: &Freshness,
+    viewer: &Viewer,
     base: &str,
     key: &str,
     format: Option<&str>,
 ) -> Result<Contract, ServiceError> {
     read_barrier(app, freshness).await?;
-    let row = find_row(app, key)?;
+    let row = readable_row(app, viewer, key)?;
     match format {
         Some("markdown") | Some("md") => Ok(Contract::Markdown(contract_markdown(&row, base))),
         None | Some("json") => {
@@ -534,17 +549,25 @@ pub async fn invoke(
     app.spending.spend(Quota::Invoke, &caller.payer(app))?;
     let credential = caller.credential;
     read_barrier(app, freshness).await?;
-    let caller = match share {
+    let (caller, viewer) = match share {
         Some(token) => {
             let grant = share::verify_for(app, token, key)?;
-            Some(Principal {
+            let caller = Principal {
                 name: format!("share:{}", grant.id),
                 scope: Scope::Invoke,
-            })
+            };
+            let viewer = Viewer::Share {
+                key: key.to_owned(),
+            };
+            (Some(caller), viewer)
         }
-        None => identify(app, credential)?,
+        None => {
+            let caller = identify(app, credential)?;
+            let viewer = Viewer::of_principal(caller.as_ref());
+            (caller, viewer)
+        }
     };
-    run_as(app, caller, Scope::Invoke, base, key, input).await
+    run(app, caller, &viewer, Scope::Invoke, base, key, input).await
 }
 
 /// Gives a `key`-auth best candidate a `run_now` link with a share token when the asker
@@ -660,6 +683,20 @@ async fn run_as(
     key: &str,
     input: InvokeInput,
 ) -> Result<Invocation, ServiceError> {
+    let viewer = Viewer::of_principal(caller.as_ref());
+    run(app, caller, &viewer, scope, base, key, input).await
+}
+
+/// [`invoke_as`], its failure told as `viewer` may see it.
+async fn run(
+    app: &App,
+    caller: Option<Principal>,
+    viewer: &Viewer,
+    scope: Scope,
+    base: &str,
+    key: &str,
+    input: InvokeInput,
+) -> Result<Invocation, ServiceError> {
     let row = find_row(app, key)?;
     if input.repeatable && !runs_by_get(&row) {
         return Err(InvokeRefusal::NotRepeatable {
@@ -669,9 +706,9 @@ async fn run_as(
         .into());
     }
     let repeatable = runs_by_get(&row);
-    // Only a caller who showed a credential is told why an upstream failed; a stranger's
-    // answer is generic and the details stay in the receipt (admin) and the log.
-    let reveal = caller.is_some();
+    // Only a named credential is told why an upstream failed (see `Viewer::run_detail`);
+    // anyone else's answer is generic and the details stay in the receipt and the log.
+    let reveal = viewer.run_detail();
     let caller = match (row.auth, caller) {
         (_, Some(p)) if p.allows(scope) => p.name,
         (Auth::Public, _) => "public".to_owned(),
@@ -733,7 +770,7 @@ fn invocation(
             let message = if reveal || kind == ErrorKind::Invalid {
                 e.to_string()
             } else {
-                tracing::info!(key, receipt = %id, error = %e, "invocation failed (details withheld from an anonymous caller)");
+                tracing::info!(key, receipt = %id, error = %e, "invocation failed (details withheld from the caller)");
                 generic_run_message(kind).to_owned()
             };
             let detail = ErrorDetail {
@@ -760,7 +797,7 @@ fn invocation(
     }
 }
 
-/// What an anonymous caller is told of a failed invocation: the class of the failure, not
+/// What a caller without a named credential is told of a failed invocation: the class of the failure, not
 /// the upstream's answer or the addresses the node resolved.
 fn generic_run_message(kind: ErrorKind) -> &'static str {
     match kind {

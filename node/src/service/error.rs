@@ -161,8 +161,11 @@ pub enum ServiceError {
         /// The index applied.
         applied: u64,
     },
-    /// A linearizable read could not get a read index from the leader.
-    #[error("no linearizable read index: {0}")]
+    /// A linearizable read could not get a read index from the leader. The reason (which
+    /// names peers' addresses when one was unreachable) goes to the log only: anyone may
+    /// ask for a linearizable read, and member addresses are the admin's to know
+    /// (`view::Viewer::status`).
+    #[error("no linearizable read index: the leader or a quorum did not confirm one in time")]
     NoReadIndex(String),
     /// This node's data folder went back behind what it promised its peers: it serves
     /// nothing from it until re-admitted (the message says what to do).
@@ -372,6 +375,10 @@ impl ServiceError {
                 tracing::error!(%detail, "internal error answered as 500");
                 "internal error".to_owned()
             }
+            Self::NoReadIndex(reason) => {
+                tracing::warn!(%reason, "linearizable read refused");
+                self.to_string()
+            }
             Self::Write(WriteError::Fatal(detail)) => {
                 tracing::warn!(%detail, "write refused: raft stopped");
                 "this node is shutting down".to_owned()
@@ -407,5 +414,19 @@ impl ServiceError {
     /// as the `structuredContent` of a failed MCP tool call).
     pub fn body(&self) -> Value {
         json!({ "ok": false, "error": self.detail() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_linearizable_read_names_no_peer_address() {
+        let error = ServiceError::NoReadIndex("peer 10.1.2.3:9090 unreachable: refused".into());
+        let detail = error.detail();
+        assert_eq!(detail.code, "no_read_index");
+        assert!(!detail.message.contains("10.1.2.3"), "{}", detail.message);
+        assert!(error.retryable());
     }
 }

@@ -2,7 +2,8 @@
 //! confirm; directory reads, writes and the change feed; receipts; share tokens; the MCP
 //! importer; cluster status and membership. Each is a plain function over the node
 //! ([`App`]) taking typed requests and returning a typed answer or the one
-//! [`ServiceError`].
+//! [`ServiceError`]; what each caller may see of an answer is decided in one place
+//! ([`view::Viewer`]).
 //!
 //! ```text
 //!   HTTP (api::http) ─┐   wire format ⇄ typed request / answer,
@@ -11,6 +12,7 @@
 //!                     ▼
 //!   service::{dispatch, directory, feed, receipts, share, import, cluster}
 //!     ├─ authorize (credential → Principal, Admin) and wait for freshness (min index)
+//!     ├─ view (credential → Viewer: what of rows, contracts, cluster, failures it sees)
 //!     └─► catalogue (reads) · app::App::write (Raft) · dispatch::invoke (runners, receipt)
 //! ```
 //!
@@ -27,6 +29,7 @@ pub mod quota;
 pub mod receipts;
 pub mod share;
 pub mod transparency;
+pub mod view;
 
 use std::time::Duration;
 

@@ -397,12 +397,30 @@ impl Cluster {
         id: u64,
         path: &str,
     ) -> (reqwest::StatusCode, reqwest::header::HeaderMap, Value) {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.url(id)))
-            .send()
-            .await
-            .unwrap();
+        self.get_with(id, path, None).await
+    }
+
+    /// [`Cluster::get`] with the admin key: what only it is told (the cluster id, member
+    /// incarnations and addresses of `/api/cluster`, targets, hidden rows).
+    pub async fn admin_get(
+        &self,
+        id: u64,
+        path: &str,
+    ) -> (reqwest::StatusCode, reqwest::header::HeaderMap, Value) {
+        self.get_with(id, path, Some(super::ADMIN)).await
+    }
+
+    async fn get_with(
+        &self,
+        id: u64,
+        path: &str,
+        credential: Option<&str>,
+    ) -> (reqwest::StatusCode, reqwest::header::HeaderMap, Value) {
+        let mut request = self.http.get(format!("{}{path}", self.url(id)));
+        if let Some(credential) = credential {
+            request = request.bearer_auth(credential);
+        }
+        let response = request.send().await.unwrap();
         let status = response.status();
         let headers = response.headers().clone();
         let body = response.json().await.unwrap_or(Value::Null);

@@ -19,9 +19,11 @@ const MEMBERSHIP: &str = "change the membership";
 impl Cluster for Api {
     async fn status(
         &self,
-        _request: Request<StatusRequest>,
+        request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
-        self.answer(async { Ok(self.reply(service::status(&self.app).into(), None)) })
+        let viewer = self.viewer(&request);
+        let status = service::status(&self.app, &viewer);
+        self.answer(viewer, async { Ok(self.reply(status.into(), None)) })
             .await
     }
 
@@ -29,7 +31,7 @@ impl Cluster for Api {
         &self,
         request: Request<AddLearnerRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = quota::admin_write(&self.app, Self::caller(&request), MEMBERSHIP)?;
             let AddLearnerRequest {
                 id,
@@ -52,7 +54,7 @@ impl Cluster for Api {
         &self,
         request: Request<PromoteRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = quota::admin_write(&self.app, Self::caller(&request), MEMBERSHIP)?;
             let id = request.get_ref().id;
             service::promote(&self.app, &admin, id).await?;
@@ -65,7 +67,7 @@ impl Cluster for Api {
         &self,
         request: Request<RemoveRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = quota::admin_write(&self.app, Self::caller(&request), MEMBERSHIP)?;
             let id = request.get_ref().id;
             service::remove_member(&self.app, &admin, id).await?;
@@ -78,7 +80,7 @@ impl Cluster for Api {
         &self,
         request: Request<SnapshotRequest>,
     ) -> Result<Response<SnapshotResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = quota::admin_write(&self.app, Self::caller(&request), "trigger snapshots")?;
             service::snapshot(&self.app, &admin).await?;
             Ok(self.reply(SnapshotResponse {}, None))
@@ -90,7 +92,7 @@ impl Cluster for Api {
         &self,
         request: Request<CreateJoinTokenRequest>,
     ) -> Result<Response<JoinTokenResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = crate::service::Admin::check(
                 &self.app,
                 Self::credential(&request),

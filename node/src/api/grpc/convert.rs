@@ -17,6 +17,7 @@ use crate::raft::PutOutcome;
 use crate::service::cluster::{Member, ResolverStatus, Status};
 use crate::service::dispatch::{AskAnswer, Best, Candidate, Invocation, Proof};
 use crate::service::feed::FeedEvent;
+use crate::service::view::{Sight, Viewer};
 use crate::service::ErrorDetail;
 
 /// A JSON schema or argument object as a `Struct`; anything but an object has no `Struct`
@@ -251,6 +252,7 @@ impl From<Member> for v1::Member {
             http_addr: m.http_addr.unwrap_or_default(),
             voter: m.voter,
             leader: m.leader,
+            incarnation: m.incarnation,
         }
     }
 }
@@ -274,6 +276,8 @@ impl From<Status> for v1::StatusResponse {
             standing_reason: s.standing_reason,
             outbox: s.outbox as u64,
             resolver: Some(s.resolver.into()),
+            cluster_id: s.cluster_id,
+            incarnation: s.incarnation,
         }
     }
 }
@@ -325,34 +329,45 @@ impl From<ModelInfo> for v1::EmbeddingModel {
     }
 }
 
-impl From<FeedEvent> for v1::WatchEvent {
-    fn from(event: FeedEvent) -> Self {
-        let index = event.index();
-        let event = match event {
-            FeedEvent::Change { change, row } => {
-                v1::watch_event::Event::Change(v1::Change {
-                    op: match change.op {
-                        ChangeOp::Put => "put",
-                        ChangeOp::Delete => "delete",
-                        // The feed turns these into resets; kept total for safety.
-                        ChangeOp::Reset => "reset",
-                    }
-                    .to_owned(),
-                    key: change.key,
-                    projection: change.projection,
-                    row: row.as_deref().map(Into::into),
-                })
-            }
-            FeedEvent::Reset { .. } => v1::watch_event::Event::Reset(v1::Reset {}),
-        };
-        Self {
-            index,
-            event: Some(event),
+/// A feed event as a message, its row as `viewer` sees it (a row it may not see is left
+/// out, as over HTTP).
+pub fn watch_event(event: FeedEvent, viewer: &Viewer) -> v1::WatchEvent {
+    let index = event.index();
+    let event = match event {
+        FeedEvent::Change { change, row } => {
+            v1::watch_event::Event::Change(v1::Change {
+                op: match change.op {
+                    ChangeOp::Put => "put",
+                    ChangeOp::Delete => "delete",
+                    // The feed turns these into resets; kept total for safety.
+                    ChangeOp::Reset => "reset",
+                }
+                .to_owned(),
+                key: change.key,
+                projection: change.projection,
+                row: row
+                    .as_deref()
+                    .and_then(|r| Some(row_seen(r, viewer.row(r)?))),
+            })
         }
+        FeedEvent::Reset { .. } => v1::watch_event::Event::Reset(v1::Reset {}),
+    };
+    v1::WatchEvent {
+        index,
+        event: Some(event),
     }
 }
 
-/// Rows of a page as messages.
-pub fn rows(rows: &[Arc<Row>]) -> Vec<v1::Row> {
-    rows.iter().map(|row| v1::Row::from(row.as_ref())).collect()
+/// A row as a message, as much of it as the caller sees (without `target`: an empty one).
+pub fn row_seen(row: &Row, sight: Sight) -> v1::Row {
+    let mut message = v1::Row::from(row);
+    if sight == Sight::WithoutTarget {
+        message.target.clear();
+    }
+    message
+}
+
+/// Rows of a page as messages, as much of each as the caller sees.
+pub fn rows(rows: &[Arc<Row>], sight: Sight) -> Vec<v1::Row> {
+    rows.iter().map(|row| row_seen(row, sight)).collect()
 }

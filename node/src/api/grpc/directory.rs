@@ -12,7 +12,7 @@ use rowcall_proto::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use super::convert::{row_input, rows};
+use super::convert::{row_input, row_seen, rows, watch_event};
 use super::Api;
 use crate::service::directory::{self as service, Put, PutAnswer};
 use crate::service::feed;
@@ -32,10 +32,12 @@ fn put_response(answer: &PutAnswer) -> PutRowsResponse {
 #[tonic::async_trait]
 impl Directory for Api {
     async fn get(&self, request: Request<GetRowRequest>) -> Result<Response<Row>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let fresh = Self::freshness(&request)?;
-            let row = service::get(&self.app, &fresh, &request.get_ref().key).await?;
-            Ok(self.reply(row.as_ref().into(), None))
+            let viewer = self.viewer(&request);
+            let key = &request.get_ref().key;
+            let (row, sight) = service::get(&self.app, &viewer, &fresh, key).await?;
+            Ok(self.reply(row_seen(&row, sight), None))
         })
         .await
     }
@@ -44,7 +46,7 @@ impl Directory for Api {
         &self,
         request: Request<ListRowsRequest>,
     ) -> Result<Response<ListRowsResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let fresh = Self::freshness(&request)?;
             let ListRowsRequest {
                 category,
@@ -54,9 +56,10 @@ impl Directory for Api {
             let category = Some(category.as_str()).filter(|c| !c.is_empty());
             let cursor = Some(cursor.as_str()).filter(|c| !c.is_empty());
             let limit = (*limit > 0).then_some(*limit as usize);
-            let page = service::list(&self.app, &fresh, category, cursor, limit).await?;
+            let viewer = self.viewer(&request);
+            let page = service::list(&self.app, &viewer, &fresh, category, cursor, limit).await?;
             let answer = ListRowsResponse {
-                rows: rows(&page.rows),
+                rows: rows(&page.rows, page.sight),
                 next_cursor: page.next_cursor.unwrap_or_default(),
                 index: page.index,
             };
@@ -69,7 +72,7 @@ impl Directory for Api {
         &self,
         request: Request<PutRowRequest>,
     ) -> Result<Response<PutRowsResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = quota::admin_write(&self.app, Self::caller(&request), WRITE)?;
             let id = Self::request_id(&request)?;
             let Some(row) = request.into_inner().row else {
@@ -85,7 +88,7 @@ impl Directory for Api {
         &self,
         request: Request<PutManyRequest>,
     ) -> Result<Response<PutRowsResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = quota::admin_write(&self.app, Self::caller(&request), WRITE)?;
             let id = Self::request_id(&request)?;
             let rows = request.into_inner().rows.into_iter().map(row_input);
@@ -100,7 +103,7 @@ impl Directory for Api {
         &self,
         request: Request<DeleteRowRequest>,
     ) -> Result<Response<DeleteRowResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = quota::admin_write(&self.app, Self::caller(&request), WRITE)?;
             let fresh = Self::freshness(&request)?;
             let id = Self::request_id(&request)?;
@@ -117,7 +120,7 @@ impl Directory for Api {
     }
 
     async fn counts(&self, request: Request<CountsRequest>) -> Result<Response<Counts>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let fresh = Self::freshness(&request)?;
             let counts = service::counts(&self.app, &fresh).await?;
             Ok(self.reply(counts.into(), None))
@@ -132,10 +135,11 @@ impl Directory for Api {
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let payer = Self::caller(&request).payer(&self.app);
-        let slot = feed::subscribe(&self.app, &payer).map_err(|e| self.fail(e))?;
+        let viewer = self.viewer(&request);
+        let slot = feed::subscribe(&self.app, &payer).map_err(|e| self.fail(e, &viewer))?;
         let since = request.get_ref().since;
         let events = feed::follow(self.app.clone(), slot, since, self.stop.clone())
-            .map(|event| Ok(WatchEvent::from(event)));
+            .map(move |event| Ok(watch_event(event, &viewer)));
         Ok(self.reply(Box::pin(events) as Self::WatchStream, None))
     }
 }

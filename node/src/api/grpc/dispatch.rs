@@ -24,7 +24,7 @@ fn limit(n: u32) -> Option<usize> {
 #[tonic::async_trait]
 impl Dispatch for Api {
     async fn ask(&self, request: Request<AskRequest>) -> Result<Response<AskResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let fresh = Self::freshness(&request)?;
             let caller = Self::caller(&request);
             let ask = &request.get_ref().ask;
@@ -49,11 +49,13 @@ impl Dispatch for Api {
         &self,
         request: Request<ContractRequest>,
     ) -> Result<Response<ContractResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let fresh = Self::freshness(&request)?;
+            let viewer = self.viewer(&request);
             let ContractRequest { key, format } = request.get_ref();
             let format = Some(format.as_str()).filter(|f| !f.is_empty());
-            let contract = service::contract(&self.app, &fresh, &self.base, key, format).await?;
+            let contract =
+                service::contract(&self.app, &fresh, &viewer, &self.base, key, format).await?;
             let contract = match contract {
                 Contract::Markdown(text) => Form::Markdown(text),
                 Contract::Json(Value::Object(map)) => Form::Json(json::to_struct(map)),
@@ -75,7 +77,7 @@ impl Dispatch for Api {
         &self,
         request: Request<InvokeRequest>,
     ) -> Result<Response<InvokeResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let fresh = Self::freshness(&request)?;
             let credential = Self::credential(&request).map(str::to_owned);
             let peer = Self::peer(&request);
@@ -115,7 +117,7 @@ impl Dispatch for Api {
         &self,
         request: Request<ConfirmRequest>,
     ) -> Result<Response<ConfirmResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let fresh = Self::freshness(&request)?;
             let id = &request.get_ref().id;
             match service::confirm(&self.app, &fresh, id).await? {

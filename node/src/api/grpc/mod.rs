@@ -42,6 +42,7 @@ pub use self::connections::per_client;
 use crate::app::App;
 use crate::raft::{BadRequestId, RequestId};
 use crate::service::quota::Caller;
+use crate::service::view::Viewer;
 use crate::service::{Freshness, Logged, ServiceError};
 
 /// Response metadata: the applied index, or a write's index.
@@ -56,7 +57,7 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const REPLAYED: &str = "idempotent-replayed";
 /// Response metadata: answered while this node is cut off from the leader.
 pub const STALE: &str = "x-rowcall-stale";
-/// Response metadata: the leader this node knows, `ID=GRPC_ADDR`.
+/// Response metadata: the leader this node knows, `ID=GRPC_ADDR` (admin key only).
 pub const LEADER: &str = "x-rowcall-leader";
 
 /// What every public service shares.
@@ -121,12 +122,19 @@ impl Api {
             })
     }
 
-    /// Runs a handler's body, its failure answered as a status (see [`Api::fail`]).
+    /// Who the request's credential shows the caller to be, for what it may see.
+    fn viewer<T>(&self, request: &Request<T>) -> Viewer {
+        Viewer::of(&self.app, Self::credential(request))
+    }
+
+    /// Runs a handler's body, its failure answered as a status for `viewer` (see
+    /// [`Api::fail`]).
     async fn answer<T>(
         &self,
+        viewer: Viewer,
         work: impl Future<Output = Result<Response<T>, ServiceError>>,
     ) -> Result<Response<T>, Status> {
-        work.await.map_err(|e| self.fail(e))
+        work.await.map_err(|e| self.fail(e, &viewer))
     }
 
     /// A read's answer, stamped with the applied index (or `index`) and staleness.
@@ -144,18 +152,20 @@ impl Api {
                 .metadata_mut()
                 .insert(REPLAYED, MetadataValue::from_static("true"));
         }
-        self.leader_hint(response.metadata_mut());
+        // Only writes answer here, and they need the admin key.
+        self.leader_hint(response.metadata_mut(), &Viewer::Admin);
         response
     }
 
     /// A failure as a status, with the same metadata as an answer, and the leader when a
-    /// leader could have done better (no quorum, a write's unknown outcome, …).
-    fn fail(&self, error: ServiceError) -> Status {
+    /// leader could have done better (no quorum, a write's unknown outcome, …) and `viewer`
+    /// may know where it is.
+    fn fail(&self, error: ServiceError, viewer: &Viewer) -> Status {
         let retryable = error.retryable();
         let mut status = Status::from(error);
         self.stamp(status.metadata_mut(), None);
         if retryable {
-            self.leader_hint(status.metadata_mut());
+            self.leader_hint(status.metadata_mut(), viewer);
         }
         status
     }
@@ -168,7 +178,12 @@ impl Api {
         }
     }
 
-    fn leader_hint(&self, metadata: &mut MetadataMap) {
+    /// `ID=GRPC_ADDR` of the leader, which the client crate sends writes to; an address,
+    /// so only for a viewer who may see addresses (the admin key: writes need it anyway).
+    fn leader_hint(&self, metadata: &mut MetadataMap, viewer: &Viewer) {
+        if !viewer.addresses() {
+            return;
+        }
         let Some((id, node)) = self.app.leader_node() else {
             return;
         };

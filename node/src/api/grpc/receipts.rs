@@ -16,7 +16,7 @@ impl Receipts for Api {
         &self,
         request: Request<GetReceiptRequest>,
     ) -> Result<Response<ReceiptMessage>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = Admin::check(
                 &self.app,
                 Self::credential(&request),
@@ -33,7 +33,7 @@ impl Receipts for Api {
         &self,
         request: Request<ListReceiptsRequest>,
     ) -> Result<Response<ListReceiptsResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let admin = Admin::check(
                 &self.app,
                 Self::credential(&request),

@@ -56,7 +56,7 @@ impl Transparency for Api {
         &self,
         request: Request<CheckpointRequest>,
     ) -> Result<Response<CheckpointMessage>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let fresh = Self::freshness(&request)?;
             let checkpoint = service::checkpoint(&self.app, &fresh).await?;
             Ok(self.reply(checkpoint.into(), None))
@@ -68,7 +68,7 @@ impl Transparency for Api {
         &self,
         request: Request<ProveRequest>,
     ) -> Result<Response<InclusionMessage>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let fresh = Self::freshness(&request)?;
             let ProveRequest { id, size } = request.get_ref();
             let size = (*size > 0).then_some(*size);
@@ -82,7 +82,7 @@ impl Transparency for Api {
         &self,
         request: Request<ConsistencyRequest>,
     ) -> Result<Response<ConsistencyMessage>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let fresh = Self::freshness(&request)?;
             let ConsistencyRequest { from, to } = *request.get_ref();
             let to = (to > 0).then_some(to);
@@ -103,7 +103,7 @@ impl Transparency for Api {
         &self,
         request: Request<LeavesRequest>,
     ) -> Result<Response<LeavesResponse>, Status> {
-        self.answer(async {
+        self.answer(self.viewer(&request), async {
             let fresh = Self::freshness(&request)?;
             let LeavesRequest { start, end } = *request.get_ref();
             let end = (end > 0).then_some(end);

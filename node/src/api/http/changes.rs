@@ -27,9 +27,9 @@ use serde_json::json;
 use utoipa::IntoParams;
 
 use super::{credential, Http, Peer};
-use crate::service::directory::RowView;
 use crate::service::feed::{self, FeedEvent};
 use crate::service::quota::Payer;
+use crate::service::view::Viewer;
 use crate::service::ServiceError;
 
 /// Where to start.
@@ -54,23 +54,23 @@ pub async fn changes(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ServiceError> {
     let payer = Payer::of(&http.app, credential(&headers), peer);
     let slot = feed::subscribe(&http.app, &payer)?;
-    let view = RowView::for_caller(&http.app, credential(&headers));
+    let viewer = Viewer::of(&http.app, credential(&headers));
     let resume = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let since = query.since.or(resume);
     let events = feed::follow(http.app.clone(), slot, since, http.stop.clone())
-        .map(move |e| Ok(sse(e, view)));
+        .map(move |e| Ok(sse(e, &viewer)));
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
 /// `change` (data: the change, with the row for a put) or `reset`, with the index as id.
-fn sse(event: FeedEvent, view: RowView) -> Event {
+fn sse(event: FeedEvent, viewer: &Viewer) -> Event {
     match event {
         FeedEvent::Change { change, row } => {
             let mut data = json!(change);
-            if let Some(row) = row.as_deref().and_then(|r| view.show(r)) {
+            if let Some(row) = row.as_deref().and_then(|r| viewer.row_json(r)) {
                 data["row"] = row;
             }
             Event::default()

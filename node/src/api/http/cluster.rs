@@ -11,19 +11,15 @@ use serde_json::json;
 use super::{caller, credential, read_json, Http, Peer, ReadOptions};
 use crate::service::cluster::{self as service, Status};
 use crate::service::quota;
+use crate::service::view::Viewer;
 use crate::service::{Admin, ServiceError};
 
-/// This node, the leader, the term, the indexes and every member (their addresses only
-/// with the admin key).
+/// This node, the leader, the term, the indexes and every member (the cluster id,
+/// incarnations and member addresses only with the admin key).
 #[utoipa::path(get, path = "/api/cluster", responses((status = 200, description = "cluster status")))]
 pub async fn status(State(http): State<Http>, headers: HeaderMap) -> Json<Status> {
-    let status = service::status(&http.app);
-    let admin = Admin::check(&http.app, credential(&headers), "see member addresses").is_ok();
-    Json(if admin {
-        status
-    } else {
-        status.without_addresses()
-    })
+    let viewer = Viewer::of(&http.app, credential(&headers));
+    Json(service::status(&http.app, &viewer))
 }
 
 /// A node to add.

@@ -16,8 +16,9 @@ use super::{
 };
 use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::Counts;
-use crate::service::directory::{self as service, field_schema, Put, RowView};
+use crate::service::directory::{self as service, field_schema, Put};
 use crate::service::quota;
+use crate::service::view::Viewer;
 use crate::service::ServiceError;
 
 /// Paging and filtering of `GET /api/directory`.
@@ -51,16 +52,17 @@ pub async fn list(
     Query(read): Query<ReadOptions>,
 ) -> Result<Response, ServiceError> {
     let fresh = read.freshness(&headers)?;
+    let viewer = Viewer::of(&http.app, credential(&headers));
     let page = service::list(
         &http.app,
+        &viewer,
         &fresh,
         query.category.as_deref(),
         query.cursor.as_deref(),
         query.limit,
     )
     .await?;
-    let view = RowView::for_caller(&http.app, credential(&headers));
-    let rows: Vec<Value> = page.rows.iter().filter_map(|r| view.show(r)).collect();
+    let rows: Vec<Value> = page.rows.iter().map(|r| page.sight.json(r)).collect();
     Ok(Json(json!({
         "rows": rows,
         "count": rows.len(),
@@ -81,11 +83,9 @@ pub async fn get_row(
     Query(read): Query<ReadOptions>,
 ) -> Result<Json<Value>, ServiceError> {
     let fresh = read.freshness(&headers)?;
-    let row = service::get(&http.app, &fresh, &key).await?;
-    RowView::for_caller(&http.app, credential(&headers))
-        .show(&row)
-        .map(Json)
-        .ok_or_else(|| ServiceError::NotFound(format!("no row with key {key:?}")))
+    let viewer = Viewer::of(&http.app, credential(&headers));
+    let (row, sight) = service::get(&http.app, &viewer, &fresh, &key).await?;
+    Ok(Json(sight.json(&row)))
 }
 
 /// The four counts.

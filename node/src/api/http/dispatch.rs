@@ -21,6 +21,7 @@ use crate::api::base_url;
 use crate::dispatch::InvokeInput;
 use crate::model::receipt::Confirmation;
 use crate::service::dispatch::{self as service, AskAnswer, Contract, Invocation};
+use crate::service::view::Viewer;
 use crate::service::ServiceError;
 
 /// The four read operations of `GET /api/dispatch`; exactly one of `ask`, `key`, `invoke`
@@ -35,8 +36,9 @@ pub struct DispatchQuery {
     /// A row key: run it now (public rows, or with `share`). Only `risk: read` rows run by
     /// GET; the others answer 405 and run only by POST.
     invoke: Option<String>,
-    /// With `invoke`: a share token scoped to that key (`key`-auth rows without a credential).
-    /// The header `x-rowcall-share` does the same and keeps the token out of logs of URLs.
+    /// With `invoke`: a share token scoped to that key (`key`-auth rows without a credential);
+    /// with `key`: it lets its holder read that hidden row's contract. The header
+    /// `x-rowcall-share` does the same and keeps the token out of logs of URLs.
     share: Option<String>,
     /// A receipt id: check it without a credential.
     confirm: Option<String>,
@@ -113,7 +115,7 @@ impl ToSchema for DispatchAnswer {}
               (status = 400, description = "not exactly one of ask, key, invoke, confirm"),
               (status = 405, description = "invoke of a row whose risk is write or destructive: POST only; nothing ran"),
               (status = 429, description = "over the rate limit; see Retry-After"),
-              (status = 404, description = "unknown key, or unknown receipt (`confirmed: false`)")))]
+              (status = 404, description = "unknown key (or a hidden row's contract, without a credential for it), or unknown receipt (`confirmed: false`)")))]
 pub async fn get_dispatch(
     State(http): State<Http>,
     peer: Peer,
@@ -155,8 +157,11 @@ pub async fn get_dispatch(
         });
     }
     if let Some(key) = &query.key {
+        let share = share_token(&headers).or(query.share.as_deref());
+        let viewer = Viewer::for_row(app, super::credential(&headers), share, key);
+        let format = query.format.as_deref();
         return Ok(
-            match service::contract(app, &fresh, &base, key, query.format.as_deref()).await? {
+            match service::contract(app, &fresh, &viewer, &base, key, format).await? {
                 Contract::Markdown(text) => (
                     [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
                     text,

@@ -23,7 +23,8 @@ use crate::app::App;
 use crate::auth::{Principal, Scope};
 use crate::catalogue::feed::Change;
 use crate::dispatch::InvokeInput;
-use crate::service::dispatch::{contract_json, find_row, invoke_as, rank, MAX_LIMIT};
+use crate::service::dispatch::{contract_json, invoke_as, rank, readable_row, MAX_LIMIT};
+use crate::service::view::Viewer;
 use crate::service::ServiceError;
 
 const ROWS_INSTRUCTIONS: &str = "Each tool is one capability of the rowcall catalogue. \
@@ -147,7 +148,8 @@ impl Projection {
                 let Some(key) = text("key") else {
                     return Ok(missing("key"));
                 };
-                match find_row(&self.app, key) {
+                let viewer = Viewer::of_principal(caller.as_ref());
+                match readable_row(&self.app, &viewer, key) {
                     Ok(row) => CallToolResult::structured(contract_json(&row, base)),
                     Err(e) => CallToolResult::structured_error(e.body()),
                 }

@@ -4,6 +4,7 @@
 //! ```text
 //!   POST/GET/DELETE /api/mcp[/compact]
 //!     └─ authenticate (Bearer: an MCP token or the admin key; else 401 + WWW-Authenticate)
+//!        └─ owner check: a session or stream of another credential is 404 (sessions.rs)
 //!         └─ rmcp StreamableHttpService: Host / Origin (403) / MCP-Protocol-Version (400)
 //!             ├─ Sessions (in memory; any node rebuilds a session it has not seen — sessions.rs)
 //!             │    └─ Replay (event ids, Last-Event-ID resumption, bounded buffers — replay.rs)
@@ -31,18 +32,21 @@ pub mod tools;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use rmcp::transport::common::http_header::HEADER_SESSION_ID;
+use futures_util::StreamExt as _;
+use rmcp::transport::common::http_header::{HEADER_LAST_EVENT_ID, HEADER_SESSION_ID};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tokio::sync::watch;
 
 use self::handler::Projection;
-use self::sessions::{RecognisedIds, SessionCaps, SessionRefusal, Sessions};
+use self::replay::{IdScanner, Replay};
+use self::sessions::{RecognisedIds, SessionCaps, SessionRefusal, Sessions, OWNER};
 use crate::api::presented_credential;
 use crate::app::App;
 use crate::auth::Scope;
@@ -91,12 +95,25 @@ pub fn routes<S: Clone + Send + Sync + 'static>(
         limits.max_mcp_sessions,
         Duration::from_secs(app.config.mcp.session_idle_secs.max(1)),
     ));
+    // One event store for both endpoints (stream ids are unique across them), shared with
+    // the authentication layer, which checks and claims the streams' owners.
+    let replay = Arc::new(Replay::default());
     Router::new()
-        .route_service("/api/mcp", service(app, Mode::Rows, base.clone()))
-        .route_service(COMPACT_PATH, service(app, Mode::Compact, base))
+        .route_service(
+            "/api/mcp",
+            service(app, Mode::Rows, base.clone(), replay.clone()),
+        )
+        .route_service(
+            COMPACT_PATH,
+            service(app, Mode::Compact, base, replay.clone()),
+        )
         .route_layer(middleware::from_fn(end_session))
         .route_layer(middleware::from_fn_with_state(
-            (app.clone(), caps),
+            Guard {
+                app: app.clone(),
+                caps,
+                replay,
+            },
             authenticate,
         ))
 }
@@ -105,15 +122,66 @@ fn service(
     app: &Arc<App>,
     mode: Mode,
     mut config: StreamableHttpServerConfig,
+    replay: Arc<Replay>,
 ) -> StreamableHttpService<Projection, Sessions> {
     config.session_store = Some(Arc::new(RecognisedIds { mode }));
     let idle = Duration::from_secs(app.config.mcp.session_idle_secs.max(1));
     let app = app.clone();
     StreamableHttpService::new(
         move || Ok(Projection::new(app.clone(), mode)),
-        Arc::new(Sessions::new(mode, idle)),
+        Arc::new(Sessions::new(mode, idle, replay)),
         config,
     )
+}
+
+/// What the authentication layer needs.
+#[derive(Clone)]
+struct Guard {
+    app: Arc<App>,
+    caps: Arc<SessionCaps>,
+    replay: Arc<Replay>,
+}
+
+/// rmcp's answer to a session it does not hold, given also for one another credential
+/// holds: a caller learns nothing of other credentials' sessions and streams.
+fn no_session() -> Response {
+    (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response()
+}
+
+/// Whether the request names a session, or a stream to resume, that is not `owner`'s.
+fn foreign(request: &Request, session: Option<&str>, owner: &str, replay: &Replay) -> bool {
+    if session
+        .and_then(sessions::owner)
+        .is_some_and(|o| o != owner)
+    {
+        return true;
+    }
+    request
+        .headers()
+        .get(HEADER_LAST_EVENT_ID)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|last| !replay.resumable_by(last.trim(), owner))
+}
+
+/// An SSE response whose event ids are claimed for `owner` as they go out (see `replay`).
+fn claiming(response: Response, owner: String, replay: Arc<Replay>) -> Response {
+    let sse = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/event-stream"));
+    if !sse {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let mut scanner = IdScanner::default();
+    let body = body.into_data_stream().map(move |chunk| {
+        if let Ok(bytes) = &chunk {
+            scanner.feed(bytes, |id| replay.claim(id, &owner));
+        }
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(body))
 }
 
 /// rmcp's transport settings from the node's configuration.
@@ -200,9 +268,11 @@ fn allowed_origins(config: &Config) -> Vec<String> {
 /// Lets through requests bearing an MCP token (or the admin key), recording who they are
 /// for the receipts; answers 401 with `WWW-Authenticate: Bearer` before rmcp sees anything
 /// else, and 403 to a credential of another scope (an invoke key). A request that would
-/// open a session on this node needs room under the session caps (see `sessions`).
+/// open a session on this node needs room under the session caps (see `sessions`). A request
+/// naming a session or a stream to resume that another credential owns is 404, as for one
+/// that does not exist, before anything else happens.
 async fn authenticate(
-    State((app, caps)): State<(Arc<App>, Arc<SessionCaps>)>,
+    State(Guard { app, caps, replay }): State<Guard>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -216,6 +286,10 @@ async fn authenticate(
                 .get(HEADER_SESSION_ID)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
+            let owner = principal.owner_tag();
+            if foreign(&request, session.as_deref(), &owner, &replay) {
+                return no_session();
+            }
             let holder = principal.name.clone();
             let now = std::time::Instant::now();
             let closing = request.method() == axum::http::Method::DELETE;
@@ -243,7 +317,9 @@ async fn authenticate(
                 }
             }
             request.extensions_mut().insert(principal);
-            let response = next.run(request).await;
+            // A session created for this request is minted with its owner (see `sessions`).
+            let response = OWNER.scope(owner.clone(), next.run(request)).await;
+            let response = claiming(response, owner, replay);
             match (&session, response.headers().get(HEADER_SESSION_ID)) {
                 // Closed, or an id rmcp did not accept: it holds no session here.
                 (Some(id), _) if closing || response.status() == StatusCode::NOT_FOUND => {
@@ -285,7 +361,7 @@ async fn end_session(request: Request, next: Next) -> Response {
         .and_then(|id| id.to_str().ok())
         .is_some_and(|id| !sessions::well_formed(mode, id));
     if foreign {
-        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+        return no_session();
     }
     let mut response = next.run(request).await;
     if response.status() == StatusCode::ACCEPTED {

@@ -14,6 +14,12 @@
 //! missed is answered by one fresh `list_changed` (the client re-lists from the shared,
 //! replicated catalogue). A POST stream's response cannot be rebuilt: the replay fails, which
 //! rmcp answers with an empty stream (and a log line) rather than a retry loop.
+//!
+//! A stream belongs to the credential it was sent to, and only that credential may resume
+//! it ([`Replay::resumable_by`]): a session's GET stream is its session's (whose id ends in
+//! the owner's tag), and a POST stream is claimed by the tag of the credential the first of
+//! its event ids is sent to ([`IdScanner`] reads them off the response on its way out, so
+//! the claim is made before any id of the stream can be known outside the node).
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -59,6 +65,8 @@ struct Log {
     live: broadcast::Sender<ServerSseMessage>,
     /// A POST stream that sent its response: nothing follows.
     finished: bool,
+    /// The owner tag of the credential its events were first sent to.
+    owner: Option<String>,
 }
 
 impl Log {
@@ -68,6 +76,7 @@ impl Log {
             events: VecDeque::new(),
             live: broadcast::channel(EVENTS_PER_STREAM).0,
             finished: false,
+            owner: None,
         }
     }
 
@@ -120,6 +129,12 @@ fn is_standalone(stream_id: &str) -> bool {
     stream_id.ends_with(":common")
 }
 
+/// The stream an event id of this server names, if it is one.
+fn stream_of(event_id: &str) -> Option<&str> {
+    let (stream, seq) = event_id.rsplit_once('/')?;
+    seq.parse::<u64>().ok().map(|_| stream)
+}
+
 #[derive(Default)]
 struct Streams {
     by_id: HashMap<String, Log>,
@@ -156,6 +171,38 @@ impl Replay {
     fn append(&self, stream_id: &str, event: &ServerSseMessage) -> EventId {
         let mut streams = self.streams.lock().expect("replay lock");
         streams.log(stream_id).append(stream_id, event)
+    }
+
+    /// Marks the stream of `event_id` as `owner`'s, if nobody claimed it before (the first
+    /// credential its ids are sent to is the one it was opened for).
+    pub fn claim(&self, event_id: &str, owner: &str) {
+        let Some(stream_id) = stream_of(event_id) else {
+            return;
+        };
+        let mut streams = self.streams.lock().expect("replay lock");
+        if let Some(log) = streams.by_id.get_mut(stream_id) {
+            log.owner.get_or_insert_with(|| owner.to_owned());
+        }
+    }
+
+    /// Whether the credential tagged `owner` may resume after `last_event_id`: a session's
+    /// GET stream only by its session's owner, a POST stream held here only by the one it
+    /// was claimed by. An id of a stream not held here names nothing to replay, and is left
+    /// to the replay (one `list_changed`, or nothing) — for a GET stream, still only to
+    /// the session's owner.
+    pub fn resumable_by(&self, last_event_id: &str, owner: &str) -> bool {
+        let Some(stream_id) = stream_of(last_event_id) else {
+            // Not an id of this server: the replay refuses it.
+            return true;
+        };
+        if let Some(session) = stream_id.strip_suffix(":common") {
+            return super::sessions::owner(session) == Some(owner);
+        }
+        let streams = self.streams.lock().expect("replay lock");
+        streams
+            .by_id
+            .get(stream_id)
+            .is_none_or(|log| log.owner.as_deref() == Some(owner))
     }
 
     /// Forgets a session's GET stream (the session ended); live replays of it end too.
@@ -203,6 +250,44 @@ impl Replay {
             Some((event, more.then_some(rx)))
         });
         Ok(Box::pin(stream::iter(backlog).chain(live)))
+    }
+}
+
+/// Longest SSE line read for an event id; longer lines are data, skipped unread.
+const MAX_ID_LINE: usize = 512;
+
+/// Reads the `id:` lines of an SSE body as it goes out, whatever the chunking.
+#[derive(Debug, Default)]
+pub struct IdScanner {
+    /// The start of a line not yet ended.
+    partial: Vec<u8>,
+    /// The line under way is too long to be an id line: skip to its end.
+    skipping: bool,
+}
+
+impl IdScanner {
+    /// Feeds the next piece of the body; calls `found` with each event id completed in it.
+    pub fn feed(&mut self, bytes: &[u8], mut found: impl FnMut(&str)) {
+        for piece in bytes.split_inclusive(|b| *b == b'\n') {
+            let ended = piece.ends_with(b"\n");
+            if !self.skipping {
+                self.partial.extend_from_slice(piece);
+                if !ended && self.partial.len() > MAX_ID_LINE {
+                    self.partial.clear();
+                    self.skipping = true;
+                }
+            }
+            if ended {
+                if !self.skipping {
+                    let line = String::from_utf8_lossy(&self.partial);
+                    if let Some(id) = line.trim_end().strip_prefix("id:") {
+                        found(id.trim());
+                    }
+                }
+                self.partial.clear();
+                self.skipping = false;
+            }
+        }
     }
 }
 
@@ -287,6 +372,32 @@ mod tests {
             replay.replay("no-number"),
             Err(ReplayError::Malformed(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_stream_is_resumable_by_the_credential_it_was_sent_to_only() {
+        let replay = Replay::default();
+        let first = replay.append("p", &list_changed());
+        assert!(!replay.resumable_by(&first, "aaaa"), "unclaimed: nobody's");
+        let mut scanner = IdScanner::default();
+        // The id arrives split across chunks, among data and keep-alive lines.
+        let body = format!("data: {{\"x\":1}}\n:\nid: {first}\n\n");
+        let (head, tail) = body.split_at(body.len() - 6);
+        for chunk in [head, tail] {
+            scanner.feed(chunk.as_bytes(), |id| replay.claim(id, "aaaa"));
+        }
+        replay.claim(&first, "bbbb");
+        assert!(replay.resumable_by(&first, "aaaa"));
+        assert!(
+            !replay.resumable_by(&first, "bbbb"),
+            "the first claim holds"
+        );
+        // A GET stream is its session's owner's; an id naming nothing held is left alone.
+        let session = format!("rowcall-rows-{}{}", "0".repeat(32), "aaaabbbbccccdddd");
+        let common = format!("{session}:common/3");
+        assert!(replay.resumable_by(&common, "aaaabbbbccccdddd"));
+        assert!(!replay.resumable_by(&common, "aaaa"));
+        assert!(replay.resumable_by("elsewhere/9", "bbbb"));
     }
 
     #[tokio::test]

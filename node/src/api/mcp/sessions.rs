@@ -11,6 +11,14 @@
 //! The rebuilt session replays `initialize` with default client parameters; nothing in
 //! rowcall's answers depends on them.
 //!
+//! A session belongs to the credential that opened it. Its id ends in its owner's tag
+//! ([`crate::auth::Principal::owner_tag`]: a digest of the credential's scope and name, never of its
+//! secret), so every node can tell, without storing anything, whether a request naming a
+//! session comes from its owner; one that does not is answered 404 as for an unknown session
+//! (`authenticate` in the module above), and nothing happens to the session. The tag is
+//! handed to `Sessions::create_session` through [`OWNER`], which the authentication layer
+//! sets around the request (rmcp's `create_session` takes no arguments).
+//!
 //! Every session a node holds in memory costs it a worker task and buffers, and since any
 //! well-formed id makes one, a node caps them ([`SessionCaps`]): per credential
 //! (`limits.max_mcp_sessions_per_token`, 429) and in all (`limits.max_mcp_sessions`, 503).
@@ -40,6 +48,7 @@ use rmcp::transport::streamable_http_server::session::{
 use super::cut::{Cuttable, StreamCut};
 use super::replay::Replay;
 use super::Mode;
+use crate::auth::OWNER_TAG_BYTES;
 
 /// Why a session operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +59,21 @@ pub enum SessionError {
     /// A freshly minted id was already in use (128 random bits: never in practice).
     #[error("session id collision")]
     Collision,
+    /// A session was to be created outside an authenticated request (no owner to give it).
+    #[error("no owner for a new session: the request did not pass authentication")]
+    NoOwner,
 }
+
+tokio::task_local! {
+    /// The owner tag of the request being served: set by the authentication layer around
+    /// each request, read when a session is created for it.
+    pub static OWNER: String;
+}
+
+/// Hex characters of the random part of a session id.
+const RANDOM_HEX: usize = 32;
+/// Hex characters of the owner tag at its end.
+const TAG_HEX: usize = 2 * OWNER_TAG_BYTES;
 
 fn prefix(mode: Mode) -> &'static str {
     match mode {
@@ -59,19 +82,28 @@ fn prefix(mode: Mode) -> &'static str {
     }
 }
 
-fn mint(mode: Mode) -> SessionId {
-    let bytes: [u8; 16] = rand::random();
-    format!("{}{}", prefix(mode), hex::encode(bytes)).into()
+/// A fresh session id of `mode` owned by the principal whose tag is `owner`.
+fn mint(mode: Mode, owner: &str) -> SessionId {
+    let bytes: [u8; RANDOM_HEX / 2] = rand::random();
+    format!("{}{}{owner}", prefix(mode), hex::encode(bytes)).into()
 }
 
 /// Whether `id` is a session id this mode's endpoint issues.
 pub fn well_formed(mode: Mode, id: &str) -> bool {
     id.strip_prefix(prefix(mode)).is_some_and(|rest| {
-        rest.len() == 32
+        rest.len() == RANDOM_HEX + TAG_HEX
             && rest
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     })
+}
+
+/// The owner tag of session `id`, if it is a session id of either endpoint.
+pub fn owner(id: &str) -> Option<&str> {
+    [Mode::Rows, Mode::Compact]
+        .into_iter()
+        .any(|mode| well_formed(mode, id))
+        .then(|| &id[id.len() - TAG_HEX..])
 }
 
 /// rmcp's in-memory sessions, with ids minted by rowcall and resumable streams.
@@ -82,9 +114,9 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// Sessions of one endpoint, dropped from memory after `idle` without a request.
-    pub fn new(mode: Mode, idle: std::time::Duration) -> Self {
-        let replay = Arc::new(Replay::default());
+    /// Sessions of one endpoint, dropped from memory after `idle` without a request, their
+    /// streams' events kept in `replay`.
+    pub fn new(mode: Mode, idle: std::time::Duration, replay: Arc<Replay>) -> Self {
         let mut inner = LocalSessionManager::default().with_event_store(replay.clone());
         inner.session_config.keep_alive = Some(idle);
         Self {
@@ -100,7 +132,10 @@ impl SessionManager for Sessions {
     type Transport = <LocalSessionManager as SessionManager>::Transport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        let id = mint(self.mode);
+        let owner = OWNER
+            .try_with(String::clone)
+            .map_err(|_| SessionError::NoOwner)?;
+        let id = mint(self.mode, &owner);
         // A session "restored" under a fresh id is exactly a new session with that id.
         match self.inner.restore_session(id.clone()).await? {
             RestoreOutcome::Restored(transport) => Ok((id, transport)),
@@ -328,11 +363,16 @@ mod tests {
     }
 
     #[test]
-    fn ids_are_recognised_by_their_own_mode_only() {
-        let id = mint(Mode::Rows);
+    fn ids_are_recognised_by_their_own_mode_only_and_name_their_owner() {
+        let tag = "0123456789abcdef";
+        let id = mint(Mode::Rows, tag);
         assert!(well_formed(Mode::Rows, &id));
         assert!(!well_formed(Mode::Compact, &id));
-        assert!(well_formed(Mode::Compact, &mint(Mode::Compact)));
+        assert_eq!(owner(&id), Some(tag));
+        let compact = mint(Mode::Compact, tag);
+        assert!(well_formed(Mode::Compact, &compact));
+        assert_eq!(owner(&compact), Some(tag));
+        assert_eq!(owner("rowcall-rows-0123"), None);
         assert!(!well_formed(Mode::Rows, "rowcall-rows-XYZ"));
         assert!(!well_formed(Mode::Rows, "0f9c3b1e-uuid"));
     }
