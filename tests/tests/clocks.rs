@@ -43,7 +43,7 @@ async fn a_write_stamped_by_a_clock_a_day_fast_is_taken_and_not_dated_in_the_fut
         leader_quorum_age_ms: None,
     };
     let answer = RaftGrpc::new(app(leader).clone())
-        .forward(cluster.from_peer(fast, message))
+        .forward(cluster.as_from_peer(fast, message))
         .await
         .expect("the leader answers");
     let answer: serde_json::Value = serde_json::from_slice(&answer.into_inner().payload).unwrap();

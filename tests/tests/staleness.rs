@@ -178,7 +178,7 @@ async fn a_follower_whose_disk_stalls_on_a_leaders_message_counts_contact_from_i
     app(follower).storage.slow_down(lease * 3);
     let service = RaftGrpc::new(app(follower).clone());
     let answer = service
-        .append_entries(cluster.from_peer(successor, message))
+        .append_entries(cluster.as_from_peer(successor, message))
         .await
         .expect("F answers");
     app(follower).storage.slow_down(Duration::ZERO);

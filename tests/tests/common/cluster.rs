@@ -205,7 +205,7 @@ impl Cluster {
 
     /// `message` as it arrives from member `from` over a verified connection, for calling a
     /// node's Raft service in process.
-    pub fn from_peer<T>(&self, from: u64, message: T) -> tonic::Request<T> {
+    pub fn as_from_peer<T>(&self, from: u64, message: T) -> tonic::Request<T> {
         use tokio_rustls::rustls::pki_types::pem::PemObject;
         let cert = self.peer_ca().issue(from).unwrap();
         let der = tokio_rustls::rustls::pki_types::CertificateDer::from_pem_slice(
