@@ -62,6 +62,11 @@ for san in "${list[@]}"; do
   alt="${alt:+$alt,}$entry"
 done
 [ -n "$alt" ] || { echo "make-certs: no SAN given" >&2; exit 2; }
+# A peer speaks only for the node id its certificate names: node-N also names
+# node-N.peer.rowcall.
+case "$name" in
+  node-[0-9]*) alt="$alt,DNS:$name.peer.rowcall" ;;
+esac
 
 openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$name.key.new"
 openssl req -new -key "$name.key.new" -subj "/CN=$name" -out "$name.csr"

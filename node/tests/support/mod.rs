@@ -86,6 +86,12 @@ pub fn spawn_logged(
     }
     let mut child = command
         .env("ROWCALL_ADMIN_KEY", ADMIN)
+        // One secret for every node these tests start: the cluster's CA, so nodes founding
+        // or joining need nothing else.
+        .env(
+            "ROWCALL_CLUSTER_SECRET",
+            "process-test-cluster-secret-0123456789abcdef",
+        )
         .env("ROWCALL_LOG", log)
         .stdout(Stdio::piped())
         .stderr(match log_to {
