@@ -496,14 +496,24 @@ async fn a_cluster_of_an_older_build_is_upgraded_by_restarting_every_node_with_o
     let leader = cluster.leader().await;
     let (status, _, _) = cluster.get(leader, "/api/directory/BEFORE_UPGRADE").await;
     assert_eq!(status, 200, "the old rows are there");
-    let written = cluster
-        .http
-        .post(format!("{}/api/directory", cluster.url(leader)))
-        .header("x-terminal-key", ADMIN)
-        .json(&put("AFTER_UPGRADE"))
-        .send()
-        .await
-        .unwrap();
+    // Every member restarted at once checks with the others what they saw of it before it
+    // takes appends again (`raft::standing`): until then a write answers 503, and a careful
+    // client retries it.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let written = loop {
+        let written = cluster
+            .http
+            .post(format!("{}/api/directory", cluster.url(leader)))
+            .header("x-terminal-key", ADMIN)
+            .json(&put("AFTER_UPGRADE"))
+            .send()
+            .await
+            .unwrap();
+        if written.status() != 503 || tokio::time::Instant::now() > deadline {
+            break written;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
     assert_eq!(written.status(), 201, "the upgraded cluster takes writes");
     cluster.shutdown().await;
 }

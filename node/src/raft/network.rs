@@ -377,17 +377,30 @@ impl Network {
         if let Some(secret) = &self.secret {
             secret.sign(&mut request);
         }
-        let reply = match method {
-            Method::Vote => client.vote(request).await,
-            Method::AppendEntries => client.append_entries(request).await,
-            Method::InstallSnapshot => client.install_snapshot(request).await,
-            Method::Forward => client.forward(request).await,
-            Method::Join => client.join(request).await,
-            Method::Remove => client.remove(request).await,
-            Method::ReadIndex => client.read_index(request).await,
-            Method::Hello => client.hello(request).await,
-            Method::TimeoutNow => client.timeout_now(request).await,
+        let sent = async {
+            match method {
+                Method::Vote => client.vote(request).await,
+                Method::AppendEntries => client.append_entries(request).await,
+                Method::InstallSnapshot => client.install_snapshot(request).await,
+                Method::Forward => client.forward(request).await,
+                Method::Join => client.join(request).await,
+                Method::Remove => client.remove(request).await,
+                Method::ReadIndex => client.read_index(request).await,
+                Method::Hello => client.hello(request).await,
+                Method::TimeoutNow => client.timeout_now(request).await,
+            }
         };
+        // `grpc-timeout` bounds the call only once a connection is up; the connect timeout
+        // only the TCP connect. A peer whose listener is bound but not yet served (it is
+        // itself starting, and asking us) would hold the TLS or HTTP/2 handshake, and this
+        // call, for ever: the caller's bound covers the whole call.
+        let reply =
+            tokio::time::timeout(timeout, sent)
+                .await
+                .map_err(|_| TransportError::Unreachable {
+                    addr: addr.to_owned(),
+                    reason: format!("no answer within {} ms", timeout.as_millis()),
+                })?;
         let reply = reply.map_err(|status| match status.code() {
             tonic::Code::Unavailable
             | tonic::Code::Cancelled

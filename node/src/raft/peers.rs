@@ -221,7 +221,20 @@ async fn enroll(config: &Config, token: &str) -> Result<ClusterCa, PeersError> {
     }
 }
 
+/// One enrollment attempt at `addr`, bounded as a whole: a peer whose listener is bound but
+/// not yet served must not hold a starting node for ever.
 async fn enroll_at(addr: &str, token: &JoinToken, node: NodeId) -> Result<ClusterCa, Attempt> {
+    tokio::time::timeout(ENROLL_TIMEOUT, enroll_once(addr, token, node))
+        .await
+        .unwrap_or_else(|_| {
+            Err(Attempt::Retry(format!(
+                "no answer within {} s",
+                ENROLL_TIMEOUT.as_secs()
+            )))
+        })
+}
+
+async fn enroll_once(addr: &str, token: &JoinToken, node: NodeId) -> Result<ClusterCa, Attempt> {
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| Attempt::Fatal(format!("bad address: {e}")))?
         .connect_timeout(ENROLL_TIMEOUT)

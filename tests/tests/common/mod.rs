@@ -82,7 +82,14 @@ pub async fn start_once_unlocked(
 ) -> anyhow::Result<NodeHandle> {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        match rowcall_node::start_with(config.clone(), options.clone()).await {
+        // A start that never returns is a failure of this test, not a hang of the run.
+        let started = tokio::time::timeout(
+            std::time::Duration::from_secs(120),
+            rowcall_node::start_with(config.clone(), options.clone()),
+        )
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the node did not start within 120 s")));
+        match started {
             Err(e)
                 if format!("{e:#}").contains("could not acquire lock")
                     && tokio::time::Instant::now() < deadline =>
