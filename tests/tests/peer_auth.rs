@@ -457,14 +457,19 @@ async fn a_cluster_of_an_older_build_is_upgraded_by_restarting_every_node_with_o
     let mut cluster = Cluster::start(3, 0).await;
     let leader = cluster.leader().await;
     let put = |key: &'static str| json!({"key": key, "type": "static", "auth": "public", "content": "# WHAT: kept\n\n{}\n"});
-    let written = cluster
-        .http
-        .post(format!("{}/api/directory", cluster.url(leader)))
-        .header("x-terminal-key", ADMIN)
-        .json(&put("BEFORE_UPGRADE"))
-        .send()
-        .await
-        .unwrap();
+    let http = cluster.http.clone();
+    let insert = move |url: String, key: &'static str| {
+        let http = http.clone();
+        async move {
+            http.post(format!("{url}/api/directory"))
+                .header("x-terminal-key", ADMIN)
+                .json(&put(key))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let written = insert(cluster.url(leader), "BEFORE_UPGRADE").await;
     assert_eq!(written.status(), 201);
     cluster.converge(cluster.applied(leader)).await;
     for id in cluster.ids() {
@@ -501,14 +506,7 @@ async fn a_cluster_of_an_older_build_is_upgraded_by_restarting_every_node_with_o
     // client retries it.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     let written = loop {
-        let written = cluster
-            .http
-            .post(format!("{}/api/directory", cluster.url(leader)))
-            .header("x-terminal-key", ADMIN)
-            .json(&put("AFTER_UPGRADE"))
-            .send()
-            .await
-            .unwrap();
+        let written = insert(cluster.url(leader), "AFTER_UPGRADE").await;
         if written.status() != 503 || tokio::time::Instant::now() > deadline {
             break written;
         }
