@@ -56,7 +56,9 @@ def load_book():
     pages = {}
     for folder, _, files in os.walk(BOOK):
         for name in files:
-            if name.endswith(".html") and name not in ("print.html", "toc.html"):
+            if name in ("print.html", "toc.html"):
+                pages[os.path.normpath(os.path.join(folder, name))] = Page()
+            elif name.endswith(".html"):
                 path = os.path.join(folder, name)
                 page = Page()
                 with open(path, encoding="utf-8") as f:
@@ -206,11 +208,30 @@ def load_cli():
 
 
 COMMAND = re.compile(r"(?:^|(?<=[\s/(=$]))(rowcall(?:-node)?)(?=\s)")
+# What may stand before a command: nothing, a prompt, sudo, a shell operator, `$(`, or an
+# environment assignment (`VAR=value`, `VAR=$(…)`). Anything else is an argument of
+# another command (`cargo build -p rowcall-node`, `install … target/release/rowcall`).
+COMMAND_START = re.compile(
+    r"^(?:|\$|sudo|exec|nohup|setsid|&&|\|\||\||;|\(|.*\(|[A-Z_][A-Z0-9_]*=\S*|\S*\))$"
+)
+
+
+def starts_command(text, at):
+    """Whether the word at `at` (a match of COMMAND) is a command, not an argument."""
+    before = text[:at]
+    word_start = len(before) - len(before.split()[-1]) if before and not before[-1].isspace() else at
+    prefix = text[word_start:at]
+    if prefix and not re.fullmatch(r"(?:\S*/)?", prefix):
+        return False
+    previous = text[:word_start].split()
+    return bool(COMMAND_START.match(previous[-1] if previous else ""))
 STOPS = {"|", "||", "&&", ";", "&", ">", ">>", "2>&1", "\\"}
 
 
 def check_command(commands, where, text):
     for m in COMMAND.finditer(text):
+        if not starts_command(text, m.start(1)):
+            continue
         root = m.group(1)
         tokens = text[m.end():].split()
         path = (root,)
@@ -223,6 +244,7 @@ def check_command(commands, where, text):
             token = tokens[i].strip("`")
             if token in STOPS or token.startswith("#") or token.startswith(")"):
                 break
+            closes = token.endswith(")")
             token = token.rstrip(")`")
             subs, flags, valued = commands[path]
             if token.startswith("--"):
@@ -231,6 +253,8 @@ def check_command(commands, where, text):
                     error(where, f"`{' '.join(path)}` has no flag {flag}")
                 elif flag in valued and "=" not in token:
                     i += 1
+                    if i < len(tokens) and tokens[i].endswith(")"):
+                        break
             elif token.startswith("-"):
                 pass
             elif subs and not seen_positional:
@@ -243,6 +267,8 @@ def check_command(commands, where, text):
                     break
             else:
                 seen_positional = True
+            if closes:
+                break
             i += 1
 
 
@@ -259,7 +285,8 @@ def code_of_markdown(text):
                 pending += line.rstrip()[:-1] + " "
                 n0 = n0 or n
                 continue
-            out.append((n0 or n, (pending + line).lstrip("$ ")))
+            code = re.sub(r"(^|\s)#.*$", "", pending + line)  # a shell comment
+            out.append((n0 or n, code.lstrip("$ ")))
             pending, n0 = "", 0
         else:
             for span in re.findall(r"`([^`]+)`", line):
@@ -280,7 +307,7 @@ def check_commands():
             text = f.read()
         for n, code in code_of_markdown(text):
             if COMMAND.search(code):
-                checked += len(COMMAND.findall(code))
+                checked += sum(starts_command(code, m.start(1)) for m in COMMAND.finditer(code))
                 check_command(commands, f"{os.path.relpath(path, REPO)}:{n}", code)
     return checked
 

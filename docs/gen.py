@@ -95,7 +95,9 @@ def render_http(doc):
             op = doc["paths"][path].get(method)
             if not op:
                 continue
-            out.append(f"## {method.upper()} {path}\n\n")
+            # Escaped: mdBook reads a trailing `{…}` in a heading as its attributes.
+            escaped = path.replace("{", "\\{").replace("}", "\\}")
+            out.append(f"## {method.upper()} {escaped}\n\n")
             summary = op.get("summary", "")
             description = op.get("description", "")
             if summary:
