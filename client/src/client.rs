@@ -853,7 +853,7 @@ impl Client {
             if let (Kind::Once, Some(within)) = (kind, options.hedge_after) {
                 self.live_first(&mut order, within).await;
             }
-            let mut next = order.iter().copied();
+            let mut next = order.into_iter();
             let mut pending = FuturesUnordered::new();
             // Nodes whose attempt of this round is still out.
             let mut out = Vec::new();
@@ -892,6 +892,8 @@ impl Client {
                     Kind::Converges | Kind::Once => None,
                 };
                 let hedge = match delay {
+                    // Going round again waits as long as a new round would.
+                    Some(delay) if pending.len() < 2 && next.len() == 0 => delay.max(backoff),
                     Some(delay) if pending.len() < 2 => delay,
                     _ => Duration::MAX,
                 };
@@ -940,7 +942,19 @@ impl Client {
                         }
                     }
                     _ = sleep, if hedge != Duration::MAX => {
-                        if let Some(at) = next.next() {
+                        // Every other node has had its turn this round (they refused at once:
+                        // an election was under way) while one attempt hangs: go round them
+                        // again, one per hedge delay, rather than wait on the hanging one.
+                        let at = next.next().or_else(|| {
+                            next = self.order(write_like)
+                                .into_iter()
+                                .filter(|at| !out.contains(at))
+                                .collect::<Vec<_>>()
+                                .into_iter();
+                            backoff = (backoff * 2).min(options.backoff_max);
+                            next.next()
+                        });
+                        if let Some(at) = at.filter(|_| Instant::now() < deadline) {
                             launch(at, &mut pending);
                             out.push(at);
                             attempts += 1;
