@@ -19,6 +19,7 @@ The four-step loop::
 """
 
 from ._core import Attempted
+from ._json import row_input, row_json
 from .aio import AsyncClient, Invocation, Watch
 from .errors import (
     AddressError,
@@ -38,7 +39,6 @@ from .errors import (
 )
 from .sync import Client, SyncWatch
 from .verify import NotYetCovered, Verdict, VerifyError
-from ._json import row_input, row_json
 
 __all__ = [
     "AddressError",

@@ -274,7 +274,9 @@ class _Verdict(enum.Enum):
 
 
 def _timed_out() -> Rejection:
-    return Rejection(grpc.StatusCode.DEADLINE_EXCEEDED, "", "no answer within the attempt's timeout")
+    return Rejection(
+        grpc.StatusCode.DEADLINE_EXCEEDED, "", "no answer within the attempt's timeout"
+    )
 
 
 class Session:
@@ -479,7 +481,8 @@ class Session:
 
             def launch() -> bool:
                 nonlocal attempts, probe_at, probe
-                at = next(upcoming, None)
+                # Called only within this round: the round's iterator and pending set.
+                at = next(upcoming, None)  # noqa: B023
                 if at is None:
                     return False
                 remaining = deadline - time.monotonic()
@@ -489,7 +492,7 @@ class Session:
                 task = asyncio.ensure_future(
                     asyncio.wait_for(attempt(self.nodes[at], metadata, timeout), timeout + 0.25)
                 )
-                pending[task] = (at, time.monotonic(), min_index)
+                pending[task] = (at, time.monotonic(), min_index)  # noqa: B023
                 attempts += 1
                 if silence is not None:
                     probe_at = time.monotonic() + silence
@@ -512,7 +515,8 @@ class Session:
                     if probe is not None:
                         tasks.add(probe)
                     done, _ = await asyncio.wait(
-                        tasks, timeout=min(waits) if waits else None,
+                        tasks,
+                        timeout=min(waits) if waits else None,
                         return_when=asyncio.FIRST_COMPLETED,
                     )
                     if probe is not None and probe in done:
@@ -522,7 +526,7 @@ class Session:
                         if alive:
                             probe_at = time.monotonic() + (silence or 0.0)
                         elif len(pending) == 1 and silence is not None:
-                            (at, _, _), = pending.values()
+                            ((at, _, _),) = pending.values()
                             self.suspect(at)
                             raise OutcomeUnknown(
                                 self.nodes[at].authority,
@@ -536,9 +540,14 @@ class Session:
                             )
                     if not done:
                         now = time.monotonic()
-                        if probe_at is not None and probe is None and now >= probe_at \
-                                and len(pending) == 1 and silence is not None:
-                            (at, _, _), = pending.values()
+                        if (
+                            probe_at is not None
+                            and probe is None
+                            and now >= probe_at
+                            and len(pending) == 1
+                            and silence is not None
+                        ):
+                            ((at, _, _),) = pending.values()
                             probe = asyncio.ensure_future(self.answers_within(at, silence))
                             continue
                         if hedge_delay is not None and len(pending) < 2:
@@ -549,7 +558,7 @@ class Session:
                         node = self.nodes[at].authority
                         error = task.exception()
                         if error is None:
-                            answer = task.result()
+                            answer: _Answer[T] = task.result()
                             self.observe(answer.metadata)
                             self._report(node, method, started, min_index, answer.metadata, None)
                             self.trust(at)
@@ -562,7 +571,9 @@ class Session:
                         if not isinstance(error, grpc.aio.AioRpcError | asyncio.TimeoutError):
                             raise error
                         verdict, rejection = self.judge(kind, error)
-                        failed_md = _trailers(error) if isinstance(error, grpc.aio.AioRpcError) else None
+                        failed_md = (
+                            _trailers(error) if isinstance(error, grpc.aio.AioRpcError) else None
+                        )
                         self._report(node, method, started, min_index, failed_md, rejection)
                         if verdict is _Verdict.REJECTED:
                             self.trust(at)
@@ -588,7 +599,10 @@ class Session:
             if now >= deadline:
                 raise Unavailable(
                     attempts,
-                    last or Rejection(grpc.StatusCode.DEADLINE_EXCEEDED, "", "the call's deadline passed"),
+                    last
+                    or Rejection(
+                        grpc.StatusCode.DEADLINE_EXCEEDED, "", "the call's deadline passed"
+                    ),
                 )
             await asyncio.sleep(min(random.uniform(0.0, backoff), deadline - now))
             backoff = min(backoff * 2, opts.backoff_max)
@@ -600,7 +614,9 @@ class Session:
     ) -> AttemptFn[T]:
         """An attempt of a unary call: the message and the metadata the node answered with."""
 
-        async def attempt(node: Node, metadata: list[tuple[str, str]], timeout: float) -> _Answer[T]:
+        async def attempt(
+            node: Node, metadata: list[tuple[str, str]], timeout: float
+        ) -> _Answer[T]:
             call = node.unary(method, response)(
                 request, metadata=[*metadata, *extra], timeout=timeout
             )

@@ -225,7 +225,10 @@ class AsyncClient:
     async def confirm(self, receipt_id: str) -> api_pb2.ConfirmResponse:
         """Checks a receipt without a credential; an unknown id is :class:`rowcall.NotFound`."""
         answer: api_pb2.ConfirmResponse = await self._unary(
-            Kind.READ, False, _D + "Confirm", api_pb2.ConfirmRequest(id=receipt_id),
+            Kind.READ,
+            False,
+            _D + "Confirm",
+            api_pb2.ConfirmRequest(id=receipt_id),
             api_pb2.ConfirmResponse,
         )
         return answer
@@ -309,7 +312,10 @@ class AsyncClient:
     async def receipt(self, receipt_id: str) -> types_pb2.Receipt:
         """One receipt with its stored input and output (admin key)."""
         answer: types_pb2.Receipt = await self._unary(
-            Kind.READ, False, _R + "Get", api_pb2.GetReceiptRequest(id=receipt_id),
+            Kind.READ,
+            False,
+            _R + "Get",
+            api_pb2.GetReceiptRequest(id=receipt_id),
             types_pb2.Receipt,
         )
         return answer
@@ -317,7 +323,10 @@ class AsyncClient:
     async def receipts(self, key: str, limit: int = 0) -> api_pb2.ListReceiptsResponse:
         """The receipts of one row, newest first (admin key; ``limit`` 0: 50)."""
         answer: api_pb2.ListReceiptsResponse = await self._unary(
-            Kind.READ, False, _R + "ListByKey", api_pb2.ListReceiptsRequest(key=key, limit=limit),
+            Kind.READ,
+            False,
+            _R + "ListByKey",
+            api_pb2.ListReceiptsRequest(key=key, limit=limit),
             api_pb2.ListReceiptsResponse,
         )
         return answer
@@ -327,7 +336,10 @@ class AsyncClient:
     async def checkpoint(self) -> api_pb2.SignedCheckpoint:
         """The latest checkpoint of the receipt log a majority of voters signed."""
         answer: api_pb2.SignedCheckpoint = await self._unary(
-            Kind.READ, False, _T + "Checkpoint", api_pb2.CheckpointRequest(),
+            Kind.READ,
+            False,
+            _T + "Checkpoint",
+            api_pb2.CheckpointRequest(),
             api_pb2.SignedCheckpoint,
         )
         return answer
@@ -336,7 +348,10 @@ class AsyncClient:
         """A receipt's leaf and its inclusion path into the tree of ``size`` leaves (0: the
         latest co-signed checkpoint's, which the answer then carries)."""
         answer: api_pb2.InclusionProof = await self._unary(
-            Kind.READ, False, _T + "Prove", api_pb2.ProveRequest(id=receipt_id, size=size),
+            Kind.READ,
+            False,
+            _T + "Prove",
+            api_pb2.ProveRequest(id=receipt_id, size=size),
             api_pb2.InclusionProof,
         )
         return answer
@@ -344,7 +359,7 @@ class AsyncClient:
     async def consistency(self, old: int, new: int) -> api_pb2.ConsistencyProof:
         """The proof that the tree of ``old`` leaves is a prefix of the tree of ``new``."""
         request = api_pb2.ConsistencyRequest(to=new)
-        setattr(request, "from", old)  # noqa: B010 (`from` is a Python keyword)
+        setattr(request, "from", old)
         answer: api_pb2.ConsistencyProof = await self._unary(
             Kind.READ, False, _T + "Consistency", request, api_pb2.ConsistencyProof
         )
@@ -364,7 +379,11 @@ class AsyncClient:
         from .verify import verify_receipt
 
         return await verify_receipt(
-            self, receipt_id, receipt=receipt, keys=keys, trust_node_keys=trust_node_keys,
+            self,
+            receipt_id,
+            receipt=receipt,
+            keys=keys,
+            trust_node_keys=trust_node_keys,
             state=state,
         )
 
@@ -380,8 +399,11 @@ class AsyncClient:
     async def join_token(self, ttl_seconds: int = 0) -> api_pb2.JoinTokenResponse:
         """Mints a join token (admin key); never retried once it may have reached a node."""
         answer: api_pb2.JoinTokenResponse = await self._unary(
-            Kind.ONCE, True, _C + "CreateJoinToken",
-            api_pb2.CreateJoinTokenRequest(ttl_seconds=ttl_seconds), api_pb2.JoinTokenResponse,
+            Kind.ONCE,
+            True,
+            _C + "CreateJoinToken",
+            api_pb2.CreateJoinTokenRequest(ttl_seconds=ttl_seconds),
+            api_pb2.JoinTokenResponse,
         )
         return answer
 
@@ -491,4 +513,3 @@ class Watch:
     def last_index(self) -> int | None:
         """The index of the last event delivered."""
         return self._last
-

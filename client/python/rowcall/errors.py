@@ -54,14 +54,14 @@ class Rejection:
             except Exception:  # a malformed detail is no detail
                 continue
             for any_detail in details.details:
-                if any_detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                if any_detail.type_url.endswith("/google.rpc.ErrorInfo"):
                     info = error_details_pb2.ErrorInfo()
                     any_detail.Unpack(info)
                     if info.domain == DOMAIN:
                         code = info.reason
                         hint = info.metadata.get("hint", "")
                         request_id = info.metadata.get("request_id")
-                elif any_detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                elif any_detail.type_url.endswith("/google.rpc.BadRequest"):
                     bad = error_details_pb2.BadRequest()
                     any_detail.Unpack(bad)
                     violations.extend((v.field, v.description) for v in bad.field_violations)
@@ -73,7 +73,9 @@ class Rejection:
         return bool(self.code)
 
     def __str__(self) -> str:
-        text = f"{self.message} ({self.code})" if self.code else f"{self.status.name}: {self.message}"
+        text = (
+            f"{self.message} ({self.code})" if self.code else f"{self.status.name}: {self.message}"
+        )
         for pointer, message in self.violations:
             text += f"; {pointer}: {message}"
         if self.hint:

@@ -124,7 +124,9 @@ class Client:
         """One row."""
         return self._run(self._async.get(key))
 
-    def list(self, category: str = "", cursor: str = "", limit: int = 0) -> api_pb2.ListRowsResponse:
+    def list(
+        self, category: str = "", cursor: str = "", limit: int = 0
+    ) -> api_pb2.ListRowsResponse:
         """A page of rows in key order."""
         return self._run(self._async.list(category, cursor, limit))
 
@@ -193,7 +195,10 @@ class Client:
         """Checks a receipt as ``rowcall verify`` does; returns a ``Verdict``."""
         return self._run(
             self._async.verify(
-                receipt_id, receipt=receipt, keys=keys, trust_node_keys=trust_node_keys,
+                receipt_id,
+                receipt=receipt,
+                keys=keys,
+                trust_node_keys=trust_node_keys,
                 state=state,
             )
         )

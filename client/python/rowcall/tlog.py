@@ -58,7 +58,9 @@ def decode_hash(text: str) -> bytes:
     return raw
 
 
-def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes) -> None:
+def verify_inclusion(
+    index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes
+) -> None:
     """Checks that ``leaf`` at ``index`` is in the tree of ``size`` leaves with ``root``
     (RFC 9162 §2.1.3.2)."""
     if index >= size:
@@ -224,7 +226,9 @@ class VerifierKey:
             raise TlogError("format", f"key name {name!r} is empty or holds a space or '+'")
         key = cls(name, data[1:])
         if len(hash_hex) != 8 or key.id().hex() != hash_hex.lower():
-            raise TlogError("format", f"verifier key {text!r}: its hash does not match its name and key")
+            raise TlogError(
+                "format", f"verifier key {text!r}: its hash does not match its name and key"
+            )
         return key
 
     def verifies(self, message: bytes, signature: bytes) -> bool:

@@ -6,7 +6,7 @@ pinned (voter keys, the log's origin, the last checkpoint it saw) is the trust.
 ::
 
   claim (an id, or a receipt) ─┐
-  SignedCheckpoint ────────────┼─► checkpoint: note = fields, signed by a majority of the pinned keys
+  SignedCheckpoint ────────────┼─► checkpoint: note = fields, signed by most pinned keys
   ConsistencyProof ────────────┤   history:    same size ⇒ same root; else the smaller tree is a
   InclusionProof ──────────────┘               prefix of the larger; leaf; inclusion in the root
                                     ▼
@@ -58,8 +58,16 @@ class NotYetCovered(VerifyError):
 
 
 #: The fields of a receipt its leaf commits to.
-_LEAF_FIELDS = ("id", "key", "row_version", "caller", "started_at", "input_sha256",
-                "output_sha256", "ok")
+_LEAF_FIELDS = (
+    "id",
+    "key",
+    "row_version",
+    "caller",
+    "started_at",
+    "input_sha256",
+    "output_sha256",
+    "ok",
+)
 
 
 def receipt_leaf_of(receipt: Mapping[str, Any]) -> bytes:
@@ -70,19 +78,27 @@ def receipt_leaf_of(receipt: Mapping[str, Any]) -> bytes:
         raise VerifyError("receipt", f"not a receipt: no {missing[0]}")
     error = receipt.get("error")
     types_ok = (
-        all(isinstance(receipt[f], str) for f in ("id", "key", "caller", "started_at",
-                                                   "input_sha256", "output_sha256"))
-        and isinstance(receipt["row_version"], int) and not isinstance(receipt["row_version"], bool)
+        all(
+            isinstance(receipt[f], str)
+            for f in ("id", "key", "caller", "started_at", "input_sha256", "output_sha256")
+        )
+        and isinstance(receipt["row_version"], int)
+        and not isinstance(receipt["row_version"], bool)
         and isinstance(receipt["ok"], bool)
         and (error is None or isinstance(error, str))
     )
     if not types_ok:
         raise VerifyError("receipt", "not a receipt: a field has the wrong type")
     return tlog.receipt_leaf(
-        id=receipt["id"], key=receipt["key"], row_version=receipt["row_version"],
-        caller=receipt["caller"], started_at=receipt["started_at"],
-        input_sha256=receipt["input_sha256"], output_sha256=receipt["output_sha256"],
-        ok=receipt["ok"], error=error,
+        id=receipt["id"],
+        key=receipt["key"],
+        row_version=receipt["row_version"],
+        caller=receipt["caller"],
+        started_at=receipt["started_at"],
+        input_sha256=receipt["input_sha256"],
+        output_sha256=receipt["output_sha256"],
+        ok=receipt["ok"],
+        error=error,
     )
 
 
@@ -129,10 +145,16 @@ class Witness:
         checkpoint = None
         if self.seen is not None:
             c = self.seen.checkpoint
-            checkpoint = {"origin": c.origin, "size": c.size, "root": tlog.encode_hash(c.root),
-                          "note": self.seen.note}
-        return json.dumps({"keys": [str(k) for k in self.keys], "checkpoint": checkpoint},
-                          indent=2) + "\n"
+            checkpoint = {
+                "origin": c.origin,
+                "size": c.size,
+                "root": tlog.encode_hash(c.root),
+                "note": self.seen.note,
+            }
+        return (
+            json.dumps({"keys": [str(k) for k in self.keys], "checkpoint": checkpoint}, indent=2)
+            + "\n"
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Witness:
@@ -203,6 +225,7 @@ def choose_keys(
 ) -> Keys:
     """The keys given, else those pinned, else (trust on first use) the node's keys of the
     checkpoint's voters. Pinned keys win over the node's: a node cannot swap them."""
+
     def dedup(keys: Sequence[VerifierKey]) -> tuple[VerifierKey, ...]:
         return tuple(dict.fromkeys(keys))
 
@@ -211,15 +234,20 @@ def choose_keys(
     if witness.keys:
         return Keys(witness.keys, "pinned")
     if node is None:
-        raise VerifyError("no_keys", "no voter keys pinned: pass keys=[...] (from the operator), "
-                          "or trust_node_keys=True to pin the node's on first use")
+        raise VerifyError(
+            "no_keys",
+            "no voter keys pinned: pass keys=[...] (from the operator), "
+            "or trust_node_keys=True to pin the node's on first use",
+        )
     voters = {f"{node.origin}/node{v}" for v in node.voters}
     keys = []
     for text in node.keys:
         try:
             key = VerifierKey.parse(text)
         except TlogError as e:
-            raise VerifyError("malformed", f"the node's answer is malformed: the node's keys: {e}") from e
+            raise VerifyError(
+                "malformed", f"the node's answer is malformed: the node's keys: {e}"
+            ) from e
         if key.name in voters:
             keys.append(key)
     if not keys:
@@ -253,17 +281,22 @@ class Verdict:
             text += "the receipt given is "
         text += f"leaf {self.leaf_index} of {self.checkpoint.size}"
         if self.leaf == "hash_only":
-            text += (f" (body dropped by retention: its hash is proved, that it is {self.id}'s "
-                     "is the node's word)")
+            text += (
+                f" (body dropped by retention: its hash is proved, that it is {self.id}'s "
+                "is the node's word)"
+            )
         elif self.body_dropped:
             text += " (body dropped by retention)"
-        text += (f" in the checkpoint co-signed by {len(self.signers)} of {self.pinned} pinned "
-                 f"voters ({self.checkpoint.origin}), ")
+        text += (
+            f" in the checkpoint co-signed by {len(self.signers)} of {self.pinned} pinned "
+            f"voters ({self.checkpoint.origin}), "
+        )
         text += {
             "first": "the first checkpoint seen (remembered from now on)",
             "same": "the same checkpoint as seen before",
             "extends": f"consistent with the checkpoint of size {self.history_size} seen before",
-            "behind": f"a prefix of the larger checkpoint of size {self.history_size} seen before (kept)",
+            "behind": f"a prefix of the larger checkpoint of size {self.history_size} "
+            "seen before (kept)",
         }[self.history]
         if self.keys_from == "node":
             text += "; voter keys taken from the node on first use and pinned"
@@ -281,7 +314,9 @@ class Evidence:
 
 def _hash(what: str, raw: bytes) -> bytes:
     if len(raw) != 32:
-        raise VerifyError("malformed", f"the node's answer is malformed: {what} is {len(raw)} bytes, not 32")
+        raise VerifyError(
+            "malformed", f"the node's answer is malformed: {what} is {len(raw)} bytes, not 32"
+        )
     return bytes(raw)
 
 
@@ -291,16 +326,19 @@ def _check_checkpoint(
     claimed = Checkpoint(signed.origin, signed.size, _hash("the checkpoint's root", signed.root))
     pinned = witness.origin()
     if pinned is not None and pinned != claimed.origin:
-        raise VerifyError("other_origin",
-                          f"the checkpoint is of the log {claimed.origin!r}, not the pinned {pinned!r}")
+        raise VerifyError(
+            "other_origin",
+            f"the checkpoint is of the log {claimed.origin!r}, not the pinned {pinned!r}",
+        )
     if not keys.keys:
         raise VerifyError("no_keys", "no voter keys pinned")
     try:
         body, signers = tlog.verified_signers(signed.note, keys.keys)
     except TlogError as e:
         if e.kind == "signature":
-            raise VerifyError("bad_signature",
-                              f"BAD SIGNATURE on the checkpoint of size {signed.size}: {e}") from e
+            raise VerifyError(
+                "bad_signature", f"BAD SIGNATURE on the checkpoint of size {signed.size}: {e}"
+            ) from e
         raise VerifyError("note", f"the checkpoint's note does not hold: {e}") from e
     try:
         read = Checkpoint.parse(body)
@@ -346,8 +384,10 @@ def _check_history(
     elif small.size == 0:
         path = []
     else:
-        raise VerifyError("missing_consistency",
-                          f"no consistency proof between the tree sizes {small.size} and {large.size}")
+        raise VerifyError(
+            "missing_consistency",
+            f"no consistency proof between the tree sizes {small.size} and {large.size}",
+        )
     try:
         tlog.verify_consistency(small.size, large.size, small.root, large.root, path)
     except TlogError as e:
@@ -369,8 +409,9 @@ def _check_history(
     return ("extends", old.size) if old.size < new.size else ("behind", old.size)
 
 
-def _check_leaf(receipt_id: str, receipt: Mapping[str, Any] | None,
-                proof: api_pb2.InclusionProof) -> str:
+def _check_leaf(
+    receipt_id: str, receipt: Mapping[str, Any] | None, proof: api_pb2.InclusionProof
+) -> str:
     if proof.id != receipt_id:
         raise VerifyError("other_receipt", f"the proof is for {proof.id}, not {receipt_id}")
     leaf_hash = _hash("the leaf hash", proof.leaf_hash)
@@ -380,15 +421,19 @@ def _check_leaf(receipt_id: str, receipt: Mapping[str, Any] | None,
     )
     if not proof.leaf:
         if not proof.body_dropped:
-            raise VerifyError("malformed", "the node's answer is malformed: no leaf, and "
-                              "retention did not drop its body")
+            raise VerifyError(
+                "malformed",
+                "the node's answer is malformed: no leaf, and retention did not drop its body",
+            )
         if receipt is None:
             return "hash_only"
         if tlog.leaf_hash(receipt_leaf_of(receipt)) == leaf_hash:
             return "receipt"
         raise edited
     if tlog.leaf_hash(proof.leaf.encode()) != leaf_hash:
-        raise VerifyError("leaf_hash", f"leaf {proof.leaf_index} does not hash to the proof's leaf hash")
+        raise VerifyError(
+            "leaf_hash", f"leaf {proof.leaf_index} does not hash to the proof's leaf hash"
+        )
     if receipt is not None:
         if receipt_leaf_of(receipt) == proof.leaf.encode():
             return "receipt"
@@ -396,7 +441,9 @@ def _check_leaf(receipt_id: str, receipt: Mapping[str, Any] | None,
     try:
         leaf = json.loads(proof.leaf)
     except ValueError as e:
-        raise VerifyError("malformed", f"the node's answer is malformed: the leaf is not JSON: {e}") from e
+        raise VerifyError(
+            "malformed", f"the node's answer is malformed: the leaf is not JSON: {e}"
+        ) from e
     named = leaf.get("id") if isinstance(leaf, dict) else None
     if named != receipt_id:
         raise VerifyError("other_receipt", f"the proof is for {named or 'no id'}, not {receipt_id}")
@@ -424,8 +471,13 @@ def verify(
         )
     path = [_hash("an inclusion path hash", h) for h in proof.path]
     try:
-        tlog.verify_inclusion(proof.leaf_index, checkpoint.size,
-                              _hash("the leaf hash", proof.leaf_hash), path, checkpoint.root)
+        tlog.verify_inclusion(
+            proof.leaf_index,
+            checkpoint.size,
+            _hash("the leaf hash", proof.leaf_hash),
+            path,
+            checkpoint.root,
+        )
     except TlogError as e:
         raise VerifyError(
             "inclusion",
@@ -433,9 +485,17 @@ def verify(
             f"{checkpoint.size} fails: {e}",
         ) from e
     return Verdict(
-        id=receipt_id, leaf=leaf, body_dropped=proof.body_dropped, leaf_index=proof.leaf_index,
-        checkpoint=checkpoint, note=evidence.checkpoint.note, signers=signers,
-        pinned=len(keys.keys), keys_from=keys.source, history=history, history_size=history_size,
+        id=receipt_id,
+        leaf=leaf,
+        body_dropped=proof.body_dropped,
+        leaf_index=proof.leaf_index,
+        checkpoint=checkpoint,
+        note=evidence.checkpoint.note,
+        signers=signers,
+        pinned=len(keys.keys),
+        keys_from=keys.source,
+        history=history,
+        history_size=history_size,
     )
 
 

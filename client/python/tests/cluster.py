@@ -74,16 +74,32 @@ class Cluster:
             self._certificates()
         for i, (http, grpc) in enumerate(ports, start=1):
             others = ",".join(f"127.0.0.1:{g}" for j, (_, g) in enumerate(ports, 1) if j != i)
-            args = ["--id", str(i), "--http", f"127.0.0.1:{http}", "--grpc", f"127.0.0.1:{grpc}",
-                    "--data", str(self.root / f"node-{i}"), "--bootstrap"]
+            args = [
+                "--id",
+                str(i),
+                "--http",
+                f"127.0.0.1:{http}",
+                "--grpc",
+                f"127.0.0.1:{grpc}",
+                "--data",
+                str(self.root / f"node-{i}"),
+                "--bootstrap",
+            ]
             if others:
                 args += ["--join", others]
             if self.tls:
                 tls = self.root / "tls"
-                args += ["--peer-ca", str(tls / "ca.crt"), "--peer-cert", str(tls / f"node-{i}.crt"),
-                         "--peer-key", str(tls / f"node-{i}.key")]
-            self.nodes.append(Node(i, http, grpc, self.root / f"node-{i}",
-                                   self.root / f"node-{i}.log", args))
+                args += [
+                    "--peer-ca",
+                    str(tls / "ca.crt"),
+                    "--peer-cert",
+                    str(tls / f"node-{i}.crt"),
+                    "--peer-key",
+                    str(tls / f"node-{i}.key"),
+                ]
+            self.nodes.append(
+                Node(i, http, grpc, self.root / f"node-{i}", self.root / f"node-{i}.log", args)
+            )
         for node in self.nodes:
             self.launch(node.id)
         for node in self.nodes:
@@ -94,8 +110,12 @@ class Cluster:
         script = REPO / "deploy" / "tls" / "make-certs.sh"
         tls = self.root / "tls"
         for i in range(1, self.n + 1):
-            subprocess.run(["bash", str(script), str(tls), f"node-{i}", "127.0.0.1"], check=True,
-                           stdout=subprocess.DEVNULL, timeout=60)
+            subprocess.run(
+                ["bash", str(script), str(tls), f"node-{i}", "127.0.0.1"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                timeout=60,
+            )
         self.ca = tls / "ca.crt"
 
     def node(self, id: int) -> Node:
@@ -103,12 +123,22 @@ class Cluster:
 
     def launch(self, id: int) -> None:
         node = self.node(id)
-        env = dict(os.environ, ROWCALL_ADMIN_KEY=ADMIN_KEY, ROWCALL_CLUSTER_SECRET=CLUSTER_SECRET,
-                   ROWCALL_RATE_LIMIT="off", NO_COLOR="1",
-                   ROWCALL_LOG=os.environ.get("ROWCALL_LOG", "info,openraft=warn,sled=warn"))
+        env = dict(
+            os.environ,
+            ROWCALL_ADMIN_KEY=ADMIN_KEY,
+            ROWCALL_CLUSTER_SECRET=CLUSTER_SECRET,
+            ROWCALL_RATE_LIMIT="off",
+            NO_COLOR="1",
+            ROWCALL_LOG=os.environ.get("ROWCALL_LOG", "info,openraft=warn,sled=warn"),
+        )
         log = open(node.log, "ab")  # noqa: SIM115 (the child keeps it)
-        node.process = subprocess.Popen([str(node_binary()), *node.args], env=env,
-                                        stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        node.process = subprocess.Popen(
+            [str(node_binary()), *node.args],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
         log.close()
 
     def ready(self, id: int) -> bool:
@@ -124,8 +154,9 @@ class Cluster:
     def _ready_tls(self, id: int) -> bool:
         # The HTTP listener is plain HTTP here (no --https-cert).
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.node(id).http}/readyz",
-                                        timeout=1) as answer:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.node(id).http}/readyz", timeout=1
+            ) as answer:
                 return bool(answer.status == 200)
         except OSError:
             return False

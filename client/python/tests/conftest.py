@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from cluster import ADMIN_KEY, Cluster  # noqa: E402
+from cluster import ADMIN_KEY, Cluster
 
 
 @pytest.fixture(scope="session")

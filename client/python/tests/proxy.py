@@ -3,6 +3,7 @@ still passes requests in: the answer of a call that reached the node is lost."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -48,16 +49,12 @@ class LossyProxy:
             pass
         finally:
             for s in (source, sink):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
         self._closed = True
         self._listener.close()
         for s in self._sockets:
-            try:
+            with contextlib.suppress(OSError):
                 s.close()
-            except OSError:
-                pass

@@ -31,11 +31,19 @@ def key(prefix: str) -> str:
 
 
 def static_row(k: str, text: str = "hello", **extra: object) -> dict[str, object]:
-    return {"key": k, "type": "static", "auth": "public", "category": "PyTest",
-            "content": f"# WHAT: {k.lower()} python test row\n\n{text}", **extra}
+    return {
+        "key": k,
+        "type": "static",
+        "auth": "public",
+        "category": "PyTest",
+        "content": f"# WHAT: {k.lower()} python test row\n\n{text}",
+        **extra,
+    }
 
 
-def test_the_four_calls_and_typed_errors_with_code_and_hint(cluster: Cluster, admin_key: str) -> None:
+def test_the_four_calls_and_typed_errors_with_code_and_hint(
+    cluster: Cluster, admin_key: str
+) -> None:
     with rowcall.Client(cluster.grpc_addrs(), credential=admin_key) as client:
         k = key("GREET")
         client.put(static_row(k, "hi from python"))
@@ -61,8 +69,10 @@ def test_the_four_calls_and_typed_errors_with_code_and_hint(cluster: Cluster, ad
             client.put({"key": k, "type": "static", "colour": "blue"})
         with pytest.raises(rowcall.Conflict):
             client.put(static_row(k, if_version=1))
-    with rowcall.Client(cluster.grpc_addrs(), credential="") as anonymous, \
-            pytest.raises(rowcall.Unauthenticated) as no_key:
+    with (
+        rowcall.Client(cluster.grpc_addrs(), credential="") as anonymous,
+        pytest.raises(rowcall.Unauthenticated) as no_key,
+    ):
         anonymous.put(static_row(key("ANON")))
     assert no_key.value.code == "unauthorized"
 
@@ -74,8 +84,9 @@ def test_reads_on_a_follower_see_the_sessions_writes_through_the_leader(
     leader = cluster.node(cluster.leader())
     seen: list[rowcall.Attempted] = []
     # Reads go to the first node listed (the follower), writes to the leader once named.
-    with rowcall.Client([follower.grpc_addr, leader.grpc_addr], credential=admin_key,
-                        on_attempt=seen.append) as client:
+    with rowcall.Client(
+        [follower.grpc_addr, leader.grpc_addr], credential=admin_key, on_attempt=seen.append
+    ) as client:
         client.status()
         for i in range(15):
             k = key(f"RYW{i}")
@@ -87,12 +98,15 @@ def test_reads_on_a_follower_see_the_sessions_writes_through_the_leader(
         assert all(a.min_index > 0 for a in gets)
 
 
-def test_the_leader_killed_mid_session_reads_and_writes_go_on(cluster: Cluster, admin_key: str) -> None:
+def test_the_leader_killed_mid_session_reads_and_writes_go_on(
+    cluster: Cluster, admin_key: str
+) -> None:
     leader = cluster.leader()
     written: list[str] = []
     failures: list[BaseException] = []
     stop = threading.Event()
     with rowcall.Client(cluster.grpc_addrs(), credential=admin_key) as client:
+
         def work() -> None:
             while not stop.is_set():
                 k = key("FAIL")
@@ -132,8 +146,12 @@ def test_a_write_whose_answer_was_lost_is_retried_and_applied_once(
     other = cluster.node(followers(cluster)[0])
     proxy = LossyProxy(("127.0.0.1", leader.grpc))
     try:
-        with rowcall.Client([proxy.address, other.grpc_addr], credential=admin_key,
-                            write_timeout=1.5, write_hedge_after=None) as client:
+        with rowcall.Client(
+            [proxy.address, other.grpc_addr],
+            credential=admin_key,
+            write_timeout=1.5,
+            write_hedge_after=None,
+        ) as client:
             client.status()  # the connection through the proxy is up; no leader hint yet
             proxy.drop_answers = True
             k = key("ONCE")
@@ -156,8 +174,9 @@ def test_an_invocation_whose_answer_was_lost_is_outcome_unknown_and_ran_once(
         index = setup.session_index
     proxy = LossyProxy(("127.0.0.1", leader.grpc))
     try:
-        with rowcall.Client([proxy.address, other.grpc_addr], credential=admin_key,
-                            session_index=index) as client:
+        with rowcall.Client(
+            [proxy.address, other.grpc_addr], credential=admin_key, session_index=index
+        ) as client:
             client.status()
             proxy.drop_answers = True
             with pytest.raises(rowcall.OutcomeUnknown) as unknown:
@@ -179,8 +198,9 @@ def test_a_read_is_hedged_past_a_paused_node(cluster: Cluster) -> None:
     async def run() -> str:
         seen: list[rowcall.Attempted] = []
         # A read timeout beyond the deadline: only the hedge can answer in time.
-        async with rowcall.AsyncClient([follower.grpc_addr, *others], read_timeout=30,
-                                       deadline=5, on_attempt=seen.append) as client:
+        async with rowcall.AsyncClient(
+            [follower.grpc_addr, *others], read_timeout=30, deadline=5, on_attempt=seen.append
+        ) as client:
             await client.counts()
             cluster.pause(follower.id)
             try:
@@ -192,12 +212,15 @@ def test_a_read_is_hedged_past_a_paused_node(cluster: Cluster) -> None:
     assert asyncio.run(run()) != follower.grpc_addr
 
 
-def test_a_watch_resumes_on_another_node_after_its_node_died(cluster: Cluster, admin_key: str) -> None:
+def test_a_watch_resumes_on_another_node_after_its_node_died(
+    cluster: Cluster, admin_key: str
+) -> None:
     victim = cluster.node(followers(cluster)[0])
     others = [n.grpc_addr for n in cluster.nodes if n.id != victim.id]
     seen: list[rowcall.Attempted] = []
-    with rowcall.Client([victim.grpc_addr, *others], credential=admin_key,
-                        on_attempt=seen.append) as client:
+    with rowcall.Client(
+        [victim.grpc_addr, *others], credential=admin_key, on_attempt=seen.append
+    ) as client:
         start = client.counts() and client.session_index
         first, second = key("W1"), key("W2")
         watch = client.watch(since=start)
@@ -253,13 +276,25 @@ def test_verify_against_a_real_checkpoint_and_tampering_is_caught(
         assert again.keys_from == "pinned" and again.history in ("same", "extends")
         # The receipt as stored verifies as exactly this receipt; an edited one does not.
         stored = client.receipt(ran.receipt_id)
-        receipt = {f: getattr(stored, f) for f in ("id", "key", "row_version", "caller",
-                                                  "started_at", "input_sha256", "output_sha256",
-                                                  "ok")}
+        receipt = {
+            f: getattr(stored, f)
+            for f in (
+                "id",
+                "key",
+                "row_version",
+                "caller",
+                "started_at",
+                "input_sha256",
+                "output_sha256",
+                "ok",
+            )
+        }
         receipt["error"] = stored.error if stored.HasField("error") else None
         assert client.verify(ran.receipt_id, receipt=receipt, state=state).leaf == "receipt"
         with pytest.raises(rowcall.VerifyError) as edited:
-            client.verify(ran.receipt_id, receipt={**receipt, "caller": "someone-else"}, state=state)
+            client.verify(
+                ran.receipt_id, receipt={**receipt, "caller": "someone-else"}, state=state
+            )
         assert edited.value.reason == "receipt_edited"
         # A checkpoint whose note was changed fails its signatures.
         proof = client.prove(ran.receipt_id)

@@ -24,8 +24,14 @@ def test_tls_with_the_ca_file(secured: Cluster) -> None:
     assert secured.ca is not None
     address = secured.node(1).grpc_addr
     with rowcall.Client([address], credential=ADMIN_KEY, tls_ca=str(secured.ca)) as client:
-        put = client.put({"key": "PY_TLS", "type": "static", "auth": "public",
-                          "content": "# WHAT: tls check\n\nsecure"})
+        put = client.put(
+            {
+                "key": "PY_TLS",
+                "type": "static",
+                "auth": "public",
+                "content": "# WHAT: tls check\n\nsecure",
+            }
+        )
         assert client.invoke("PY_TLS").result == "secure"
         assert client.get("PY_TLS").version == put.index
     # https without a CA is refused before anything is sent; plain text gets no answer.
