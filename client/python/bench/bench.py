@@ -1,0 +1,80 @@
+"""Calls/s and p50/p99 of ask, contract and invoke through rowcall.AsyncClient against the
+raw generated stubs (grpc.aio, rowcall.v1.api_pb2_grpc) on the same node, at 1 and 16
+concurrent callers.
+
+    python bench/bench.py HOST:PORT [SECONDS_PER_CELL]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+import grpc.aio
+
+import rowcall
+from rowcall.v1 import api_pb2, api_pb2_grpc
+
+
+async def measure(
+    op: Callable[[], Awaitable[object]], callers: int, seconds: float
+) -> tuple[float, float, float]:
+    latencies: list[float] = []
+    end = time.perf_counter() + seconds
+
+    async def caller() -> None:
+        while time.perf_counter() < end:
+            t = time.perf_counter()
+            await op()
+            latencies.append(time.perf_counter() - t)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(callers)))
+    elapsed = time.perf_counter() - start
+    latencies.sort()
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    return len(latencies) / elapsed, statistics.median(latencies) * 1000, p99 * 1000
+
+
+async def main(address: str, seconds: float) -> None:
+    client = rowcall.AsyncClient([address])
+    channel = grpc.aio.insecure_channel(address)
+    stub = api_pb2_grpc.DispatchStub(channel)
+    ops: dict[str, tuple[Callable[[], Awaitable[object]], Callable[[], Awaitable[object]]]] = {
+        "ask": (
+            lambda: client.ask("what time is it"),
+            lambda: stub.Ask(api_pb2.AskRequest(ask="what time is it"), timeout=5),
+        ),
+        "contract": (
+            lambda: client.contract("TIME_NOW"),
+            lambda: stub.Contract(api_pb2.ContractRequest(key="TIME_NOW"), timeout=5),
+        ),
+        "invoke": (
+            lambda: client.invoke("ECHO"),
+            lambda: stub.Invoke(api_pb2.InvokeRequest(key="ECHO"), timeout=5),
+        ),
+    }
+    print(
+        "| call | callers | client calls/s | client p50 ms | client p99 ms "
+        "| raw calls/s | raw p50 ms | raw p99 ms |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name, (ours, raw) in ops.items():
+        for callers in (1, 16):
+            await measure(ours, callers, 0.3)
+            a = await measure(ours, callers, seconds)
+            await measure(raw, callers, 0.3)
+            b = await measure(raw, callers, seconds)
+            print(
+                f"| {name} | {callers} | {a[0]:.0f} | {a[1]:.2f} | {a[2]:.2f} "
+                f"| {b[0]:.0f} | {b[1]:.2f} | {b[2]:.2f} |"
+            )
+    await client.close()
+    await channel.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 3.0))
