@@ -14,9 +14,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 import grpc.aio
+from rowcall.v1 import api_pb2, api_pb2_grpc
 
 import rowcall
-from rowcall.v1 import api_pb2, api_pb2_grpc
 
 
 async def measure(
