@@ -547,6 +547,10 @@ pub struct GrpcLimits {
     /// `max_connections`. Peers on one host share it: keep it well above what a node opens
     /// to another (a few channels).
     pub max_connections_per_client: usize,
+    /// A connection with no call in flight for this long is closed (an open stream is in
+    /// flight), so idle connections, and ones that never send a request, do not hold slots.
+    /// Clients reconnect on their next call; peers are never idle (heartbeats).
+    pub idle_timeout_ms: u64,
 }
 
 impl Default for GrpcLimits {
@@ -559,6 +563,7 @@ impl Default for GrpcLimits {
             keepalive_timeout_ms: 20_000,
             max_connections: 8_192,
             max_connections_per_client: 1_024,
+            idle_timeout_ms: 120_000,
         }
     }
 }

@@ -68,6 +68,9 @@ pub const RATE_LIMITED_TOTAL: &str = "rowcall_http_rate_limited_total";
 pub const BUSY_TOTAL: &str = "rowcall_http_busy_total";
 /// HTTP connections closed at accept because the node had `max_connections` open.
 pub const CONNECTIONS_REFUSED_TOTAL: &str = "rowcall_http_connections_refused_total";
+/// Connections closed after their idle timeout with no request in flight, by listener
+/// (`http`, `grpc`).
+pub const CONNECTIONS_IDLE_CLOSED_TOTAL: &str = "rowcall_connections_idle_closed_total";
 /// Open HTTP connections.
 pub const CONNECTIONS_OPEN: &str = "rowcall_http_connections_open";
 /// Receipts dropped by the retention policy.
@@ -182,6 +185,10 @@ fn describe() {
     describe_counter!(
         CONNECTIONS_REFUSED_TOTAL,
         "HTTP connections closed at accept: max_connections were open."
+    );
+    describe_counter!(
+        CONNECTIONS_IDLE_CLOSED_TOTAL,
+        "Connections closed after their idle timeout with no request in flight, by listener."
     );
     describe_gauge!(CONNECTIONS_OPEN, "Open HTTP connections.");
     describe_counter!(

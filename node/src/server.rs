@@ -422,6 +422,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let grpc_limits = config.limits.grpc.clone();
     let router = grpc_server(&config.limits.grpc)
         .layer(grpc::trace::TraceLayer)
+        .layer(grpc::InFlightLayer)
         .add_routes(public)
         .add_service(service)
         .add_service(PeerEnrollmentServer::new(peers::Enrollment::new(

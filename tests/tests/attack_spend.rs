@@ -19,7 +19,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, ServiceExt};
 use rowcall_proto::v1::directory_client::DirectoryClient;
 use rowcall_proto::v1::dispatch_client::DispatchClient;
-use rowcall_proto::v1::{InvokeRequest, WatchRequest};
+use rowcall_proto::v1::{watch_event, InvokeRequest, WatchRequest};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -300,42 +300,103 @@ async fn frame(socket: &mut TcpStream) -> Option<(u8, u8, Vec<u8>)> {
     Some((head[3], head[4], payload))
 }
 
-#[tokio::test]
-async fn an_idle_http2_connection_is_closed() {
-    let node = start_with(true, |c| c.limits.idle_timeout_ms = 300).await;
-    let mut socket = TcpStream::connect(node.handle.http_addr).await.unwrap();
-    // The client preface and empty SETTINGS; then it answers every ping, as a live client
-    // does, and sends nothing else.
+/// Opens HTTP/2 on `socket` (the client preface and empty SETTINGS), then behaves as a live
+/// client that sends nothing: acknowledges SETTINGS and answers every PING. Returns
+/// whether the server sent GOAWAY, once it closes the connection.
+async fn idle_http2_client(socket: &mut TcpStream) -> bool {
     socket
         .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
         .await
         .unwrap();
     let mut goaway = false;
-    let read = tokio::time::timeout(WITHIN, async {
-        while let Some((kind, flags, payload)) = frame(&mut socket).await {
-            match (kind, flags & 1) {
-                // SETTINGS: acknowledged.
-                (4, 0) => socket
-                    .write_all(b"\x00\x00\x00\x04\x01\x00\x00\x00\x00")
-                    .await
-                    .unwrap(),
-                // PING: answered.
-                (6, 0) => {
-                    let mut ack = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
-                    ack.extend_from_slice(&payload);
-                    socket.write_all(&ack).await.unwrap();
-                }
-                (7, _) => goaway = true,
-                _ => {}
+    while let Some((kind, flags, payload)) = frame(socket).await {
+        match (kind, flags & 1) {
+            // SETTINGS: acknowledged.
+            (4, 0) => socket
+                .write_all(b"\x00\x00\x00\x04\x01\x00\x00\x00\x00")
+                .await
+                .unwrap(),
+            // PING: answered.
+            (6, 0) => {
+                let mut ack = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
+                ack.extend_from_slice(&payload);
+                socket.write_all(&ack).await.unwrap();
             }
+            (7, _) => goaway = true,
+            _ => {}
         }
-    })
-    .await;
-    assert!(read.is_ok(), "an idle HTTP/2 connection was left open");
-    assert!(goaway, "closed without GOAWAY");
+    }
+    goaway
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed() {
+    let node = start_with(true, |c| c.limits.idle_timeout_ms = 300).await;
+    let mut socket = TcpStream::connect(node.handle.http_addr).await.unwrap();
+    let closed = tokio::time::timeout(WITHIN, idle_http2_client(&mut socket)).await;
+    assert!(closed.is_ok(), "an idle HTTP/2 connection was left open");
+    assert!(closed.unwrap(), "closed without GOAWAY");
     // The node still serves new connections.
     let health = reqwest::get(format!("{}/healthz", node.url)).await.unwrap();
     assert_eq!(health.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_idle_grpc_connection_is_closed_and_an_open_watch_keeps_its_own() {
+    let node = start_with(true, |c| c.limits.grpc.idle_timeout_ms = 300).await;
+    // A connection that speaks HTTP/2 and answers pings but never makes a call. (The
+    // keepalive pings it answers would keep it open for ever; the sniff of the first byte
+    // closes only one that sends nothing at all.)
+    let mut socket = TcpStream::connect(node.handle.grpc_addr).await.unwrap();
+    let closed = tokio::time::timeout(WITHIN, idle_http2_client(&mut socket)).await;
+    assert!(closed.is_ok(), "an idle gRPC connection was left open");
+    // A connection with an open Watch stream is not idle: it outlives many idle periods
+    // and still delivers the next change.
+    let mut directory = DirectoryClient::new(grpc(&node).await);
+    let mut watch = directory
+        .watch(WatchRequest::default())
+        .await
+        .expect("watch opens")
+        .into_inner();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let row = json!({"key": "IDLE_PROBE", "type": "http", "auth": "public",
+        "target": "GET https://internal.example/probe",
+        "content": "# WHAT: Probe of an idle connection\n"});
+    let put = node
+        .http
+        .post(format!("{}/api/directory", node.url))
+        .bearer_auth(ADMIN)
+        .json(&row)
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.status());
+    let event = tokio::time::timeout(WITHIN, async {
+        loop {
+            let event = watch.message().await.expect("the watch stream stays open");
+            let event = event.expect("the watch stream did not end");
+            if let Some(watch_event::Event::Change(change)) = event.event {
+                if change.key == "IDLE_PROBE" {
+                    return change;
+                }
+            }
+        }
+    })
+    .await
+    .expect("the change arrives on the open watch");
+    assert!(event.row.is_some(), "{event:?}");
+    // Once the stream is closed, its connection is idle, and a new call still works: the
+    // client reconnects.
+    drop(watch);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mut dispatch = DispatchClient::new(grpc(&node).await);
+    let answer = dispatch
+        .invoke(InvokeRequest {
+            key: "TIME_NOW".into(),
+            ..Default::default()
+        })
+        .await;
+    assert!(answer.is_ok(), "{answer:?}");
 }
 
 #[tokio::test]

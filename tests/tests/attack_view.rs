@@ -447,53 +447,91 @@ async fn over_grpc_a_caller_without_the_admin_key_sees_only_what_the_list_allows
     node.handle.shutdown().await;
 }
 
-/// Both change feeds, followed by a stranger while the admin rewrites both rows: the
-/// hidden row's change comes without the row, the visible row's without its target.
+/// Both change feeds, followed by a stranger while the admin rewrites both rows and then
+/// hides the visible one: the stranger's feed never names the hidden row (not even its
+/// key), shows the visible row without its target, and tells it of the row it saw being
+/// hidden as a delete. The admin's own feed names them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stranger_following_the_change_feed_sees_no_hidden_row_and_no_target() {
     let node = node().await;
     let since = node.handle.app.applied_index();
-    let mut grpc = DirectoryClient::new(channel(&node).await)
-        .watch(WatchRequest { since: Some(since) })
-        .await
-        .unwrap()
-        .into_inner();
+    let watch = |credential: Option<&'static str>| {
+        let channel = channel(&node);
+        async move {
+            let mut request = tonic::Request::new(WatchRequest { since: Some(since) });
+            if let Some(key) = credential {
+                request
+                    .metadata_mut()
+                    .insert("authorization", format!("Bearer {key}").parse().unwrap());
+            }
+            DirectoryClient::new(channel.await)
+                .watch(request)
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let mut grpc = watch(None).await;
+    let mut admin = watch(Some(ADMIN)).await;
     let mut sse = node
         .http
         .get(format!("{}/api/directory/changes?since={since}", node.url))
         .send()
         .await
         .unwrap();
-    let rewritten = node
-        .http
-        .post(format!("{}/api/directory", node.url))
-        .bearer_auth(ADMIN)
-        .json(&rows())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(rewritten.status(), 200);
+    let write = |body: Value| {
+        node.http
+            .post(format!("{}/api/directory", node.url))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+    };
+    assert_eq!(write(rows()).await.unwrap().status(), 200);
+    let mut hidden_now = rows()[0].clone();
+    hidden_now["planner_visible"] = json!(false);
+    assert_eq!(write(hidden_now).await.unwrap().status(), 200);
 
-    let mut rows_sent = Vec::new();
-    while rows_sent.len() < 2 {
-        let event = tokio::time::timeout(WITHIN, grpc.next())
-            .await
-            .expect("a change in time")
-            .unwrap()
-            .unwrap();
-        if let Some(watch_event::Event::Change(change)) = event.event {
-            assert!(change.row.as_ref().is_none_or(|r| r.target.is_empty()));
-            rows_sent.push((change.key, change.row.is_some()));
+    // The first `count` changes a gRPC feed shows: (op, key, row given).
+    async fn changes(
+        stream: &mut tonic::Streaming<rowcall_proto::v1::WatchEvent>,
+        count: usize,
+    ) -> Vec<(String, String, bool)> {
+        let mut seen = Vec::new();
+        while seen.len() < count {
+            let event = tokio::time::timeout(WITHIN, stream.next())
+                .await
+                .expect("a change in time")
+                .unwrap()
+                .unwrap();
+            if let Some(watch_event::Event::Change(change)) = event.event {
+                seen.push((change.op, change.key, change.row.is_some()));
+            }
         }
+        seen
     }
-    rows_sent.sort();
+    let stranger = changes(&mut grpc, 2).await;
     assert_eq!(
-        rows_sent,
-        [(HIDDEN.to_owned(), false), (VISIBLE.to_owned(), true)]
+        stranger,
+        [
+            ("put".to_owned(), VISIBLE.to_owned(), true),
+            ("delete".to_owned(), VISIBLE.to_owned(), false),
+        ],
+        "the stranger's Watch"
+    );
+    let mut everything = changes(&mut admin, 3).await;
+    everything.sort();
+    assert_eq!(
+        everything,
+        [
+            ("put".to_owned(), HIDDEN.to_owned(), true),
+            ("put".to_owned(), VISIBLE.to_owned(), true),
+            ("put".to_owned(), VISIBLE.to_owned(), true),
+        ],
+        "the admin's Watch"
     );
 
     let mut text = String::new();
-    while !(text.contains(VISIBLE) && text.contains(HIDDEN)) {
+    while !text.contains("\"op\":\"delete\"") {
         let chunk = tokio::time::timeout(WITHIN, sse.chunk())
             .await
             .expect("a change in time")
@@ -501,13 +539,15 @@ async fn a_stranger_following_the_change_feed_sees_no_hidden_row_and_no_target()
             .expect("the feed goes on");
         text.push_str(&String::from_utf8_lossy(&chunk));
     }
+    assert!(!text.contains(HIDDEN), "the hidden row's key in {text}");
     for event in text.split("\n\n").filter(|e| e.contains("event: change")) {
         let data = event.lines().find_map(|l| l.strip_prefix("data:")).unwrap();
         let change: Value = serde_json::from_str(data.trim()).unwrap();
-        if change["key"] == HIDDEN {
-            assert!(change.get("row").is_none(), "{change}");
-        } else {
+        assert_eq!(change["key"], VISIBLE, "{change}");
+        if change["op"] == "put" {
             assert!(change["row"].get("target").is_none(), "{change}");
+        } else {
+            assert!(change.get("row").is_none(), "{change}");
         }
     }
     for secret in secrets(&node) {

@@ -382,7 +382,8 @@ async fn list_changed_follows_applied_entries_on_every_node() {
     // A change outside the projection (a hidden row's content) is not announced. Node 1's
     // change feed carries the flag its sessions' notifications follow: false for the hidden
     // edit, true for showing the row again. (Waiting for a notification that must not come
-    // would race it; the feed answers for each entry.)
+    // would race it; the feed answers for each entry. The admin's feed: a stranger's names
+    // no hidden row.)
     let mut hidden_edit = row.clone();
     hidden_edit["planner_visible"] = json!(false);
     hidden_edit["content"] = json!("# WHAT: Edited while hidden\n\n{}");
@@ -393,6 +394,7 @@ async fn list_changed_follows_applied_entries_on_every_node() {
     for (index, projection) in [(edited, false), (shown, true)] {
         let feed = http
             .get(format!("{url1}/api/directory/changes?since={}", index - 1))
+            .bearer_auth(ADMIN)
             .send()
             .await
             .unwrap();

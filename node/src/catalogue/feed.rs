@@ -46,6 +46,30 @@ pub struct Change {
     /// Whether the MCP projection changed: a tool appeared, disappeared, or its definition
     /// changed. Always true for a reset.
     pub projection: bool,
+    /// Whether the row was listed (visible to callers other than the admin) before and
+    /// after the change: what a stranger's feed may say of it ([`crate::service::view`]).
+    #[serde(skip)]
+    pub listed: Listed,
+}
+
+/// Whether a row was in the listings callers other than the admin see (not hidden with
+/// `planner_visible: false`), before and after one change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Listed {
+    /// Before the change (false: absent, or hidden).
+    pub before: bool,
+    /// After it (false: deleted, or hidden).
+    pub after: bool,
+}
+
+impl Listed {
+    /// Replacing `old` by `new` (`None`: absent).
+    pub fn of(old: Option<&Row>, new: Option<&Row>) -> Self {
+        Self {
+            before: old.is_some_and(|r| r.planner_visible),
+            after: new.is_some_and(|r| r.planner_visible),
+        }
+    }
 }
 
 /// What a new subscriber missed.
@@ -86,7 +110,14 @@ impl Feed {
     }
 
     /// Publishes one change.
-    pub fn publish(&mut self, index: u64, op: ChangeOp, key: &str, projection: bool) {
+    pub fn publish(
+        &mut self,
+        index: u64,
+        op: ChangeOp,
+        key: &str,
+        projection: bool,
+        listed: Listed,
+    ) {
         if self.complete_after.is_none() {
             // Nothing between the last reset and this entry changed a row.
             self.complete_after = Some(index.saturating_sub(1));
@@ -96,6 +127,7 @@ impl Feed {
             op,
             key: key.to_owned(),
             projection,
+            listed,
         });
     }
 
@@ -109,6 +141,7 @@ impl Feed {
             op: ChangeOp::Reset,
             key: String::new(),
             projection: true,
+            listed: Listed::default(),
         });
     }
 
@@ -174,7 +207,7 @@ mod tests {
     use super::*;
 
     fn put(feed: &mut Feed, index: u64, key: &str) {
-        feed.publish(index, ChangeOp::Put, key, true);
+        feed.publish(index, ChangeOp::Put, key, true, Listed::default());
     }
 
     #[test]

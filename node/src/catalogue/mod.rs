@@ -101,10 +101,11 @@ impl Catalogue {
         if let Some(semantic) = &self.semantic {
             semantic.published(self.rows.get(&row.key).map(|r| &**r), Some(&row));
         }
-        let projection =
-            feed::projection_changed(self.rows.get(&row.key).map(|r| &**r), Some(&row));
+        let old = self.rows.get(&row.key).map(|r| &**r);
+        let projection = feed::projection_changed(old, Some(&row));
+        let listed = feed::Listed::of(old, Some(&row));
         self.feed
-            .publish(row.version, ChangeOp::Put, &row.key, projection);
+            .publish(row.version, ChangeOp::Put, &row.key, projection, listed);
         if let Some(old) = self.rows.get(&row.key) {
             self.counts.add(&old.clone(), -1);
         }
@@ -139,7 +140,9 @@ impl Catalogue {
             semantic.published(Some(&old), None);
         }
         let projection = feed::projection_changed(Some(&old), None);
-        self.feed.publish(index, ChangeOp::Delete, key, projection);
+        let listed = feed::Listed::of(Some(&old), None);
+        self.feed
+            .publish(index, ChangeOp::Delete, key, projection, listed);
         self.counts.add(&old, -1);
         if key == SYNONYMS_KEY {
             self.resolver.set_synonyms(&[]);

@@ -151,6 +151,7 @@ mod tests {
             .insert(super::super::tls::PeerConnectInfo {
                 remote_addr: None,
                 certs: Some(Arc::new(vec![CertificateDer::from(vec![1, 2, 3])])),
+                activity: None,
             });
         request
     }
@@ -167,6 +168,7 @@ mod tests {
             .insert(super::super::tls::PeerConnectInfo {
                 remote_addr: None,
                 certs: None,
+                activity: None,
             });
         assert!(auth.call(bare).is_err());
     }

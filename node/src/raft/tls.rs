@@ -298,6 +298,9 @@ pub struct PeerConnectInfo {
     pub remote_addr: Option<std::net::SocketAddr>,
     /// The client certificate chain the handshake verified against the CA, if any.
     pub certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+    /// The calls in flight on the connection, for its idle timeout (set by the listener's
+    /// connection caps, [`crate::api::grpc::per_client`]).
+    pub activity: Option<Arc<crate::api::grpc::Activity>>,
 }
 
 impl PeerConnectInfo {
@@ -315,6 +318,7 @@ impl tonic::transport::server::Connected for PeerStream {
             Self::Plain(tcp) => PeerConnectInfo {
                 remote_addr: tcp.peer_addr().ok(),
                 certs: None,
+                activity: None,
             },
             Self::Tls(tls) => {
                 let (tcp, session) = tls.get_ref();
@@ -323,6 +327,7 @@ impl tonic::transport::server::Connected for PeerStream {
                     certs: session
                         .peer_certificates()
                         .map(|certs| Arc::new(certs.to_vec())),
+                    activity: None,
                 }
             }
         }

@@ -15,6 +15,7 @@ use futures_util::Stream;
 use tokio::sync::{broadcast, watch};
 
 use super::quota::{self, StreamSlot};
+use super::view::Viewer;
 use crate::app::App;
 use crate::catalogue::feed::{Backlog, Change, ChangeOp};
 use crate::catalogue::row::Row;
@@ -49,6 +50,7 @@ impl FeedEvent {
 
 struct Follow {
     app: Arc<App>,
+    viewer: Viewer,
     backlog: VecDeque<Change>,
     reset_first: bool,
     changes: broadcast::Receiver<Change>,
@@ -62,10 +64,12 @@ pub fn subscribe(app: &App, payer: &quota::Payer) -> Result<StreamSlot, super::S
     app.spending.open_stream(payer)
 }
 
-/// The feed from after index `since` (live changes only without it), until `stop` turns
-/// true or the node stops applying; `slot` is given back when the feed is dropped.
+/// The feed from after index `since` (live changes only without it), as `viewer` may see
+/// it ([`Viewer::change`]), until `stop` turns true or the node stops applying; `slot` is
+/// given back when the feed is dropped.
 pub fn follow(
     app: Arc<App>,
+    viewer: Viewer,
     slot: StreamSlot,
     since: Option<u64>,
     stop: watch::Receiver<bool>,
@@ -85,6 +89,7 @@ pub fn follow(
     };
     let follow = Follow {
         app,
+        viewer,
         backlog,
         reset_first,
         changes,
@@ -96,27 +101,36 @@ pub fn follow(
             let index = follow.app.applied_index();
             return Some((FeedEvent::Reset { index }, follow));
         }
-        if let Some(change) = follow.backlog.pop_front() {
-            let event = event(&follow.app, change);
-            return Some((event, follow));
+        loop {
+            let change = match follow.backlog.pop_front() {
+                Some(change) => change,
+                None => {
+                    let received = tokio::select! {
+                        received = follow.changes.recv() => received,
+                        _ = follow.stop.wait_for(|stopped| *stopped) => return None,
+                    };
+                    match received {
+                        Ok(change) => change,
+                        // Dropped changes cannot be replayed from the channel: start over.
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            let index = follow.app.applied_index();
+                            return Some((FeedEvent::Reset { index }, follow));
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            };
+            if let Some(event) = event(&follow.app, &follow.viewer, change) {
+                return Some((event, follow));
+            }
         }
-        let event = tokio::select! {
-            received = follow.changes.recv() => match received {
-                Ok(change) => event(&follow.app, change),
-                // Dropped changes cannot be replayed from the channel: start over.
-                Err(broadcast::error::RecvError::Lagged(_)) => FeedEvent::Reset {
-                    index: follow.app.applied_index(),
-                },
-                Err(broadcast::error::RecvError::Closed) => return None,
-            },
-            _ = follow.stop.wait_for(|stopped| *stopped) => return None,
-        };
-        Some((event, follow))
     })
 }
 
-fn event(app: &App, change: Change) -> FeedEvent {
-    match change.op {
+/// The event `viewer` is shown for `change`, if any.
+fn event(app: &App, viewer: &Viewer, mut change: Change) -> Option<FeedEvent> {
+    change.op = viewer.change(&change)?;
+    Some(match change.op {
         ChangeOp::Reset => FeedEvent::Reset {
             index: change.index,
         },
@@ -125,5 +139,5 @@ fn event(app: &App, change: Change) -> FeedEvent {
             FeedEvent::Change { change, row }
         }
         ChangeOp::Delete => FeedEvent::Change { change, row: None },
-    }
+    })
 }

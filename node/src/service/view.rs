@@ -17,6 +17,7 @@
 
 use crate::app::App;
 use crate::auth::{Principal, Scope};
+use crate::catalogue::feed::{Change, ChangeOp};
 use crate::catalogue::row::Row;
 use crate::service::cluster::Status;
 
@@ -117,6 +118,20 @@ impl Viewer {
         }
     }
 
+    /// What this viewer's change feed says of `change`: its own op, a delete for a row that
+    /// left the listings it sees (a put that hid it), or nothing for a row it never saw
+    /// listed (a hidden row put or deleted), so the feed names no key a listing hides.
+    pub fn change(&self, change: &Change) -> Option<ChangeOp> {
+        if self.is_admin() || change.op == ChangeOp::Reset {
+            return Some(change.op);
+        }
+        match (change.listed.before, change.listed.after) {
+            (_, true) => Some(change.op),
+            (true, false) => Some(ChangeOp::Delete),
+            (false, false) => None,
+        }
+    }
+
     /// `row` as JSON as this viewer sees it, or `None` (see [`Viewer::row`]).
     pub fn row_json(&self, row: &Row) -> Option<serde_json::Value> {
         Some(self.row(row)?.json(row))
@@ -193,6 +208,39 @@ mod tests {
             Viewer::Holder { name: "ci".into() },
             Viewer::Admin,
         ]
+    }
+
+    #[test]
+    fn a_feed_names_only_rows_its_viewer_saw_listed() {
+        use crate::catalogue::feed::Listed;
+        let change = |op, before, after| Change {
+            index: 7,
+            op,
+            key: "K".into(),
+            projection: false,
+            listed: Listed { before, after },
+        };
+        let (put, delete) = (ChangeOp::Put, ChangeOp::Delete);
+        // (change, what anyone but the admin is shown)
+        let table = [
+            (change(put, false, true), Some(put)),
+            (change(put, true, true), Some(put)),
+            (change(put, true, false), Some(delete)),
+            (change(put, false, false), None),
+            (change(delete, true, false), Some(delete)),
+            (change(delete, false, false), None),
+            (change(ChangeOp::Reset, false, false), Some(ChangeOp::Reset)),
+        ];
+        for viewer in viewers() {
+            for (change, shown) in &table {
+                let expected = if viewer.is_admin() {
+                    Some(change.op)
+                } else {
+                    *shown
+                };
+                assert_eq!(viewer.change(change), expected, "{viewer:?} {change:?}");
+            }
+        }
     }
 
     #[test]

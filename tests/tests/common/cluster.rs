@@ -218,6 +218,7 @@ impl Cluster {
             .insert(rowcall_node::raft::tls::PeerConnectInfo {
                 remote_addr: None,
                 certs: Some(std::sync::Arc::new(vec![der])),
+                activity: None,
             });
         request
     }

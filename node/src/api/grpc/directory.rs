@@ -138,8 +138,14 @@ impl Directory for Api {
         let viewer = self.viewer(&request);
         let slot = feed::subscribe(&self.app, &payer).map_err(|e| self.fail(e, &viewer))?;
         let since = request.get_ref().since;
-        let events = feed::follow(self.app.clone(), slot, since, self.stop.clone())
-            .map(move |event| Ok(watch_event(event, &viewer)));
+        let events = feed::follow(
+            self.app.clone(),
+            viewer.clone(),
+            slot,
+            since,
+            self.stop.clone(),
+        )
+        .map(move |event| Ok(watch_event(event, &viewer)));
         Ok(self.reply(Box::pin(events) as Self::WatchStream, None))
     }
 }

@@ -38,7 +38,7 @@ use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 
-pub use self::connections::per_client;
+pub use self::connections::{per_client, Activity, InFlightLayer};
 use crate::app::App;
 use crate::raft::{BadRequestId, RequestId};
 use crate::service::quota::Caller;

@@ -60,8 +60,14 @@ pub async fn changes(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let since = query.since.or(resume);
-    let events = feed::follow(http.app.clone(), slot, since, http.stop.clone())
-        .map(move |e| Ok(sse(e, &viewer)));
+    let events = feed::follow(
+        http.app.clone(),
+        viewer.clone(),
+        slot,
+        since,
+        http.stop.clone(),
+    )
+    .map(move |e| Ok(sse(e, &viewer)));
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 

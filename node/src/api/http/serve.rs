@@ -201,6 +201,8 @@ impl Ends {
                     close(conn.as_mut());
                 }
                 () = idle.as_mut(), if !closing => {
+                    metrics::counter!(crate::metrics::CONNECTIONS_IDLE_CLOSED_TOTAL, "listener" => "http")
+                        .increment(1);
                     closing = true;
                     close(conn.as_mut());
                 }
