@@ -8,6 +8,7 @@ concurrent callers.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -43,18 +44,21 @@ async def main(address: str, seconds: float) -> None:
     client = rowcall.AsyncClient([address])
     channel = grpc.aio.insecure_channel(address)
     stub = api_pb2_grpc.DispatchStub(channel)
+    # The same credential both ways (ROWCALL_ADMIN_KEY): quotas per address are small.
+    key = os.environ.get("ROWCALL_ADMIN_KEY", "")
+    md = [("authorization", f"Bearer {key}")] if key else []
     ops: dict[str, tuple[Callable[[], Awaitable[object]], Callable[[], Awaitable[object]]]] = {
         "ask": (
             lambda: client.ask("what time is it"),
-            lambda: stub.Ask(api_pb2.AskRequest(ask="what time is it"), timeout=5),
+            lambda: stub.Ask(api_pb2.AskRequest(ask="what time is it"), timeout=5, metadata=md),
         ),
         "contract": (
             lambda: client.contract("TIME_NOW"),
-            lambda: stub.Contract(api_pb2.ContractRequest(key="TIME_NOW"), timeout=5),
+            lambda: stub.Contract(api_pb2.ContractRequest(key="TIME_NOW"), timeout=5, metadata=md),
         ),
         "invoke": (
             lambda: client.invoke("ECHO"),
-            lambda: stub.Invoke(api_pb2.InvokeRequest(key="ECHO"), timeout=5),
+            lambda: stub.Invoke(api_pb2.InvokeRequest(key="ECHO"), timeout=5, metadata=md),
         ),
     }
     print(
