@@ -1,5 +1,6 @@
 """A TCP proxy in front of one node that can stop passing the node's answers on while it
-still passes requests in: the answer of a call that reached the node is lost."""
+still passes requests in (the answer of a call that reached the node is lost), and can
+break the connection a moment after a request went through (a reset after sending)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ class LossyProxy:
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
         self.drop_answers = False
+        #: Seconds after a request's bytes went through at which the connection is broken.
+        self.cut_after: float | None = None
         self._listener = socket.socket()
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -45,12 +48,20 @@ class LossyProxy:
                 if answers and self.drop_answers:
                     continue
                 sink.sendall(data)
+                if not answers and self.cut_after is not None:
+                    threading.Timer(self.cut_after, self._cut, args=(source, sink)).start()
         except OSError:
             pass
         finally:
             for s in (source, sink):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+
+    @staticmethod
+    def _cut(*sockets: socket.socket) -> None:
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self._closed = True

@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 
+import grpc
 import pytest
 from cluster import Cluster
 from proxy import LossyProxy
@@ -87,10 +88,16 @@ def test_reads_on_a_follower_see_the_sessions_writes_through_the_leader(
     with rowcall.Client(
         [follower.grpc_addr, leader.grpc_addr], credential=admin_key, on_attempt=seen.append
     ) as client:
-        client.status()
+        client.put(static_row(key("RYW")))  # names the leader: later writes go there first
         for i in range(15):
             k = key(f"RYW{i}")
-            written = client.put(static_row(k))
+            # The follower misses the write while it is stopped, so it is behind when the
+            # read reaches it: only the session's index makes it wait for the write.
+            cluster.pause(follower.id)
+            try:
+                written = client.put(static_row(k))
+            finally:
+                cluster.resume(follower.id)
             assert client.get(k).version == written.index
             assert client.ask(f"{k.lower()} python test row").best.key == k
         gets = [a for a in seen if a.method.endswith("/Get") and a.failure is None]
@@ -185,6 +192,39 @@ def test_an_invocation_whose_answer_was_lost_is_outcome_unknown_and_ran_once(
     finally:
         proxy.close()
     with rowcall.Client(cluster.grpc_addrs(), credential=admin_key) as check:
+        deadline = time.monotonic() + 10
+        while not check.receipts(k).receipts and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(check.receipts(k).receipts) == 1, "the invocation ran other than once"
+
+
+def test_an_invocation_whose_connection_broke_after_sending_is_outcome_unknown(
+    cluster: Cluster, admin_key: str
+) -> None:
+    leader = cluster.node(cluster.leader())
+    other = cluster.node(followers(cluster)[0])
+    k = key("CUT")
+    with rowcall.Client(cluster.grpc_addrs(), credential=admin_key) as setup:
+        setup.put(static_row(k, risk="write"))
+        index = setup.session_index
+    proxy = LossyProxy(("127.0.0.1", leader.grpc))
+    try:
+        # The silence probe would wait 0.5 s: the connection breaks first, so this is the
+        # transport failure of a call that was sent (not a refused connection).
+        with rowcall.Client(
+            [proxy.address, other.grpc_addr], credential=admin_key, session_index=index
+        ) as client:
+            client.status()
+            proxy.drop_answers = True
+            proxy.cut_after = 0.2
+            with pytest.raises(rowcall.OutcomeUnknown) as unknown:
+                client.invoke(k)
+            assert unknown.value.last.status == grpc.StatusCode.UNAVAILABLE
+            assert unknown.value.node == proxy.address
+    finally:
+        proxy.close()
+    with rowcall.Client(cluster.grpc_addrs(), credential=admin_key) as check:
+        # It reached the node: it ran there once and was not sent to the other node.
         deadline = time.monotonic() + 10
         while not check.receipts(k).receipts and time.monotonic() < deadline:
             time.sleep(0.1)
