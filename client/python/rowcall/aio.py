@@ -480,9 +480,11 @@ class Watch:
         return self
 
     async def __anext__(self) -> api_pb2.WatchEvent:
-        if self._done:
-            raise StopAsyncIteration
         while True:
+            # Checked on every turn: aclose() from another task ends a read in progress
+            # instead of letting it reopen the stream.
+            if self._done:
+                raise StopAsyncIteration
             if self._call is None:
                 try:
                     await self._open()

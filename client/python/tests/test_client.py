@@ -9,6 +9,8 @@ with tampering caught.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import threading
 import time
 import uuid
@@ -252,37 +254,104 @@ def test_a_read_is_hedged_past_a_paused_node(cluster: Cluster) -> None:
     assert asyncio.run(run()) != follower.grpc_addr
 
 
+def next_changes(
+    watch: rowcall.SyncWatch, prefix: str, count: int, within: float = 20.0
+) -> list[str]:
+    """The keys of the next ``count`` changes to rows named ``prefix*``; bounded, so a change
+    the watch lost fails the test instead of hanging it."""
+
+    def read() -> list[str]:
+        keys: list[str] = []
+        for event in watch:
+            if event.WhichOneof("event") == "change" and event.change.key.startswith(prefix):
+                keys.append(event.change.key)
+                if len(keys) == count:
+                    break
+        return keys
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(read)
+        try:
+            return future.result(timeout=within)
+        except concurrent.futures.TimeoutError:
+            watch.close()
+            pytest.fail(f"fewer than {count} changes of {prefix}* within {within} s")
+
+
 def test_a_watch_resumes_on_another_node_after_its_node_died(
     cluster: Cluster, admin_key: str
 ) -> None:
     victim = cluster.node(followers(cluster)[0])
     others = [n.grpc_addr for n in cluster.nodes if n.id != victim.id]
     seen: list[rowcall.Attempted] = []
+    prefix = key("W")
     with rowcall.Client(
         [victim.grpc_addr, *others], credential=admin_key, on_attempt=seen.append
     ) as client:
         start = client.counts() and client.session_index
-        first, second = key("W1"), key("W2")
+        first, second, third = (f"{prefix}_{i}" for i in (1, 2, 3))
         watch = client.watch(since=start)
         client.put(static_row(first))
-        events = []
-        for event in watch:
-            if event.WhichOneof("event") == "change" and event.change.key.startswith("PY_W"):
-                events.append(event.change.key)
-                break
-        assert events == [first]
+        assert next_changes(watch, prefix, 1) == [first]
         assert [a.node for a in seen if a.method.endswith("/Watch")] == [victim.grpc_addr]
         cluster.kill(victim.id)
+        # Written while the watch has no node: it must resume from its last index, not
+        # from now, and not deliver `first` again.
         client.put(static_row(second))
-        for event in watch:
-            if event.WhichOneof("event") == "change" and event.change.key.startswith("PY_W"):
-                events.append(event.change.key)
-                if event.change.key == second:
-                    break
-        assert events == [first, second], "a change was missed or repeated across the failover"
+        client.put(static_row(third))
+        assert next_changes(watch, prefix, 2) == [second, third], (
+            "a change was missed or repeated across the failover"
+        )
+        assert any(
+            a.method.endswith("/Watch") and a.node != victim.grpc_addr and a.failure is None
+            for a in seen
+        ), "the watch did not reopen on another node"
         watch.close()
     cluster.launch(victim.id)
     cluster.wait_ready(victim.id)
+
+
+def test_the_directory_calls_and_an_async_watch_of_a_bulk_write(
+    cluster: Cluster, admin_key: str
+) -> None:
+    prefix = key("BULK")
+    keys = [f"{prefix}_{i}" for i in range(4)]
+
+    async def run() -> None:
+        async with rowcall.AsyncClient(cluster.grpc_addrs(), credential=admin_key) as client:
+            watch = client.watch(since=(await client.counts()) and client.session_index)
+            put = await client.put_many([static_row(k, f"row {k}") for k in keys])
+            # One write: every row at one index, all four delivered (rows of one index are
+            # told apart by how many of it were delivered).
+            assert [o.key for o in put.rows] == keys
+            assert len({o.version for o in put.rows}) == 1
+            page = await client.list(category="PyTest", limit=1000)
+            assert set(keys) <= {r.key for r in page.rows}
+            listed = [r.key async for r in client.rows("PyTest") if r.key.startswith(prefix)]
+            assert listed == sorted(keys)
+            gone = await client.delete(keys[0], if_version=put.rows[0].version)
+            assert gone.index > put.index
+            with pytest.raises(rowcall.NotFound):
+                await client.get(keys[0])
+            with pytest.raises(rowcall.Conflict):
+                await client.delete(keys[1], if_version=put.rows[1].version + 100)
+            changes: list[tuple[str, str]] = []
+
+            async def collect() -> None:
+                async for event in watch:
+                    if event.WhichOneof("event") == "change" and event.change.key.startswith(
+                        prefix
+                    ):
+                        changes.append((event.change.op, event.change.key))
+                        if len(changes) == 5:
+                            return
+
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(collect(), 20)
+            await watch.aclose()
+            assert changes == [("put", k) for k in keys] + [("delete", keys[0])]
+
+    asyncio.run(run())
 
 
 def test_verify_against_a_real_checkpoint_and_tampering_is_caught(
