@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .aio import AsyncClient
-from .errors import ArgumentError, RowcallError
+from .errors import ArgumentError, Rejected
 from .sync import Client
 
 #: The schema of a row without ``args_schema``: any object.
@@ -112,6 +112,13 @@ def _result(call_id: str, name: str, ran: Any) -> ToolResult:
     return ToolResult(call_id, name, ran.ok, ran.result, error, ran.receipt_id)
 
 
+def _refused(call_id: str, name: str, refusal: Rejected) -> ToolResult:
+    # A node's refusal (bad arguments, an unknown key, no permission) is the model's to
+    # read and fix. Anything else (Unavailable, OutcomeUnknown: the call may have run) is
+    # the program's to handle, so it is raised, never shown to the model as a failure.
+    return ToolResult(call_id, name, False, None, str(refusal), "")
+
+
 def tools_for(client: Client, ask: str, limit: int = 5) -> list[Tool]:
     """The tools for a request: the ask's candidates with their contracts."""
     answer = client.ask(ask, limit)
@@ -124,10 +131,8 @@ def run_call(client: Client, call: Mapping[str, Any]) -> ToolResult:
     call_id, name, args = parse_call(call)
     try:
         return _result(call_id, name, client.invoke(name, args))
-    except RowcallError as e:
-        if e.rejection is None or not e.rejection.from_rowcall or e.code in ("outcome_unknown",):
-            raise
-        return ToolResult(call_id, name, False, None, str(e), "")
+    except Rejected as e:
+        return _refused(call_id, name, e)
 
 
 async def tools_for_async(client: AsyncClient, ask: str, limit: int = 5) -> list[Tool]:
@@ -141,7 +146,5 @@ async def run_call_async(client: AsyncClient, call: Mapping[str, Any]) -> ToolRe
     call_id, name, args = parse_call(call)
     try:
         return _result(call_id, name, await client.invoke(name, args))
-    except RowcallError as e:
-        if e.rejection is None or not e.rejection.from_rowcall:
-            raise
-        return ToolResult(call_id, name, False, None, str(e), "")
+    except Rejected as e:
+        return _refused(call_id, name, e)

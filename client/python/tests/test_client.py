@@ -417,3 +417,11 @@ def test_verify_against_a_real_checkpoint_and_tampering_is_caught(
         with pytest.raises(rowcall.VerifyError) as bad:
             rverify.verify(ran.receipt_id, rverify.Evidence(forged, proof), witness, keys)
         assert bad.value.reason == "bad_signature"
+        # An inclusion proof with one hash of its path changed does not reach the root.
+        assert proof.path, "a tree of one leaf has no path to tamper with"
+        bent = type(proof)()
+        bent.CopyFrom(proof)
+        bent.path[0] = bytes(b ^ 0xFF for b in bent.path[0])
+        with pytest.raises(rowcall.VerifyError) as off_path:
+            rverify.verify(ran.receipt_id, rverify.Evidence(proof.checkpoint, bent), witness, keys)
+        assert off_path.value.reason == "inclusion"
