@@ -2,7 +2,9 @@
 # CI for the Python client: builds the package (stubs generated from proto/ by grpcio-tools)
 # into a fresh virtual environment, then mypy --strict and ruff on its own code, then the
 # pytest suite against real nodes of the already-built debug rowcall-node
-# (ROWCALL_NODE_BIN, else ${CARGO_TARGET_DIR:-target}/debug/rowcall-node). Bounded in time.
+# (ROWCALL_NODE_BIN, else ${CARGO_TARGET_DIR:-target}/debug/rowcall-node), with the Rust
+# client's command line beside it (ROWCALL_CLI_BIN, else rowcall next to the node) for the
+# same-errors checks. Bounded in time; about 40 s on 2 cores once pip's cache is warm.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -11,6 +13,11 @@ export ROWCALL_NODE_BIN="${ROWCALL_NODE_BIN:-${CARGO_TARGET_DIR:-target}/debug/r
 case "$ROWCALL_NODE_BIN" in /*) ;; *) ROWCALL_NODE_BIN="$repo/$ROWCALL_NODE_BIN" ;; esac
 if [ ! -x "$ROWCALL_NODE_BIN" ]; then
   echo "python client: no node binary at $ROWCALL_NODE_BIN (cargo build -p rowcall-node)" >&2
+  exit 1
+fi
+export ROWCALL_CLI_BIN="${ROWCALL_CLI_BIN:-$(dirname "$ROWCALL_NODE_BIN")/rowcall}"
+if [ ! -x "$ROWCALL_CLI_BIN" ]; then
+  echo "python client: no Rust client binary at $ROWCALL_CLI_BIN (cargo build -p rowcall-client)" >&2
   exit 1
 fi
 work="$(mktemp -d)"

@@ -33,6 +33,12 @@ def node_binary() -> Path:
     return target / "debug" / "rowcall-node"
 
 
+def cli_binary() -> Path:
+    """The Rust client's command line, ``rowcall``: ROWCALL_CLI_BIN, else beside the node."""
+    env = os.environ.get("ROWCALL_CLI_BIN")
+    return Path(env) if env else node_binary().parent / "rowcall"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
