@@ -80,6 +80,20 @@ def test_the_four_calls_and_typed_errors_with_code_and_hint(
     assert no_key.value.code == "unauthorized"
 
 
+def test_nodes_and_credential_come_from_the_environment(
+    cluster: Cluster, admin_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROWCALL_NODES", ",".join(cluster.grpc_addrs()))
+    monkeypatch.setenv("ROWCALL_ADMIN_KEY", admin_key)
+    k = key("ENV")
+    with rowcall.Client() as client:  # a directory write needs the admin key
+        put = client.put(static_row(k))
+        assert client.get(k).version == put.index
+    monkeypatch.setenv("ROWCALL_ADMIN_KEY", "")
+    with rowcall.Client() as anonymous, pytest.raises(rowcall.Unauthenticated):
+        anonymous.put(static_row(k))
+
+
 def test_reads_on_a_follower_see_the_sessions_writes_through_the_leader(
     cluster: Cluster, admin_key: str
 ) -> None:
