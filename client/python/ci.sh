@@ -29,6 +29,9 @@ timeout 300 "${pip[@]}" install "./client/python[test]"
 echo "== python client: mypy --strict (the installed package)"
 # From outside the source tree, so mypy checks what pip installed (with its generated stubs).
 (cd "$work" && timeout 300 "$work/venv/bin/mypy" --strict --config-file "$here/pyproject.toml" -p rowcall)
+echo "== python client: mypy --strict (its tests, benchmark and example, against the installed package)"
+(cd "$work" && MYPYPATH="$here/tests" timeout 300 "$work/venv/bin/mypy" --strict \
+  --config-file "$here/pyproject.toml" "$here/tests" "$here/bench" "$here/examples")
 echo "== python client: ruff"
 (cd "$here" && "$work/venv/bin/ruff" check rowcall tests bench examples && "$work/venv/bin/ruff" format --check rowcall tests bench examples)
 echo "== python client: pytest against real nodes"

@@ -53,7 +53,7 @@ async def measure(
 async def main(address: str, seconds: float) -> None:
     client = rowcall.AsyncClient([address])
     channel = grpc.aio.insecure_channel(address)
-    stub = api_pb2_grpc.DispatchStub(channel)
+    stub = api_pb2_grpc.DispatchStub(channel)  # type: ignore[no-untyped-call]
     # The same credential both ways (ROWCALL_ADMIN_KEY): quotas per address are small.
     key = os.environ.get("ROWCALL_ADMIN_KEY", "")
     md = [("authorization", f"Bearer {key}")] if key else []

@@ -302,7 +302,8 @@ def test_a_watch_resumes_on_another_node_after_its_node_died(
     with rowcall.Client(
         [victim.grpc_addr, *others], credential=admin_key, on_attempt=seen.append
     ) as client:
-        start = client.counts() and client.session_index
+        client.counts()  # a read: the session now knows the node's index
+        start = client.session_index
         first, second, third = (f"{prefix}_{i}" for i in (1, 2, 3))
         watch = client.watch(since=start)
         client.put(static_row(first))
@@ -333,7 +334,8 @@ def test_the_directory_calls_and_an_async_watch_of_a_bulk_write(
 
     async def run() -> None:
         async with rowcall.AsyncClient(cluster.grpc_addrs(), credential=admin_key) as client:
-            watch = client.watch(since=(await client.counts()) and client.session_index)
+            await client.counts()
+            watch = client.watch(since=client.session_index)
             put = await client.put_many([static_row(k, f"row {k}") for k in keys])
             # One write: every row at one index, all four delivered (rows of one index are
             # told apart by how many of it were delivered).
