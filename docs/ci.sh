@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# CI for the book (docs/): installs mdbook when it is missing (crates.io, no default
-# features: about 70 s on 2 cores, once per machine), checks the two generated references
-# against the debug binaries (docs/gen.py --check: the CLI's --help, and the OpenAPI document
-# a node serves), builds the book and checks its links, anchors, alert runbooks and commands
+# CI for the book (docs/): installs mdbook when it is missing (docs/install-mdbook.sh:
+# crates.io, once per machine; .ci/run has it under way in the background by now), checks
+# the two generated references against the debug binaries (docs/gen.py --check: the CLI's
+# --help, and the OpenAPI document a node serves), builds the book and checks its links, anchors, alert runbooks and commands
 # (docs/check.py). Offline apart from the one install.
 #   bash docs/ci.sh [BIN_DIR]     # BIN_DIR holds rowcall and rowcall-node (default target/debug)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MDBOOK_VERSION=0.5.4
 bin=${1:-${CARGO_TARGET_DIR:-target}/debug}
 # The test step builds rowcall-node but not the client's binary (its crate has no
 # integration tests): build only what is missing, one package at a time, so no package is
@@ -16,18 +15,7 @@ bin=${1:-${CARGO_TARGET_DIR:-target}/debug}
 [ -x "$bin/rowcall-node" ] || cargo build -p rowcall-node
 [ -x "$bin/rowcall" ] || cargo build -p rowcall-client
 
-mdbook=$(command -v mdbook || true)
-cargo_bin=${CARGO_HOME:-$HOME/.cargo}/bin
-if [ -z "$mdbook" ] && [ -x "$cargo_bin/mdbook" ]; then
-    mdbook=$cargo_bin/mdbook
-fi
-if [ -z "$mdbook" ] || ! "$mdbook" --version | grep -q "v$MDBOOK_VERSION"; then
-    echo "== docs: installing mdbook $MDBOOK_VERSION (no default features)"
-    start=$(date +%s)
-    cargo install mdbook --locked --no-default-features --version "$MDBOOK_VERSION" --quiet
-    mdbook=$cargo_bin/mdbook
-    echo "installed in $(($(date +%s) - start)) s"
-fi
+mdbook=$(bash docs/install-mdbook.sh)
 "$mdbook" --version
 
 work=$(mktemp -d)

@@ -1240,10 +1240,11 @@ impl Cluster {
         ids
     }
 
-    /// Makes node `target` the leader. The other nodes' outgoing links are cut, so none of
-    /// them can stand for election while all still answer the target; the leader is
-    /// stopped with SIGTERM (its handover cannot go elsewhere), the target wins the
-    /// election, the links heal and the old leader starts again. A few tries.
+    /// Makes node `target` the leader. Once the target's log is level with the leader's
+    /// (a voter refuses a candidate with less log), the other nodes' outgoing links are
+    /// cut, so none of them can stand for election while all still answer the target; the
+    /// leader is killed, the target wins the election, the links heal and the old leader
+    /// starts again. A few tries.
     pub async fn make_leader(&mut self, target: u64) -> Result<(), ChaosError> {
         const TRIES: usize = 3;
         for _ in 0..TRIES {
@@ -1253,8 +1254,10 @@ impl Cluster {
             if leader == target {
                 return Ok(());
             }
+            self.await_level(target, leader, Duration::from_secs(5))
+                .await;
             self.set_links(|from, _| (from != target).then(LinkState::blackhole));
-            let stopped = self.terminate(leader).await;
+            self.kill(leader);
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 let leads = self
@@ -1267,7 +1270,6 @@ impl Cluster {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             self.heal_links();
-            stopped?;
             self.restart(leader).await?;
         }
         match self.await_leader(Duration::from_secs(5)).await {
@@ -1277,6 +1279,26 @@ impl Cluster {
                 tries: TRIES,
                 leader: found,
             }),
+        }
+    }
+
+    /// Waits (bounded) until node `target` takes part and its log reaches the end the
+    /// leader's had when asked; gives up quietly (the election then decides).
+    async fn await_level(&self, target: u64, leader: u64, within: Duration) {
+        let index = |s: &Value| s["last_log_index"].as_u64().unwrap_or(0);
+        let Some(end) = self.status(leader).await.map(|s| index(&s)) else {
+            return;
+        };
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let level = self
+                .status(target)
+                .await
+                .is_some_and(|s| s["standing"].as_str() == Some("ok") && index(&s) >= end);
+            if level {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

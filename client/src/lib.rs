@@ -48,6 +48,7 @@ pub mod cli;
 mod client;
 pub mod dataset;
 mod error;
+mod hedge;
 pub mod node;
 pub mod quality;
 pub mod render;

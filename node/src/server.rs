@@ -482,6 +482,42 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
             )
             .await
     }));
+    let (raft, watched, stop) = (app.raft.clone(), app.clone(), shutdown.subscribe());
+    let timing = crate::raft::early_election::SilenceTiming {
+        heartbeat: Duration::from_millis(config.raft.heartbeat_ms),
+        lease: Duration::from_millis(config.raft.election_timeout_max_ms),
+    };
+    tasks.push(tokio::spawn(async move {
+        let (heard, asked, taking_part) = (watched.clone(), watched.clone(), watched);
+        crate::raft::early_election::EarlyElections::watch_silence(
+            raft,
+            timing,
+            move |leader, term| heard.liveness.leader_heard_at(leader, term),
+            move |leader| {
+                let app = asked.clone();
+                async move {
+                    let Some(node) = app.membership().get_node(&leader).cloned() else {
+                        return true;
+                    };
+                    use crate::raft::early_election::{still_leads, Answer};
+                    use crate::raft::network::TransportError;
+                    let answer = app
+                        .network
+                        .hello_member(leader, &node, timing.heartbeat)
+                        .await;
+                    let answer = match &answer {
+                        Ok(hello) => Answer::Hello(hello),
+                        Err(TransportError::Unreachable { .. }) => Answer::Silent,
+                        Err(_) => Answer::Refused,
+                    };
+                    still_leads(answer, leader, timing.lease)
+                }
+            },
+            move || taking_part.takes_part(),
+            stop,
+        )
+        .await
+    }));
     tasks.push(tokio::spawn(crate::cluster::handover::watch_leadership(
         app.clone(),
         shutdown.subscribe(),

@@ -530,6 +530,64 @@ async fn a_write_is_hedged_past_a_node_that_never_answers() {
     cluster.shutdown().await;
 }
 
+/// A session that has seen its writes answered hedges a write stuck on a leader cut off
+/// from its quorum within a few of those write times, not after the configured longest
+/// wait: the follower it goes to carries it to the leader's successor, and the stuck
+/// attempt is dropped unanswered. With a fixed delay (here 60 s) the stuck attempt would
+/// fail first, when its node gives up on the quorum (outcome unknown, after 3 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_stuck_on_a_cut_off_leader_is_hedged_after_a_few_recent_write_times() {
+    let cluster = Cluster::start(3, 0).await;
+    let (attempts, observer) = recorder();
+    let leader = cluster.leader().await;
+    let others: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|&id| id != leader)
+        .collect();
+    let session = Client::builder()
+        .nodes([
+            grpc(&cluster, leader),
+            grpc(&cluster, others[0]),
+            grpc(&cluster, others[1]),
+        ])
+        .credential(ADMIN)
+        .write_timeout(Duration::from_secs(60))
+        .deadline(Duration::from_secs(60))
+        .write_hedge_after(Some(Duration::from_secs(60)))
+        .on_attempt(observer)
+        .build()
+        .unwrap();
+    for i in 0..16 {
+        let key = format!("LEARNT_{i:02}");
+        session
+            .put(row_input(row(&key, "A write answered in its usual time")).unwrap())
+            .await
+            .unwrap();
+    }
+    attempts.lock().unwrap().clear();
+    cluster.faults.isolate(leader, &others);
+    let written = session
+        .put(row_input(row("PAST_THE_CUT", "Written while the leader was cut off")).unwrap())
+        .await
+        .unwrap();
+    let attempts = attempts.lock().unwrap().clone();
+    assert!(written.rows[0].created && !written.replayed, "{written:?}");
+    assert_eq!(
+        attempts.len(),
+        1,
+        "only the hedge was answered: {attempts:?}"
+    );
+    assert_ne!(
+        attempts[0].node,
+        cluster.member(leader).grpc.to_string(),
+        "{attempts:?}"
+    );
+    assert!(attempts[0].failure.is_none(), "{attempts:?}");
+    cluster.faults.heal();
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_invocation_goes_past_a_node_that_never_answers_to_one_seen_alive() {
     let (cluster, index, silent, silent_at) = live_and_silent("INVOKED_ALIVE").await;

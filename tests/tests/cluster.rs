@@ -360,6 +360,106 @@ async fn writes_survive_the_loss_of_the_leader_and_it_catches_up() {
     cluster.shutdown().await;
 }
 
+/// Long election timeouts, so that openraft's own timer cannot stand before the lease and
+/// a whole timeout (8.1 s) have passed since the leader's last message.
+fn slow_timer(config: &mut rowcall_node::Config) {
+    config.raft.election_timeout_min_ms = 4_000;
+    config.raft.election_timeout_max_ms = 4_100;
+}
+
+/// The earliest openraft's own timer could stand on [`slow_timer`]: lease + shortest timeout.
+const TIMER_FLOOR: Duration = Duration::from_millis(4_100 + 4_000);
+
+/// Waits until the nodes `ids` all name one leader other than `old`; returns it.
+async fn successor(cluster: &Cluster, ids: &[u64], old: u64) -> u64 {
+    let mut new = 0;
+    eventually(
+        Duration::from_secs(20),
+        "the survivors elect a successor",
+        || {
+            let seen: Vec<Option<u64>> = ids
+                .iter()
+                .map(|&id| {
+                    cluster
+                        .member(id)
+                        .handle
+                        .as_ref()
+                        .unwrap()
+                        .app
+                        .raft
+                        .metrics()
+                        .borrow()
+                        .current_leader
+                })
+                .collect();
+            let agreed = seen[0].is_some_and(|l| l != old) && seen.iter().all(|s| *s == seen[0]);
+            if agreed {
+                new = seen[0].unwrap();
+            }
+            async move { agreed }
+        },
+    )
+    .await;
+    new
+}
+
+/// A leader that crashed is replaced a lease after its last message: its followers find it
+/// silent, ask it, get no answer and stand at once, long before their election timers
+/// could, and the new leader takes writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crashed_leader_is_replaced_once_its_lease_has_passed_not_a_timeout_later() {
+    let mut cluster = Cluster::start_with(3, 0, slow_timer).await;
+    let old = cluster.leader().await;
+    let survivors: Vec<u64> = cluster.ids().into_iter().filter(|&id| id != old).collect();
+    let stopped = std::time::Instant::now();
+    cluster.stop(old).await;
+    let new = successor(&cluster, &survivors, old).await;
+    let took = stopped.elapsed();
+    assert!(
+        took < TIMER_FLOOR,
+        "node {new} took over {took:?} after the crash, no sooner than the election timer"
+    );
+    let response = insert(
+        &cluster,
+        survivors[0],
+        &row("AFTER_CRASH", "written after the crash"),
+    )
+    .await;
+    assert_eq!(response.status(), 201);
+    cluster.shutdown().await;
+}
+
+/// The same for a leader cut off from its followers (to them a pause and a partition look
+/// alike); when the cut heals, the old leader follows the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cut_off_leader_is_replaced_once_its_lease_has_passed() {
+    let cluster = Cluster::start_with(3, 0, slow_timer).await;
+    let old = cluster.leader().await;
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|&id| id != old).collect();
+    cluster.faults.isolate(old, &others);
+    let cut = std::time::Instant::now();
+    let new = successor(&cluster, &others, old).await;
+    let took = cut.elapsed();
+    assert!(
+        took < TIMER_FLOOR,
+        "node {new} took over {took:?} after the cut, no sooner than the election timer"
+    );
+    let response = insert(
+        &cluster,
+        others[0],
+        &row("AFTER_CUT", "written after the cut"),
+    )
+    .await;
+    assert_eq!(response.status(), 201);
+    cluster.faults.heal();
+    assert_eq!(
+        cluster.leader().await,
+        new,
+        "the old leader follows the new one"
+    );
+    cluster.shutdown().await;
+}
+
 /// A leader stopped as SIGTERM stops it hands leadership to a voter level with its log
 /// before it goes: when its shutdown returns, a survivor already leads (without the handover
 /// the survivors would still be waiting out the old leader's lease, then an election), and

@@ -114,16 +114,18 @@ impl App {
     /// with what this node saw that incarnation promise.
     pub fn hello_to(&self, asker: Option<(NodeId, &str)>) -> Hello {
         let identity = self.identity.get();
-        let (member, leader) = {
+        let (member, leader, quorum_age) = {
             let metrics = self.raft.metrics();
             let metrics = metrics.borrow();
-            let member = metrics
-                .membership_config
-                .membership()
-                .nodes()
-                .next()
-                .is_some();
-            (member, metrics.current_leader)
+            let membership = metrics.membership_config.membership();
+            let member = membership.nodes().next().is_some();
+            let quorum_age = (metrics.current_leader == Some(self.node_id))
+                .then(|| {
+                    self.liveness
+                        .quorum_age(self.node_id, membership.voter_ids())
+                })
+                .flatten();
+            (member, metrics.current_leader, quorum_age)
         };
         Hello {
             node_id: identity.node_id,
@@ -137,6 +139,7 @@ impl App {
             seen_you: asker
                 .and_then(|(id, incarnation)| self.network.witness().of(id, incarnation)),
             wall_ms: crate::model::time::raw_now_ms(),
+            quorum_age_ms: quorum_age.map(|age| age.as_millis() as u64),
         }
     }
 

@@ -87,6 +87,11 @@ pub struct Hello {
     /// say), so members can check their clocks ([`crate::model::time`]).
     #[serde(default)]
     pub wall_ms: u64,
+    /// As leader: how long ago a majority of voters last acknowledged it, ms (none when it
+    /// does not lead, never had a majority, or is of a version that does not say). A
+    /// follower that stopped hearing it asks, to tell a healthy leader from one cut off.
+    #[serde(default)]
+    pub quorum_age_ms: Option<u64>,
 }
 
 /// A node asking to become a member.

@@ -31,14 +31,36 @@
 //! and a new leader's first message arrives within that time (across regions too, where the
 //! heartbeat is raised with the round trips), so no leader just elected is unseated. Raft is
 //! safe whenever an election is held; this only changes when.
+//!
+//! ## A leader that went silent
+//!
+//! The timer itself is the larger cost when a leader is killed, paused or cut off: a
+//! follower stands only after the lease *and* its own timeout (0.9–1.2 s on the defaults),
+//! though every voter that heard the leader's last message stops refusing candidates once
+//! the lease alone has passed. [`EarlyElections::watch_silence`] stands then:
+//!
+//! ```text
+//!   leader's last message ──── lease ────┬─ rank × ½ heartbeat + rand(¼) ─► ask the leader
+//!                                        │                                   no answer: stand
+//!   openraft's own timer: ─── lease ─────┴───── election timeout ──────────► stand
+//! ```
+//!
+//! Unless the leader, asked directly (a `Hello`, bounded by one heartbeat), answers that it
+//! still leads with a quorum younger than the lease: then only this node has stopped hearing
+//! it (its own link, a stall here), and standing would unseat a leader the others follow.
+//! A leader that answers without such a quorum (its own messages lost on the way out) is
+//! stood against as a silent one is. Followers stand in the order of their ids, half a
+//! heartbeat apart, so two of them do not split a term between them; a first one with the
+//! shorter log is refused, and the rules above bring the better one in at once.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::raft::{VoteRequest, VoteResponse};
 use rand::Rng;
 use tokio::sync::watch;
 
+use super::calls::Hello;
 use super::{NodeId, Raft};
 
 /// Why this node stands early.
@@ -48,6 +70,8 @@ enum Reason {
     SplitVote,
     /// It refused a shorter-log candidate after losing touch with its leader.
     ShorterLogCandidate,
+    /// Its leader has been silent for a lease and does not answer when asked.
+    LeaderSilent,
 }
 
 impl Reason {
@@ -55,6 +79,7 @@ impl Reason {
         match self {
             Self::SplitVote => "split_vote",
             Self::ShorterLogCandidate => "shorter_log_candidate",
+            Self::LeaderSilent => "leader_silent",
         }
     }
 }
@@ -149,6 +174,146 @@ impl EarlyElections {
     }
 }
 
+/// The timing a silence watch works with.
+#[derive(Debug, Clone, Copy)]
+pub struct SilenceTiming {
+    /// The leader's heartbeat interval.
+    pub heartbeat: Duration,
+    /// openraft's leader lease (the longest election timeout): how long after a leader's
+    /// latest message a voter refuses every other candidate.
+    pub lease: Duration,
+}
+
+impl SilenceTiming {
+    /// How long after its leader's latest message `me` stands: the lease, which every voter
+    /// that heard the same message waits out too, then half a heartbeat per voter ranked
+    /// before it (so that two followers do not split one term between them) and up to a
+    /// quarter of one at random.
+    fn stand_after(self, me: NodeId, leader: NodeId, voters: &[NodeId], random: f64) -> Duration {
+        let rank = voters.iter().filter(|&&v| v != leader && v < me).count();
+        let step = self.heartbeat / 2;
+        self.lease + step * rank as u32 + (self.heartbeat / 4).mul_f64(random.clamp(0.0, 1.0))
+    }
+}
+
+impl EarlyElections {
+    /// Stands for election once this node's leader has been silent for
+    /// [`SilenceTiming::stand_after`] and `still_leads` (asked of it: [`still_leads`]) says
+    /// no: a leader that was killed, paused or cut off is replaced a lease after its last
+    /// message, instead of a lease and a whole election timeout after it. A leader that
+    /// answers it still leads is left alone (openraft's own timer still decides), and so is
+    /// one this node already stood against. Learners and nodes that may not campaign stand for
+    /// nothing. Until `stop` turns true.
+    pub async fn watch_silence<P, Fut>(
+        raft: Raft,
+        timing: SilenceTiming,
+        heard_at: impl Fn(NodeId, u64) -> Option<Instant>,
+        still_leads: P,
+        may_campaign: impl Fn() -> bool,
+        mut stop: watch::Receiver<bool>,
+    ) where
+        P: Fn(NodeId) -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let tick = (timing.heartbeat / 2).max(Duration::from_millis(5));
+        // The leader and term this node last stood against, or found still answering.
+        let mut stood: Option<(NodeId, u64)> = None;
+        let mut probed: Option<(NodeId, u64, Instant)> = None;
+        let random = rand::rng().random_range(0.0..1.0);
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(tick) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            let (me, leader, term, voters) = {
+                let metrics = raft.metrics();
+                let m = metrics.borrow();
+                let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+                (m.id, m.current_leader, m.current_term, voters)
+            };
+            let Some(leader) = leader.filter(|&l| l != me) else {
+                continue;
+            };
+            if !voters.contains(&me) || stood == Some((leader, term)) {
+                continue;
+            }
+            let Some(heard) = heard_at(leader, term) else {
+                continue;
+            };
+            if heard.elapsed() < timing.stand_after(me, leader, &voters, random) {
+                continue;
+            }
+            // Asked once a heartbeat at most: a leader that answers it still leads would
+            // otherwise be asked every tick.
+            if probed.is_some_and(|(l, t, at)| {
+                (l, t) == (leader, term) && at.elapsed() < timing.heartbeat
+            }) || !may_campaign()
+            {
+                continue;
+            }
+            probed = Some((leader, term, Instant::now()));
+            if still_leads(leader).await {
+                continue;
+            }
+            // Nothing heard meanwhile, and still the same leader and term.
+            let unchanged = {
+                let metrics = raft.metrics();
+                let m = metrics.borrow();
+                m.current_leader == Some(leader) && m.current_term == term
+            };
+            if !unchanged || heard_at(leader, term) != Some(heard) {
+                continue;
+            }
+            stood = Some((leader, term));
+            let silent_ms = heard.elapsed().as_millis() as u64;
+            tracing::info!(
+                term,
+                leader,
+                silent_ms,
+                reason = Reason::LeaderSilent.label(),
+                "standing for election early"
+            );
+            metrics::counter!(
+                crate::metrics::EARLY_CAMPAIGNS_TOTAL,
+                "reason" => Reason::LeaderSilent.label()
+            )
+            .increment(1);
+            if let Err(e) = raft.trigger().elect().await {
+                tracing::debug!(error = %e, "could not stand for election");
+            }
+        }
+    }
+}
+
+/// What a follower that stopped hearing its leader got when it asked the leader directly.
+#[derive(Debug)]
+pub enum Answer<'a> {
+    /// Nothing within the bound: down, paused, or cut off from here.
+    Silent,
+    /// It refused the question or answered something unreadable: it runs, but says nothing
+    /// of how it stands.
+    Refused,
+    /// It said who it is.
+    Hello(&'a Hello),
+}
+
+/// Whether `answer` shows `leader` still leading, backed by a quorum within `lease`. Only a
+/// silent leader, or one that says it no longer leads or has no such quorum, is stood
+/// against; a refusal leaves the decision to openraft's timer.
+pub fn still_leads(answer: Answer<'_>, leader: NodeId, lease: Duration) -> bool {
+    match answer {
+        Answer::Silent => false,
+        Answer::Refused => true,
+        Answer::Hello(hello) => {
+            hello.node_id == leader
+                && hello.leader == Some(leader)
+                && hello
+                    .quorum_age_ms
+                    .is_some_and(|age| u128::from(age) < lease.as_millis())
+        }
+    }
+}
+
 /// Records `term` in `seen` when it is newer than the last one recorded there.
 fn note(seen: &watch::Sender<u64>, term: u64) {
     seen.send_if_modified(|last| {
@@ -202,6 +367,69 @@ mod tests {
             Some(log_id(1, 1, last)),
             granted,
         )
+    }
+
+    #[test]
+    fn a_silent_leaders_followers_stand_a_lease_after_it_in_the_order_of_their_ids() {
+        let timing = SilenceTiming {
+            heartbeat: Duration::from_millis(100),
+            lease: Duration::from_millis(600),
+        };
+        let voters = [1, 2, 3, 4, 5];
+        let ms = |d: Duration| d.as_millis();
+        // Leader 2: the others rank 1, 3, 4, 5; half a heartbeat apart.
+        assert_eq!(ms(timing.stand_after(1, 2, &voters, 0.0)), 600);
+        assert_eq!(ms(timing.stand_after(3, 2, &voters, 0.0)), 650);
+        assert_eq!(ms(timing.stand_after(5, 2, &voters, 0.0)), 750);
+        // The random part stays within a quarter heartbeat, below the next rank's start.
+        assert_eq!(ms(timing.stand_after(3, 2, &voters, 1.0)), 675);
+        assert_eq!(ms(timing.stand_after(3, 2, &voters, 7.0)), 675, "clamped");
+        assert!(timing.stand_after(3, 2, &voters, 0.99) < timing.stand_after(4, 2, &voters, 0.0));
+    }
+
+    fn hello(node_id: NodeId, leader: Option<NodeId>, quorum_age_ms: Option<u64>) -> Hello {
+        Hello {
+            node_id,
+            incarnation: "i".into(),
+            cluster_id: Some("c".into()),
+            member: true,
+            leader,
+            founding: false,
+            signing_key: String::new(),
+            ranking: None,
+            seen_you: None,
+            wall_ms: 0,
+            quorum_age_ms,
+        }
+    }
+
+    #[test]
+    fn a_leader_is_stood_against_unless_it_answers_that_a_quorum_still_backs_it() {
+        fn leads(answer: Answer<'_>) -> bool {
+            still_leads(answer, 1, Duration::from_millis(600))
+        }
+        assert!(!leads(Answer::Silent), "no answer");
+        assert!(leads(Answer::Refused), "it runs: the timer decides");
+        assert!(leads(Answer::Hello(&hello(1, Some(1), Some(100)))));
+        assert!(leads(Answer::Hello(&hello(1, Some(1), Some(599)))));
+        // Its own messages are lost on the way out: no quorum for a lease.
+        assert!(!leads(Answer::Hello(&hello(1, Some(1), Some(600)))));
+        assert!(
+            !leads(Answer::Hello(&hello(1, Some(1), None))),
+            "never had a quorum, or an older build"
+        );
+        assert!(
+            !leads(Answer::Hello(&hello(1, Some(3), Some(10)))),
+            "it follows another now"
+        );
+        assert!(
+            !leads(Answer::Hello(&hello(1, None, Some(10)))),
+            "it leads no more"
+        );
+        assert!(
+            !leads(Answer::Hello(&hello(2, Some(2), Some(10)))),
+            "someone else answered"
+        );
     }
 
     #[test]

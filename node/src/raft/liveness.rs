@@ -63,6 +63,9 @@ struct LeaderContact {
     term: u64,
     /// When the leader last had a quorum (on this node's clock).
     quorum_at: Instant,
+    /// When the latest message of this leader and term arrived, whatever its quorum age:
+    /// from then on, openraft's lease keeps this node from voting for another candidate.
+    heard_at: Instant,
 }
 
 /// Contact with the cluster, as this node sees it.
@@ -156,19 +159,32 @@ impl Liveness {
             return;
         };
         let mut contact = self.leader.lock().unwrap_or_else(|p| p.into_inner());
-        match *contact {
+        match contact.as_mut() {
             // A late message from an older term must not displace the current leader's contact.
-            Some(c) if c.term > term => return,
+            Some(c) if c.term > term => {}
             // Messages of one leader are handled concurrently and finish in any order: one
             // that arrived earlier, handled last, must not make the contact older.
-            Some(c) if c.term == term && c.leader == leader && c.quorum_at >= quorum_at => return,
-            _ => {}
+            Some(c) if c.term == term && c.leader == leader => {
+                c.quorum_at = c.quorum_at.max(quorum_at);
+                c.heard_at = c.heard_at.max(received);
+            }
+            _ => {
+                *contact = Some(LeaderContact {
+                    leader,
+                    term,
+                    quorum_at,
+                    heard_at: received,
+                })
+            }
         }
-        *contact = Some(LeaderContact {
-            leader,
-            term,
-            quorum_at,
-        });
+    }
+
+    /// When the latest message of `leader`, followed at `term`, arrived here.
+    pub fn leader_heard_at(&self, leader: NodeId, term: u64) -> Option<Instant> {
+        let contact = *self.leader.lock().unwrap_or_else(|p| p.into_inner());
+        contact
+            .filter(|c| c.leader == leader && c.term == term)
+            .map(|c| c.heard_at)
     }
 
     /// When `leader`, followed at `term`, last had a quorum, as it told us. Contact from any
@@ -232,6 +248,26 @@ mod tests {
         liveness.leader_contacted(2, 8, now, Duration::ZERO);
         liveness.leader_contacted(1, 7, now, Duration::ZERO);
         assert_eq!(liveness.leader_quorum_at(2, 8), Some(now));
+    }
+
+    #[test]
+    fn a_leader_is_heard_at_its_latest_message_even_one_with_an_old_quorum() {
+        let liveness = Liveness::new(Duration::from_secs(5));
+        let now = Instant::now();
+        let earlier = now - Duration::from_secs(3);
+        liveness.leader_contacted(1, 7, earlier, Duration::ZERO);
+        // A later message whose quorum is older than the contact already counted.
+        liveness.leader_contacted(1, 7, now, Duration::from_secs(10));
+        assert_eq!(liveness.leader_heard_at(1, 7), Some(now));
+        assert_eq!(liveness.leader_quorum_at(1, 7), Some(earlier));
+        // Handled out of order: the earlier arrival does not take the time back.
+        liveness.leader_contacted(1, 7, earlier, Duration::ZERO);
+        assert_eq!(liveness.leader_heard_at(1, 7), Some(now));
+        assert_eq!(liveness.leader_heard_at(1, 8), None, "another term");
+        assert_eq!(liveness.leader_heard_at(2, 7), None, "another leader");
+        // A new term starts over.
+        liveness.leader_contacted(2, 8, earlier, Duration::ZERO);
+        assert_eq!(liveness.leader_heard_at(2, 8), Some(earlier));
     }
 
     #[test]

@@ -430,6 +430,18 @@ impl Network {
             .await
     }
 
+    /// Asks member `id` who it is, as the membership says it is reached (the certificate
+    /// checked for its id, the test transport's faults applied).
+    pub async fn hello_member(
+        &self,
+        id: NodeId,
+        node: &NodeInfo,
+        timeout: Duration,
+    ) -> Result<Hello, TransportError> {
+        self.call(Dest::member(id, node), Method::Hello, &(), timeout)
+            .await
+    }
+
     /// Forwards a write to the leader; the leader answers once it has applied it. Without
     /// an answer the outcome is unknown: the request may have reached the leader.
     pub async fn forward(
