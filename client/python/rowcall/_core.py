@@ -6,9 +6,10 @@ the nodes, the same policy as the Rust client's (``client/src/client.rs``).
   call ──► order the nodes ─► attempt on one (deadline per attempt) ──► answer ─► note index, leader
              reads:  the node that answered last, then the others; a second node is asked
                      too when the first is slow (hedge), the first answer wins
-             writes: the leader the nodes named, then the others; hedged (after longer than
-                     reads), every attempt under one idempotency-key, so the cluster applies
-                     it once and an attempt that lands second gets the first's outcome
+             writes: the leader the nodes named, then the others; hedged after a few
+                     times the session's recent write latency (at most write_hedge_after),
+                     every attempt under one idempotency-key, so the cluster applies it
+                     once and an attempt that lands second gets the first's outcome
              invocations: never hedged nor retried once they may have run (OutcomeUnknown),
                      sent first to a node seen alive within the hedge delay; a row the nodes
                      said changes nothing (risk: read) is sent as `repeatable` and hedged
@@ -25,6 +26,7 @@ carried and sends it as ``x-rowcall-min-index`` on every call (read-your-writes)
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import enum
 import random
@@ -110,7 +112,8 @@ class Options:
     deadline: float = 15.0
     #: After how long without an answer a read goes to a second node too (None: never).
     hedge_after: float | None = 0.15
-    #: After how long without an answer a write goes to a second node too (None: never).
+    #: The longest a write waits for an answer before it goes to a second node too (None:
+    #: never); sooner once writes were answered: 3 x the p90 of the latest 64, at least 25 ms.
     write_hedge_after: float | None = 0.5
     #: How long an invocation that cannot be sent twice waits on a node that stopped
     #: answering even a cheap read before it ends as OutcomeUnknown (None: the timeout).
@@ -279,6 +282,46 @@ def _timed_out() -> Rejection:
     )
 
 
+class WriteLatencies:
+    """When to hedge a write: soon after it has taken longer than this session's writes
+    usually take, never later than the configured ceiling (the Rust client's
+    ``client/src/hedge.rs``, with its constants).
+
+    A write a healthy cluster answers in 5 ms that has waited 50 ms is not slow because the
+    cluster is loaded; it is stuck on a leader that was paused, cut off or lost its answer,
+    and sending it through another node (under the same idempotency key) costs one message,
+    where waiting out a fixed delay costs the caller that delay at every leader failure::
+
+        delay = clamp(FACTOR x p90(last WINDOW answered writes), FLOOR, ceiling)
+                the ceiling until MIN_SAMPLES writes were answered
+    """
+
+    #: Answered writes the delay is drawn from.
+    WINDOW = 64
+    #: Answered writes needed before the delay follows them.
+    MIN_SAMPLES = 8
+    #: The quantile of those latencies, and the multiple of it after which a write is hedged.
+    QUANTILE = 0.9
+    FACTOR = 3
+    #: Never sooner than this (seconds): below it a hedge would mostly duplicate healthy writes.
+    FLOOR = 0.025
+
+    def __init__(self) -> None:
+        self.recent: collections.deque[float] = collections.deque(maxlen=self.WINDOW)
+
+    def record(self, latency: float) -> None:
+        """A write was answered after ``latency`` seconds."""
+        self.recent.append(latency)
+
+    def hedge_after(self, ceiling: float) -> float:
+        """How long a write waits for its answer before it is also sent elsewhere."""
+        if len(self.recent) < self.MIN_SAMPLES:
+            return ceiling
+        ordered = sorted(self.recent)
+        at = round((len(ordered) - 1) * self.QUANTILE)
+        return min(max(ordered[at] * self.FACTOR, min(self.FLOOR, ceiling)), ceiling)
+
+
 class Session:
     """The nodes, the session's index, the leader hint and the suspects: the state every
     call of one client shares, and the call loop that uses it."""
@@ -300,6 +343,7 @@ class Session:
         self.suspects: dict[int, float] = {}
         self.heard: dict[int, float] = {}
         self.read_only: set[str] = set()
+        self.write_latencies = WriteLatencies()
         self.on_attempt = on_attempt
 
     async def close(self) -> None:
@@ -464,7 +508,9 @@ class Session:
         hedge_delay = {
             Kind.READ: opts.hedge_after,
             Kind.REPEATABLE: opts.hedge_after,
-            Kind.WRITE: opts.write_hedge_after,
+            Kind.WRITE: None
+            if opts.write_hedge_after is None
+            else self.write_latencies.hedge_after(opts.write_hedge_after),
         }.get(kind)
         silence = opts.silence_limit if kind is Kind.ONCE else None
         backoff = opts.backoff
@@ -561,6 +607,8 @@ class Session:
                             answer: _Answer[T] = task.result()
                             self.observe(answer.metadata)
                             self._report(node, method, started, min_index, answer.metadata, None)
+                            if kind is Kind.WRITE:
+                                self.write_latencies.record(time.monotonic() - started)
                             self.trust(at)
                             # A hedge answered first: the node it outran was too slow.
                             for slow, _, _ in pending.values():

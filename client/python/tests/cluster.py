@@ -8,6 +8,7 @@ the repository.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -197,24 +198,26 @@ class Cluster:
         process.send_signal(signal.SIGCONT)
 
     def leader(self) -> int:
-        """The leader's id, as the nodes' /api/cluster says (polled until one is known)."""
-        import json
-
+        """The leader's id, once every running node names the same one in /api/cluster
+        (polled: after a fault a node may still name the leader it knew)."""
         deadline = time.monotonic() + READY_WITHIN
         while time.monotonic() < deadline:
+            named: set[object] = set()
             for node in self.nodes:
                 if node.process is None:
                     continue
                 try:
                     url = f"http://127.0.0.1:{node.http}/api/cluster"
                     with urllib.request.urlopen(url, timeout=1) as answer:
-                        leader = json.load(answer).get("leader")
-                    if isinstance(leader, int) and self.node(leader).process is not None:
-                        return leader
+                        named.add(json.load(answer).get("leader"))
                 except (OSError, ValueError):
-                    continue
+                    named.add(None)
+            if len(named) == 1:
+                (leader,) = named
+                if isinstance(leader, int) and self.node(leader).process is not None:
+                    return leader
             time.sleep(0.1)
-        raise RuntimeError("no leader")
+        raise RuntimeError("the nodes name no one leader")
 
     def grpc_addrs(self) -> list[str]:
         return [n.grpc_addr for n in self.nodes]

@@ -186,6 +186,38 @@ def test_a_write_whose_answer_was_lost_is_retried_and_applied_once(
         proxy.close()
 
 
+def test_a_write_stuck_on_a_paused_leader_is_hedged_after_a_few_recent_write_times(
+    cluster: Cluster, admin_key: str
+) -> None:
+    leader = cluster.node(cluster.leader())
+    others = [cluster.node(i).grpc_addr for i in followers(cluster)]
+    seen: list[rowcall.Attempted] = []
+    # The longest wait (60 s) is past the call's deadline (20 s): only a delay drawn from
+    # the session's recent writes can send the write on to a follower in time.
+    with rowcall.Client(
+        [leader.grpc_addr, *others],
+        credential=admin_key,
+        write_timeout=60,
+        write_hedge_after=60,
+        deadline=20,
+        on_attempt=seen.append,
+    ) as client:
+        for i in range(16):
+            client.put(static_row(key(f"LEARN{i}")))
+        seen.clear()
+        cluster.pause(leader.id)
+        try:
+            k = key("PAST_PAUSE")
+            written = client.put(static_row(k))
+        finally:
+            cluster.resume(leader.id)
+        assert written.rows[0].created
+        answered = [a for a in seen if a.failure is None and a.method.endswith("/Put")]
+        assert [a.node for a in answered if a.node != leader.grpc_addr], seen
+        assert client.get(k).version == written.rows[0].version
+    cluster.leader()  # every node names one leader again before the next test
+
+
 def test_an_invocation_whose_answer_was_lost_is_outcome_unknown_and_ran_once(
     cluster: Cluster, admin_key: str
 ) -> None:
