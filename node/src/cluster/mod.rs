@@ -416,11 +416,14 @@ impl App {
     /// confirmed it (so its log holds every committed entry, of any term), and its log ends
     /// before `index`. Only the leader can tell; elsewhere (or unconfirmed) it is `false`.
     pub async fn never_issued(&self, index: u64, timeout: Duration) -> bool {
+        // The state machine runs ahead of openraft's published metrics: an index this node
+        // applied (and may have answered with) is issued even before `last_log_index` says so.
         let past_end = || {
             let metrics = self.raft.metrics();
             let metrics = metrics.borrow();
             metrics.current_leader == Some(self.node_id)
                 && metrics.last_log_index.is_none_or(|last| index > last)
+                && index > self.applied_index()
         };
         // Checked again after the quorum confirmed leadership: a deposed leader's log may be
         // shorter than the cluster's.
