@@ -21,7 +21,7 @@ use crate::check::{Verdict, CHECKER};
 use crate::faults::FaultWindow;
 use crate::history::{Class, Event, FinalState, Op};
 use crate::linearizability::{Judgement, Linearizability};
-use crate::workload::Via;
+use crate::workload::{Hedges, Via};
 
 /// Share of each class's operations that must have succeeded (acknowledged writes, receipts
 /// given, reads answered) for a run to count as evidence. Low enough for the single-node
@@ -248,6 +248,9 @@ pub struct RunReport {
     pub end: FinalSummary,
     /// Per second.
     pub per_second: Vec<Second>,
+    /// The writes sent through the client library and what became of their hedges (`None`
+    /// for sessions over plain HTTP, which do not hedge).
+    pub hedges: Option<Hedges>,
 }
 
 /// The end state in brief.
@@ -501,6 +504,7 @@ pub fn run_report(
             digests: end.nodes.iter().map(|n| (n.id, n.digest.clone())).collect(),
         },
         per_second,
+        hedges: None,
     }
 }
 
@@ -641,6 +645,13 @@ impl Report {
                 gain.failure_ratio["read"],
                 gain.failure_ratio["write"],
                 gain.failure_ratio["invoke"]
+            );
+        }
+        if let Some(h) = &c.hedges {
+            let _ = writeln!(
+                s,
+                "hedges   {} of {} writes hedged to another node; the hedge's answer won {} of them",
+                h.hedged, h.writes, h.won
             );
         }
         let _ = writeln!(

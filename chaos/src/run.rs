@@ -17,7 +17,7 @@ use crate::faults::{self, FaultWindow, Scenario, Schedule};
 use crate::history::{Event, FinalState};
 use crate::report::{run_report, Plan, Report};
 use crate::settle;
-use crate::workload::{self, Progress, Target, Via, WorkloadOptions};
+use crate::workload::{self, Hedges, Progress, Target, Via, WorkloadOptions};
 
 /// Everything a run needs.
 #[derive(Debug, Clone)]
@@ -274,8 +274,13 @@ async fn run_one(
         config: (!config.is_empty()).then(|| config.concat()),
         ..Setup::default()
     };
-    let (events, windows, end, heal_problems) =
-        drive(&cluster_options, &setup, &workload, faults, "cluster").await?;
+    let Driven {
+        events,
+        windows,
+        end,
+        heal_problems,
+        hedges,
+    } = drive(&cluster_options, &setup, &workload, faults, "cluster").await?;
     write_history(&out.join("history.jsonl"), &events)?;
     write(&out.join("final.json"), serde_json::to_vec(&end)?)?;
     let verdict = check(&events, &end);
@@ -284,7 +289,7 @@ async fn run_one(
         faults: planned.iter().map(|k| k.name().to_owned()).collect(),
         heal_problems,
     };
-    let cluster = run_report(
+    let mut cluster = run_report(
         options.nodes,
         duration_s,
         &events,
@@ -293,6 +298,7 @@ async fn run_one(
         verdict,
         &end,
     );
+    cluster.hedges = (options.via == Via::Client).then_some(hedges);
 
     let baseline = if options.baseline {
         let single = ClusterOptions {
@@ -305,7 +311,13 @@ async fn run_one(
             "== {} baseline: one node, killed and restarted on the same schedule",
             scenario.name
         );
-        let (events, replayed, end, heal_problems) = drive(
+        let Driven {
+            events,
+            windows: replayed,
+            end,
+            heal_problems,
+            ..
+        } = drive(
             &single,
             &setup,
             &workload,
@@ -365,16 +377,26 @@ async fn run_one(
     Ok(report)
 }
 
+/// What one run of the workload and its faults left.
+struct Driven {
+    events: Vec<Event>,
+    windows: Vec<FaultWindow>,
+    end: FinalState,
+    /// What went wrong healing everything before the end state was collected.
+    heal_problems: Vec<String>,
+    /// What became of the sessions' writes' hedges.
+    hedges: Hedges,
+}
+
 /// Starts a cluster, runs the workload and the faults together with a progress line,
-/// settles, collects the end state, and stops every node. Also returns what went wrong
-/// healing everything before the end state was collected.
+/// settles, collects the end state, and stops every node.
 async fn drive(
     cluster_options: &ClusterOptions,
     setup: &Setup,
     workload: &WorkloadOptions,
     plan: Faults<'_>,
     label: &str,
-) -> Result<(Vec<Event>, Vec<FaultWindow>, FinalState, Vec<String>), ChaosError> {
+) -> Result<Driven, ChaosError> {
     let mut cluster = Cluster::start_with(cluster_options, setup).await?;
     // What each node's log holds before the run: a panic logged after it fails the run.
     let marks = cluster.log_marks();
@@ -440,7 +462,13 @@ async fn drive(
     eprintln!("{label}: settling and collecting the end state");
     let end = settle::collect(&ids_urls, &events).await;
     drop(cluster);
-    Ok((events, windows, end, heal_problems))
+    Ok(Driven {
+        events,
+        windows,
+        end,
+        heal_problems,
+        hedges: progress.hedges(),
+    })
 }
 
 fn progress_line(

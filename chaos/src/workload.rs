@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use reqwest::{Method, Response, StatusCode};
 use rowcall_client::{row_input, Attempted, Client, Rejection};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 use tonic::Code;
@@ -102,6 +103,20 @@ pub struct WorkloadOptions {
 pub struct Progress {
     attempts: [AtomicU64; 3],
     ok: [AtomicU64; 3],
+    /// The sessions' clients' write counts, added as each session ends.
+    hedges: Mutex<Hedges>,
+}
+
+/// What became of the writes that went through the client library and its hedges, all
+/// sessions together (`Client::write_stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Hedges {
+    /// Writes the sessions called.
+    pub writes: u64,
+    /// Writes that a hedge also sent to another node while an attempt was still out.
+    pub hedged: u64,
+    /// Hedged writes whose outcome came from a hedge's attempt.
+    pub won: u64,
 }
 
 impl Progress {
@@ -111,6 +126,19 @@ impl Progress {
         if ok {
             self.ok[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Adds one session's write counts.
+    fn add_writes(&self, stats: rowcall_client::WriteStats) {
+        let mut hedges = self.hedges.lock().unwrap_or_else(|p| p.into_inner());
+        hedges.writes += stats.writes;
+        hedges.hedged += stats.hedged;
+        hedges.won += stats.hedges_won;
+    }
+
+    /// The write counts of the sessions that have ended.
+    pub fn hedges(&self) -> Hedges {
+        *self.hedges.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Per class: (attempts, successes) so far.
@@ -470,6 +498,9 @@ impl Session {
                 self.missed(due, op, in_time, now.saturating_duration_since(due));
                 due += period;
             }
+        }
+        if let Transport::Client { client, .. } = &self.via {
+            self.target.progress.add_writes(client.write_stats());
         }
         self.events
     }

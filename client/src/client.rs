@@ -438,6 +438,7 @@ impl ClientBuilder {
                 read_only: Mutex::default(),
                 seen: AtomicU64::new(self.session),
                 write_latencies: WriteLatencies::default(),
+                write_counts: WriteCounts::default(),
                 options: self.options,
             }),
         })
@@ -541,7 +542,31 @@ struct Inner {
     seen: AtomicU64,
     /// How long this session's latest writes took to be answered: when to hedge one.
     write_latencies: WriteLatencies,
+    /// What became of this session's writes' hedges.
+    write_counts: WriteCounts,
     options: Options,
+}
+
+/// Counters behind [`Client::write_stats`].
+#[derive(Debug, Default)]
+struct WriteCounts {
+    writes: AtomicU64,
+    hedged: AtomicU64,
+    hedges_won: AtomicU64,
+}
+
+/// What became of a session's writes (directory, membership and share-token writes that
+/// carry an idempotency key) since it began: [`Client::write_stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Writes called.
+    pub writes: u64,
+    /// Writes sent to one more node while an attempt was still out: not answered within the
+    /// hedge delay, or going round the nodes again during an election.
+    pub hedged: u64,
+    /// Hedged writes whose outcome (an answer or a refusal) came from an attempt a hedge
+    /// sent, not from the one it was sent beside.
+    pub hedges_won: u64,
 }
 
 /// Most rows a session remembers as read-only (their invocations hedged).
@@ -649,6 +674,16 @@ impl Client {
         self.inner.seen.load(Ordering::Relaxed)
     }
 
+    /// What became of this session's writes and their hedges so far.
+    pub fn write_stats(&self) -> WriteStats {
+        let counts = &self.inner.write_counts;
+        WriteStats {
+            writes: counts.writes.load(Ordering::Relaxed),
+            hedged: counts.hedged.load(Ordering::Relaxed),
+            hedges_won: counts.hedges_won.load(Ordering::Relaxed),
+        }
+    }
+
     /// The same cluster and credential in a new session (its own index).
     ///
     /// ```no_run
@@ -669,6 +704,7 @@ impl Client {
                 read_only: Mutex::new(self.read_only()),
                 seen: AtomicU64::new(0),
                 write_latencies: WriteLatencies::default(),
+                write_counts: WriteCounts::default(),
                 options: self.inner.options.clone(),
             }),
         }
@@ -848,6 +884,17 @@ impl Client {
         let mut backoff = options.backoff;
         let mut attempts = 0u32;
         let mut last = None;
+        let counts = (kind == Kind::Write).then_some(&self.inner.write_counts);
+        if let Some(counts) = counts {
+            counts.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        // Nodes (by position) a hedge sent this call to, and whether one was sent at all.
+        let mut hedged_to: Vec<usize> = Vec::new();
+        let won = |at: usize, hedged_to: &[usize]| {
+            if let Some(counts) = counts.filter(|_| hedged_to.contains(&at)) {
+                counts.hedges_won.fetch_add(1, Ordering::Relaxed);
+            }
+        };
         loop {
             let mut order = self.order(write_like);
             if let (Kind::Once, Some(within)) = (kind, options.hedge_after) {
@@ -908,6 +955,7 @@ impl Client {
                         match self.judge(kind, outcome) {
                             Attempt::Answered(response) => {
                                 self.trust(at);
+                                won(at, &hedged_to);
                                 // A hedge answered first: the node it outran was too slow.
                                 for &slow in &out {
                                     self.suspect(slow);
@@ -919,6 +967,7 @@ impl Client {
                             }
                             Attempt::Rejected(rejection) => {
                                 self.trust(at);
+                                won(at, &hedged_to);
                                 return Err(Error::Rejected(Box::new(rejection)));
                             }
                             Attempt::Unknown(rejection) => {
@@ -958,6 +1007,10 @@ impl Client {
                             launch(at, &mut pending);
                             out.push(at);
                             attempts += 1;
+                            if let Some(counts) = counts.filter(|_| hedged_to.is_empty()) {
+                                counts.hedged.fetch_add(1, Ordering::Relaxed);
+                            }
+                            hedged_to.push(at);
                         }
                     }
                     _ = tokio::time::sleep_until(probe_at.unwrap_or_else(Instant::now)),

@@ -56,7 +56,7 @@ mod rows;
 pub mod verify;
 mod watch;
 
-pub use self::client::{Attempted, Client, ClientBuilder, Invocation};
+pub use self::client::{Attempted, Client, ClientBuilder, Invocation, WriteStats};
 pub use self::error::{Error, Rejection};
 pub use self::rows::{row_input, row_json};
 pub use self::watch::Watch;

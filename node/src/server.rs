@@ -492,7 +492,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         crate::raft::early_election::EarlyElections::watch_silence(
             raft,
             timing,
-            move |leader, term| heard.liveness.leader_heard_at(leader, term),
+            move |leader, term| heard.liveness.leader_contact(leader, term),
             move |leader| {
                 let app = asked.clone();
                 async move {

@@ -566,6 +566,12 @@ async fn a_write_stuck_on_a_cut_off_leader_is_hedged_after_a_few_recent_write_ti
             .unwrap();
     }
     attempts.lock().unwrap().clear();
+    let before = session.write_stats();
+    assert_eq!(
+        (before.writes, before.hedged, before.hedges_won),
+        (16, 0, 0),
+        "healthy writes need no hedge"
+    );
     cluster.faults.isolate(leader, &others);
     let written = session
         .put(row_input(row("PAST_THE_CUT", "Written while the leader was cut off")).unwrap())
@@ -584,6 +590,12 @@ async fn a_write_stuck_on_a_cut_off_leader_is_hedged_after_a_few_recent_write_ti
         "{attempts:?}"
     );
     assert!(attempts[0].failure.is_none(), "{attempts:?}");
+    let after = session.write_stats();
+    assert_eq!(
+        (after.writes, after.hedged, after.hedges_won),
+        (17, 1, 1),
+        "the stuck write was hedged, and the hedge answered it"
+    );
     cluster.faults.heal();
     cluster.shutdown().await;
 }

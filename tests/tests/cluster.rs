@@ -461,6 +461,30 @@ async fn a_cut_off_leader_is_replaced_once_its_lease_has_passed() {
     cluster.shutdown().await;
 }
 
+/// A leader whose followers' answers are all lost keeps sending heartbeats, so openraft's
+/// timers never fire, but it can commit nothing: its followers read in those heartbeats that
+/// its quorum is older than the lease, ask it, hear that it has none, and one of them stands;
+/// the old leader's vote makes the majority. Writes go on through the new leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_whose_answers_are_lost_is_replaced_once_its_quorum_is_a_lease_old() {
+    let cluster = Cluster::start_with(3, 0, slow_timer).await;
+    let old = cluster.leader().await;
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|&id| id != old).collect();
+    cluster.faults.lose_answers(old);
+    let lost = std::time::Instant::now();
+    let new = successor_before_timer(&cluster, &cluster.ids(), old, ("loss", lost)).await;
+    assert!(others.contains(&new), "{new}");
+    let response = insert(
+        &cluster,
+        others[0],
+        &row("AFTER_LOSS", "written after the answers were lost"),
+    )
+    .await;
+    assert_eq!(response.status(), 201);
+    cluster.faults.heal();
+    cluster.shutdown().await;
+}
+
 /// A leader stopped as SIGTERM stops it hands leadership to a voter level with its log
 /// before it goes: when its shutdown returns, a survivor already leads (without the handover
 /// the survivors would still be waiting out the old leader's lease, then an election), and

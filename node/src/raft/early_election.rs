@@ -61,6 +61,7 @@ use rand::Rng;
 use tokio::sync::watch;
 
 use super::calls::Hello;
+use super::liveness::Contact;
 use super::{NodeId, Raft};
 
 /// Why this node stands early.
@@ -72,6 +73,9 @@ enum Reason {
     ShorterLogCandidate,
     /// Its leader has been silent for a lease and does not answer when asked.
     LeaderSilent,
+    /// Its leader's messages still arrive, but it has had no quorum for a lease and says so
+    /// when asked: its followers' answers are lost on the way back.
+    LeaderUnbacked,
 }
 
 impl Reason {
@@ -80,6 +84,7 @@ impl Reason {
             Self::SplitVote => "split_vote",
             Self::ShorterLogCandidate => "shorter_log_candidate",
             Self::LeaderSilent => "leader_silent",
+            Self::LeaderUnbacked => "leader_unbacked",
         }
     }
 }
@@ -194,20 +199,42 @@ impl SilenceTiming {
         let step = self.heartbeat / 2;
         self.lease + step * rank as u32 + (self.heartbeat / 4).mul_f64(random.clamp(0.0, 1.0))
     }
+
+    /// Why a follower with `contact` stands `now`, if it does, `after` being its
+    /// [`Self::stand_after`]:
+    /// - the leader has been silent that long ([`Reason::LeaderSilent`]); every voter that
+    ///   heard the same last message has stopped refusing candidates by then;
+    /// - or its messages still arrive (the latest within two heartbeats) but the quorum they
+    ///   say it last had is that old ([`Reason::LeaderUnbacked`]): it cannot commit, and its
+    ///   own vote is free (openraft 0.9's leader counts its lease from its election only),
+    ///   so in a cluster of three the two make a majority at once. Counting from the quorum
+    ///   instant of a leader that went quiet instead would stand up to a heartbeat before
+    ///   the other voters' leases end, and lose that term.
+    fn stands(self, contact: Contact, now: Instant, after: Duration) -> Option<Reason> {
+        let since = |at: Instant| now.saturating_duration_since(at);
+        if since(contact.heard) >= after {
+            Some(Reason::LeaderSilent)
+        } else if since(contact.heard) < self.heartbeat * 2 && since(contact.backed) >= after {
+            Some(Reason::LeaderUnbacked)
+        } else {
+            None
+        }
+    }
 }
 
 impl EarlyElections {
-    /// Stands for election once this node's leader has been silent for
-    /// [`SilenceTiming::stand_after`] and `still_leads` (asked of it: [`still_leads`]) says
-    /// no: a leader that was killed, paused or cut off is replaced a lease after its last
-    /// message, instead of a lease and a whole election timeout after it. A leader that
-    /// answers it still leads is left alone (openraft's own timer still decides), and so is
-    /// one this node already stood against. Learners and nodes that may not campaign stand for
-    /// nothing. Until `stop` turns true.
+    /// Stands for election once this node's leader has been silent, or without a quorum,
+    /// for [`SilenceTiming::stand_after`] ([`SilenceTiming::stands`]) and `still_leads`
+    /// (asked of it: [`still_leads`]) says no: a leader that was killed, paused or cut off,
+    /// or whose followers' answers are lost, is replaced a lease after its last message or
+    /// quorum, instead of a lease and a whole election timeout after it (or never, while
+    /// its heartbeats keep arriving). A leader that answers it still leads is left alone
+    /// (openraft's own timer still decides), and so is one this node already stood against.
+    /// Learners and nodes that may not campaign stand for nothing. Until `stop` turns true.
     pub async fn watch_silence<P, Fut>(
         raft: Raft,
         timing: SilenceTiming,
-        heard_at: impl Fn(NodeId, u64) -> Option<Instant>,
+        contact: impl Fn(NodeId, u64) -> Option<Contact>,
         still_leads: P,
         may_campaign: impl Fn() -> bool,
         mut stop: watch::Receiver<bool>,
@@ -237,10 +264,11 @@ impl EarlyElections {
             if !voters.contains(&me) || stood == Some((leader, term)) {
                 continue;
             }
-            let Some(heard) = heard_at(leader, term) else {
+            let Some(seen) = contact(leader, term) else {
                 continue;
             };
-            if heard.elapsed() < timing.stand_after(me, leader, &voters, random) {
+            let after = timing.stand_after(me, leader, &voters, random);
+            if timing.stands(seen, Instant::now(), after).is_none() {
                 continue;
             }
             // Asked once a heartbeat at most: a leader that answers it still leads would
@@ -255,29 +283,29 @@ impl EarlyElections {
             if still_leads(leader).await {
                 continue;
             }
-            // Nothing heard meanwhile, and still the same leader and term.
+            // Still the same leader and term, and still silent or unbacked after the
+            // question: a leader heard from again meanwhile, or whose quorum came back, stays.
             let unchanged = {
                 let metrics = raft.metrics();
                 let m = metrics.borrow();
                 m.current_leader == Some(leader) && m.current_term == term
             };
-            if !unchanged || heard_at(leader, term) != Some(heard) {
+            let reason =
+                contact(leader, term).and_then(|c| timing.stands(c, Instant::now(), after));
+            let (true, Some(reason)) = (unchanged, reason) else {
                 continue;
-            }
+            };
             stood = Some((leader, term));
-            let silent_ms = heard.elapsed().as_millis() as u64;
             tracing::info!(
                 term,
                 leader,
-                silent_ms,
-                reason = Reason::LeaderSilent.label(),
+                silent_ms = seen.heard.elapsed().as_millis() as u64,
+                unbacked_ms = seen.backed.elapsed().as_millis() as u64,
+                reason = reason.label(),
                 "standing for election early"
             );
-            metrics::counter!(
-                crate::metrics::EARLY_CAMPAIGNS_TOTAL,
-                "reason" => Reason::LeaderSilent.label()
-            )
-            .increment(1);
+            metrics::counter!(crate::metrics::EARLY_CAMPAIGNS_TOTAL, "reason" => reason.label())
+                .increment(1);
             if let Err(e) = raft.trigger().elect().await {
                 tracing::debug!(error = %e, "could not stand for election");
             }
@@ -385,6 +413,40 @@ mod tests {
         assert_eq!(ms(timing.stand_after(3, 2, &voters, 1.0)), 675);
         assert_eq!(ms(timing.stand_after(3, 2, &voters, 7.0)), 675, "clamped");
         assert!(timing.stand_after(3, 2, &voters, 0.99) < timing.stand_after(4, 2, &voters, 0.0));
+    }
+
+    #[test]
+    fn a_follower_stands_against_a_silent_leader_or_one_whose_heartbeats_say_it_has_no_quorum() {
+        let timing = SilenceTiming {
+            heartbeat: Duration::from_millis(100),
+            lease: Duration::from_millis(600),
+        };
+        let after = Duration::from_millis(600);
+        let now = Instant::now() + Duration::from_secs(10);
+        let ago = |ms: u64| now - Duration::from_millis(ms);
+        let stands = |heard, backed| {
+            timing.stands(
+                Contact {
+                    heard: ago(heard),
+                    backed: ago(backed),
+                },
+                now,
+                after,
+            )
+        };
+        // A healthy leader: heard a heartbeat ago, its quorum about as recent.
+        assert_eq!(stands(50, 120), None);
+        // Silent for the whole wait, whatever it last said of its quorum.
+        assert_eq!(stands(600, 650), Some(Reason::LeaderSilent));
+        assert_eq!(stands(599, 650), None, "not yet");
+        // Still heard, but with no quorum for the whole wait: answers are lost on the way.
+        assert_eq!(stands(30, 600), Some(Reason::LeaderUnbacked));
+        assert_eq!(stands(30, 599), None, "its quorum is young enough");
+        // Gone quiet two heartbeats ago: its quorum instant is older than its last message,
+        // so the other voters' leases (counted from that message) have not ended: wait for
+        // silence.
+        assert_eq!(stands(200, 700), None);
+        assert_eq!(stands(199, 700), Some(Reason::LeaderUnbacked));
     }
 
     fn hello(node_id: NodeId, leader: Option<NodeId>, quorum_age_ms: Option<u64>) -> Hello {

@@ -21,6 +21,8 @@ struct State {
     blocked: HashSet<(NodeId, NodeId)>,
     loss: HashMap<(NodeId, NodeId), f64>,
     delay: HashMap<(NodeId, NodeId), Duration>,
+    /// Nodes whose calls arrive but whose answers are lost on the way back.
+    answers_lost: HashSet<NodeId>,
 }
 
 /// What happens to one message on a link.
@@ -67,6 +69,17 @@ impl Faults {
     /// Delays each message from `from` to `to`.
     pub fn delay(&self, from: NodeId, to: NodeId, by: Duration) {
         self.state().delay.insert((from, to), by);
+    }
+
+    /// Loses the answer to every call `caller` makes, after the callee has handled it: its
+    /// appends and votes arrive and count there, and it never learns that they did.
+    pub fn lose_answers(&self, caller: NodeId) {
+        self.state().answers_lost.insert(caller);
+    }
+
+    /// Whether answers to `caller`'s calls are lost ([`Self::lose_answers`]).
+    pub fn answers_lost(&self, caller: NodeId) -> bool {
+        self.state().answers_lost.contains(&caller)
     }
 
     /// Removes every fault.
@@ -117,5 +130,16 @@ mod tests {
         );
         faults.lossy(3, 1, 1.0);
         assert_eq!(faults.verdict(3, 1), Verdict::Drop);
+    }
+
+    #[test]
+    fn lost_answers_are_a_callers_own_and_heal() {
+        let faults = Faults::default();
+        faults.lose_answers(1);
+        assert!(faults.answers_lost(1));
+        assert!(!faults.answers_lost(2));
+        assert_eq!(faults.verdict(1, 2), Verdict::Deliver(Duration::ZERO));
+        faults.heal();
+        assert!(!faults.answers_lost(1));
     }
 }

@@ -68,6 +68,15 @@ struct LeaderContact {
     heard_at: Instant,
 }
 
+/// What a follower knows of its leader's latest message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Contact {
+    /// When it arrived.
+    pub heard: Instant,
+    /// When the leader last had a quorum, by what it said (never after `heard`).
+    pub backed: Instant,
+}
+
 /// Contact with the cluster, as this node sees it.
 #[derive(Debug)]
 pub struct Liveness {
@@ -181,10 +190,19 @@ impl Liveness {
 
     /// When the latest message of `leader`, followed at `term`, arrived here.
     pub fn leader_heard_at(&self, leader: NodeId, term: u64) -> Option<Instant> {
+        self.leader_contact(leader, term).map(|c| c.heard)
+    }
+
+    /// When the latest message of `leader`, followed at `term`, arrived here, and when that
+    /// leader last had a quorum, as it told us.
+    pub fn leader_contact(&self, leader: NodeId, term: u64) -> Option<Contact> {
         let contact = *self.leader.lock().unwrap_or_else(|p| p.into_inner());
         contact
             .filter(|c| c.leader == leader && c.term == term)
-            .map(|c| c.heard_at)
+            .map(|c| Contact {
+                heard: c.heard_at,
+                backed: c.quorum_at,
+            })
     }
 
     /// When `leader`, followed at `term`, last had a quorum, as it told us. Contact from any

@@ -421,6 +421,16 @@ impl Network {
             _ => protocol(status.to_string()),
         })?;
         self.pass(to.id, self.me, addr, "reply").await?;
+        if self
+            .faults
+            .as_ref()
+            .is_some_and(|f| f.answers_lost(self.me))
+        {
+            return Err(TransportError::Unreachable {
+                addr: addr.to_owned(),
+                reason: "reply lost by fault injection after it was handled".into(),
+            });
+        }
         serde_json::from_slice(&reply.into_inner().payload).map_err(|e| protocol(e.to_string()))
     }
 
