@@ -265,7 +265,10 @@ async function cluster() {
       cell(tr, m.http_addr || "");
       cell(tr, m.id === s.node_id ? s.last_applied : "");
       cell(tr, lag[m.id] === undefined ? "" : lag[m.id]);
-      cell(tr, unanswered[m.id] ? "missing (" + unanswered[m.id] + " unanswered)" : "yes");
+      // As the leader sees it: appends left unanswered (cut off or slow), or entries the
+      // member has not matched yet (down, or catching up).
+      cell(tr, m.id === s.node_id ? "this node" : unanswered[m.id] ? "missing (" + unanswered[m.id] + " appends unanswered)"
+        : lag[m.id] > 0 ? "behind by " + lag[m.id] + " (down or catching up)" : lag[m.id] === 0 ? "caught up" : "");
       body.appendChild(tr);
     }
     say("");
