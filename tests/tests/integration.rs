@@ -13,6 +13,7 @@ mod cli;
 mod client;
 mod clocks;
 mod cluster;
+mod console;
 mod exactly_once;
 mod hostile;
 mod https;

@@ -8,6 +8,7 @@
 
 mod changes;
 mod cluster;
+pub mod console;
 mod directory;
 mod dispatch;
 pub mod error;
@@ -170,6 +171,9 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle, stop: watch::Receiver<bo
         .route("/api/openapi.json", get(openapi::document))
         .route("/metrics", get(cluster::metrics))
         .route("/healthz", get(cluster::healthz))
+        .route("/console", get(console::page))
+        .route("/console/console.js", get(console::script))
+        .route("/console/console.css", get(console::style))
         .route("/readyz", get(cluster::readyz))
         .merge(mcp)
         .fallback(not_found)
@@ -183,14 +187,15 @@ async fn not_found() -> ServiceError {
 }
 
 /// What a node whose folder went back behind its promises answers instead of serving
-/// (`raft::standing`): everything but its health, readiness, metrics and cluster view,
-/// which an operator needs to see why.
+/// (`raft::standing`): everything but its health, readiness, metrics, cluster view and the
+/// console that shows it, which an operator needs to see why.
 fn refused_while_behind(app: &App, route: &str) -> Option<ServiceError> {
     let crate::raft::standing::Standing::Behind { reason } = app.standing() else {
         return None;
     };
-    let operator =
-        ["/healthz", "/readyz", "/metrics"].contains(&route) || route.starts_with("/api/cluster");
+    let operator = ["/healthz", "/readyz", "/metrics"].contains(&route)
+        || route.starts_with("/api/cluster")
+        || route.starts_with("/console");
     (!operator).then_some(ServiceError::StateBehind(reason))
 }
 
