@@ -151,8 +151,8 @@ impl Default for ReceiptsConfig {
     }
 }
 
-/// How writes reach the disk.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// How writes reach the disk, and how much memory the database may keep for its cache.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
     /// `fdatasync` (the default): nothing is acknowledged before an fdatasync/fsync of every
@@ -161,6 +161,29 @@ pub struct StorageConfig {
     /// crash of the process but not of the machine: for measuring what durability costs,
     /// never for data you keep.
     pub sync: SyncMode,
+    /// Megabytes of sled's page cache (`ROWCALL_STORAGE_CACHE_MB`). sled's own default is
+    /// 1 GiB, and resident memory follows the cache as it fills, never giving it back: the
+    /// default here suits a small VM. Reads past the cache go to the page cache of the OS.
+    pub cache_mb: u64,
+}
+
+/// Megabytes of sled cache when the configuration names none.
+pub const DEFAULT_CACHE_MB: u64 = 64;
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            sync: SyncMode::default(),
+            cache_mb: DEFAULT_CACHE_MB,
+        }
+    }
+}
+
+impl StorageConfig {
+    /// The cache size in bytes, as sled takes it.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_mb.saturating_mul(1024 * 1024)
+    }
 }
 
 /// How a write is made durable before it is acknowledged.
@@ -908,7 +931,8 @@ impl Config {
                 reason: format!("{value:?} is not a whole number of milliseconds"),
             })?;
         }
-        let numbers: [(&'static str, &mut u64); 9] = [
+        let numbers: [(&'static str, &mut u64); 10] = [
+            ("ROWCALL_STORAGE_CACHE_MB", &mut self.storage.cache_mb),
             (
                 "ROWCALL_RECEIPTS_MAX_AGE_SECS",
                 &mut self.receipts.max_age_secs,
@@ -1052,6 +1076,24 @@ mod tests {
         assert!(config.cluster.bootstrap);
         assert_eq!(config.cluster.join, ["a:9090", "b:9090"]);
         assert!(!Config::default().cluster.bootstrap);
+    }
+
+    #[test]
+    fn the_cache_size_comes_from_the_file_then_the_environment() {
+        assert_eq!(Config::default().storage.cache_bytes(), 64 * 1024 * 1024);
+        let mut config = Config::from_toml("[storage]\ncache_mb = 16\n").unwrap();
+        assert_eq!(config.storage.cache_bytes(), 16 * 1024 * 1024);
+        config
+            .apply_env(|name| (name == "ROWCALL_STORAGE_CACHE_MB").then(|| "8".into()))
+            .unwrap();
+        assert_eq!(config.storage.cache_bytes(), 8 * 1024 * 1024);
+        let bad = Config::default()
+            .apply_env(|name| (name == "ROWCALL_STORAGE_CACHE_MB").then(|| "lots".into()))
+            .unwrap_err();
+        assert!(
+            bad.to_string().contains("ROWCALL_STORAGE_CACHE_MB"),
+            "{bad}"
+        );
     }
 
     #[test]

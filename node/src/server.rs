@@ -263,7 +263,8 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         .data_format
         .unwrap_or(crate::raft::identity::DATA_FORMAT);
     let storage =
-        Durable::open(&database, config.storage.sync).context("opening the sled database")?;
+        Durable::open_with_cache(&database, config.storage.sync, config.storage.cache_bytes())
+            .context("opening the sled database")?;
     // The identity is kept beside the Raft state, in the same database (`raft::identity`).
     let identity = Arc::new(
         LocalIdentity::open_as(&node.data, storage.db(), node.id, format)?.speaking(

@@ -154,10 +154,22 @@ struct Synced {
 }
 
 impl Durable {
-    /// Opens (or creates) the sled database in `dir` and makes what is already there durable.
+    /// Opens (or creates) the sled database in `dir` and makes what is already there durable,
+    /// with the default cache ([`crate::config::DEFAULT_CACHE_MB`]).
     pub fn open(dir: &Path, mode: SyncMode) -> Result<Self, SyncError> {
+        let default = crate::config::StorageConfig::default();
+        Self::open_with_cache(dir, mode, default.cache_bytes())
+    }
+
+    /// [`Durable::open`] with a page cache of at most `cache_bytes` (`[storage] cache_mb`).
+    pub fn open_with_cache(
+        dir: &Path,
+        mode: SyncMode,
+        cache_bytes: u64,
+    ) -> Result<Self, SyncError> {
         let db = sled::Config::new()
             .path(dir)
+            .cache_capacity(cache_bytes)
             // Durability comes from explicit syncs; the background flusher only adds I/O.
             .flush_every_ms(None)
             .mode(sled::Mode::LowSpace)
