@@ -180,9 +180,10 @@ impl Default for StorageConfig {
 }
 
 impl StorageConfig {
-    /// The cache size in bytes, as sled takes it.
+    /// The cache size in bytes, as sled takes it: at least one megabyte (`cache_mb = 0`
+    /// would leave sled nothing to hold the pages it is writing).
     pub fn cache_bytes(&self) -> u64 {
-        self.cache_mb.saturating_mul(1024 * 1024)
+        self.cache_mb.max(1).saturating_mul(1024 * 1024)
     }
 }
 
@@ -1087,6 +1088,8 @@ mod tests {
             .apply_env(|name| (name == "ROWCALL_STORAGE_CACHE_MB").then(|| "8".into()))
             .unwrap();
         assert_eq!(config.storage.cache_bytes(), 8 * 1024 * 1024);
+        let zero = Config::from_toml("[storage]\ncache_mb = 0\n").unwrap();
+        assert_eq!(zero.storage.cache_bytes(), 1024 * 1024, "never an empty cache");
         let bad = Config::default()
             .apply_env(|name| (name == "ROWCALL_STORAGE_CACHE_MB").then(|| "lots".into()))
             .unwrap_err();
