@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! cargo run --release -p rowcall-node --example eval_sets -- \
-//!     --model ./models/all-minilm-l6-v2 [--static] [--cache DIR] SET_DIR...
+//!     --model ./models/all-minilm-l6-v2 [--weights f32|q8] [--static] [--cache DIR] SET_DIR...
 //! ```
 //!
 //! A set folder holds `rows.jsonl` (`POST /api/directory` bodies) and `queries.jsonl`
@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 
 use rowcall_client::quality::{parse_queries, GoldQuery, Quality, Scorecard};
-use rowcall_node::catalogue::embed::{Embedder, QueryMode};
+use rowcall_node::catalogue::embed::{Embedder, QueryMode, Weights};
 use rowcall_node::catalogue::resolver::Fusion;
 use rowcall_node::catalogue::row::{Row, RowInput};
 use rowcall_node::catalogue::{embed_text, Catalogue};
@@ -34,6 +34,7 @@ type Error = Box<dyn std::error::Error>;
 struct Options {
     model: PathBuf,
     static_queries: bool,
+    weights: Weights,
     cache: Option<PathBuf>,
     sets: Vec<PathBuf>,
 }
@@ -41,11 +42,13 @@ struct Options {
 fn options() -> Result<Options, Error> {
     let mut args = std::env::args().skip(1);
     let (mut model, mut static_queries, mut cache, mut sets) = (None, false, None, Vec::new());
+    let mut weights = Weights::F32;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--model" => model = args.next().map(PathBuf::from),
             "--cache" => cache = args.next().map(PathBuf::from),
             "--static" => static_queries = true,
+            "--weights" => weights = args.next().ok_or("--weights f32|q8")?.parse()?,
             _ => sets.push(PathBuf::from(arg)),
         }
     }
@@ -56,6 +59,7 @@ fn options() -> Result<Options, Error> {
     Ok(Options {
         model,
         static_queries,
+        weights,
         cache,
         sets,
     })
@@ -68,8 +72,8 @@ fn main() -> Result<(), Error> {
     } else {
         QueryMode::Model
     };
-    let embedder = Embedder::load(&options.model, mode)?;
-    let fingerprint = embedder.info().fingerprint.clone();
+    let embedder = Embedder::load_with(&options.model, mode, options.weights)?;
+    let fingerprint = embedder.info().vectors_id();
     if let Some(dir) = &options.cache {
         std::fs::create_dir_all(dir)?;
     }
@@ -92,10 +96,27 @@ fn main() -> Result<(), Error> {
             Ok(embedder.embed_documents(&texts)?)
         })?;
         let model_queries = remembered(cached("queries"), || {
-            queries
+            let mut times = Vec::with_capacity(queries.len());
+            let vectors = queries
                 .iter()
-                .map(|q| Ok(embedder.embed_query_with(&q.q, QueryMode::Model)?.to_vec()))
-                .collect()
+                .map(|q| {
+                    let started = std::time::Instant::now();
+                    let v = embedder.embed_query_with(&q.q, QueryMode::Model)?.to_vec();
+                    times.push(started.elapsed());
+                    Ok(v)
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
+            times.sort_unstable();
+            let at = |p: f64| {
+                times[((times.len() as f64 * p).ceil() as usize).clamp(1, times.len()) - 1]
+            };
+            println!(
+                "query embedding ({} weights), one at a time: p50 {:.2} ms, p99 {:.2} ms",
+                options.weights.as_str(),
+                at(0.5).as_secs_f64() * 1e3,
+                at(0.99).as_secs_f64() * 1e3
+            );
+            Ok(vectors)
         })?;
         let mut catalogue = Catalogue::default();
         for (row, vector) in rows.into_iter().zip(&vectors) {

@@ -64,6 +64,11 @@ pub struct ResolverConfig {
     /// How asks are embedded: `model` (the full forward pass, the default) or `static`
     /// (distilled token vectors: microseconds, less accurate). `ROWCALL_QUERY_EMBEDDING`.
     pub query_embedding: crate::catalogue::embed::QueryMode,
+    /// How the model's linear layers hold their weights: `f32` (as the folder has them, the
+    /// default) or `q8` (quantized at load to 8-bit blocks: a quarter of the bytes each
+    /// product reads, slightly other vectors). Set it alike on every node.
+    /// `ROWCALL_EMBED_WEIGHTS`.
+    pub weights: crate::catalogue::embed::Weights,
     /// Learn from use (on by default): an ask followed within two minutes, by the same
     /// caller, by an invocation of one of its candidates teaches the resolver the ask's
     /// words for that row, through the invocation's receipt. `ROWCALL_RESOLVER_LEARN=off`
@@ -76,6 +81,7 @@ impl Default for ResolverConfig {
         Self {
             model: None,
             query_embedding: Default::default(),
+            weights: Default::default(),
             learn: true,
         }
     }
@@ -894,6 +900,12 @@ impl Config {
                     name: "ROWCALL_QUERY_EMBEDDING",
                     reason,
                 })?;
+        }
+        if let Some(weights) = get("ROWCALL_EMBED_WEIGHTS") {
+            self.resolver.weights = weights.trim().parse().map_err(|reason| ConfigError::Env {
+                name: "ROWCALL_EMBED_WEIGHTS",
+                reason,
+            })?;
         }
         if let Some(mode) = get("ROWCALL_STORAGE_SYNC") {
             self.storage.sync = match mode.trim() {

@@ -722,9 +722,10 @@ async fn load_model(config: &Config, storage: &Durable) -> anyhow::Result<Option
         return Ok(None);
     };
     let mode = config.resolver.query_embedding;
+    let weights = config.resolver.weights;
     let started = std::time::Instant::now();
     let shown = dir.display().to_string();
-    let embedder = tokio::task::spawn_blocking(move || Embedder::load(&dir, mode))
+    let embedder = tokio::task::spawn_blocking(move || Embedder::load_with(&dir, mode, weights))
         .await
         .context("loading the resolver's model")?
         .with_context(|| format!("loading the resolver's model from {shown}"))?;
@@ -734,6 +735,7 @@ async fn load_model(config: &Config, storage: &Durable) -> anyhow::Result<Option
         fingerprint = %info.fingerprint,
         dimensions = info.dimensions,
         query = ?info.query,
+        weights = info.weights.as_str(),
         seconds = started.elapsed().as_secs_f32(),
         "resolver model loaded: asks rank by words and meaning"
     );

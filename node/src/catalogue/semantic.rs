@@ -229,7 +229,7 @@ impl Semantic {
     }
 
     fn store_key(&self, text: &str) -> Vec<u8> {
-        let mut key = self.embedder.info().fingerprint.as_bytes().to_vec();
+        let mut key = self.embedder.info().vectors_id().into_bytes();
         key.extend_from_slice(&Sha256::digest(text.as_bytes()));
         key
     }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::app::App;
-use crate::catalogue::embed::QueryMode;
+use crate::catalogue::embed::{QueryMode, Weights};
 use crate::raft::calls::Hello;
 use crate::raft::NodeId;
 
@@ -50,6 +50,10 @@ pub struct RankingSetup {
     pub query: Option<QueryMode>,
     /// Whether asks that led to invocations boost their rows (`[resolver] learn`).
     pub learn: bool,
+    /// How the model holds its weights, in hybrid mode (`[resolver] weights`): q8 vectors
+    /// are close to f32 ones but not equal, so the rankings can differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<Weights>,
 }
 
 impl RankingSetup {
@@ -63,6 +67,7 @@ impl RankingSetup {
         Self {
             mode: if model.is_some() { "hybrid" } else { "lexical" }.to_owned(),
             query: model.as_ref().map(|m| m.query),
+            weights: model.as_ref().map(|m| m.weights),
             model: model.map(|m| m.fingerprint),
             learn: app.config.resolver.learn,
         }
@@ -77,6 +82,9 @@ impl fmt::Display for RankingSetup {
             }
             (Some(model), _) => write!(f, "model {model}")?,
             (None, _) => write!(f, "words only")?,
+        }
+        if self.weights == Some(Weights::Q8) {
+            write!(f, ", q8 weights")?;
         }
         let learn = if self.learn { "on" } else { "off" };
         write!(f, ", learning from use {learn}")
@@ -234,7 +242,7 @@ fn report(
                 ours = %mine,
                 "node {id} ranks asks otherwise than this node ({theirs}; here: {mine}): the \
                  same ask gets another ranking there. Give every node the same [resolver] \
-                 model, query_embedding and learn settings"
+                 model, weights, query_embedding and learn settings"
             );
         }
     }
@@ -254,6 +262,7 @@ mod tests {
             model: None,
             query: None,
             learn: true,
+            weights: None,
         };
         assert_eq!(lexical.to_string(), "words only, learning from use on");
         let fast = RankingSetup {
@@ -261,10 +270,21 @@ mod tests {
             model: Some("0123456789abcdef".into()),
             query: Some(QueryMode::Static),
             learn: false,
+            weights: Some(Weights::F32),
         };
         assert_eq!(
             fast.to_string(),
             "model 0123456789abcdef with static query vectors, learning from use off"
+        );
+        let q8 = RankingSetup {
+            weights: Some(Weights::Q8),
+            query: Some(QueryMode::Model),
+            ..fast.clone()
+        };
+        assert_ne!(q8, fast, "weights take part in the comparison");
+        assert_eq!(
+            q8.to_string(),
+            "model 0123456789abcdef, q8 weights, learning from use off"
         );
     }
 

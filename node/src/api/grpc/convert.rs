@@ -307,6 +307,7 @@ impl From<RankingSetup> for v1::RankingSetup {
             model: r.model,
             query: r.query.map(|q| query_mode(q).to_owned()),
             learn: r.learn,
+            weights: r.weights.map(|w| w.as_str().to_owned()),
         }
     }
 }
@@ -325,6 +326,7 @@ impl From<ModelInfo> for v1::EmbeddingModel {
             fingerprint: m.fingerprint,
             dimensions: u32::try_from(m.dimensions).unwrap_or(u32::MAX),
             query: query_mode(m.query).to_owned(),
+            weights: m.weights.as_str().to_owned(),
         }
     }
 }

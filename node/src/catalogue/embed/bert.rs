@@ -11,20 +11,38 @@
 //! (`embeddings.word_embeddings.weight`, `encoder.layer.0.attention.self.query.weight`, …),
 //! with or without a leading `bert.`.
 
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::{embedding, layer_norm, Embedding, LayerNorm, VarBuilder};
 
-/// A dense layer whose weight is kept transposed (`in × out`, contiguous), so a product
-/// with a few rows of input reads it in the layout the matrix kernel packs from.
-struct Linear {
-    weight_t: Tensor,
-    bias: Tensor,
+use super::Weights;
+
+/// A dense layer. In f32 the weight is kept transposed (`in × out`, contiguous), so a
+/// product with a few rows of input reads it in the layout the matrix kernel packs from; in
+/// q8 it is quantized once at load to GGML's Q8_0 blocks (32 weights sharing one scale), a
+/// quarter of the bytes to read per product, and the input is quantized per row alike.
+enum Linear {
+    F32 { weight_t: Tensor, bias: Tensor },
+    Q8 { weight: QMatMul, bias: Tensor },
 }
 
-fn linear(input: usize, output: usize, vb: VarBuilder) -> candle_core::Result<Linear> {
+fn linear(
+    input: usize,
+    output: usize,
+    vb: VarBuilder,
+    weights: Weights,
+) -> candle_core::Result<Linear> {
     let weight = vb.get((output, input), "weight")?;
     let bias = vb.get(output, "bias")?;
-    Ok(Linear {
+    // Q8_0 needs the input length in whole blocks; a layer that has not stays in f32.
+    if weights == Weights::Q8 && input.is_multiple_of(GgmlDType::Q8_0.block_size()) {
+        let q = QTensor::quantize(&weight, GgmlDType::Q8_0)?;
+        return Ok(Linear::Q8 {
+            weight: QMatMul::QTensor(std::sync::Arc::new(q)),
+            bias,
+        });
+    }
+    Ok(Linear::F32 {
         weight_t: weight.t()?.contiguous()?,
         bias,
     })
@@ -37,13 +55,19 @@ impl Module for Linear {
             dims[..dims.len() - 1].iter().product::<usize>(),
             dims[dims.len() - 1],
         );
-        let y = x
-            .reshape((rows, input))?
-            .matmul(&self.weight_t)?
-            .broadcast_add(&self.bias)?;
+        let x = x.reshape((rows, input))?;
+        let (y, width) = match self {
+            Linear::F32 { weight_t, bias } => {
+                (x.matmul(weight_t)?.broadcast_add(bias)?, weight_t.dim(1)?)
+            }
+            Linear::Q8 { weight, bias } => (
+                weight.forward(&x.contiguous()?)?.broadcast_add(bias)?,
+                bias.dim(0)?,
+            ),
+        };
         let mut out = dims;
         let last = out.len() - 1;
-        out[last] = self.weight_t.dim(1)?;
+        out[last] = width;
         y.reshape(out)
     }
 }
@@ -161,7 +185,7 @@ enum Activation {
 }
 
 impl Layer {
-    fn load(vb: VarBuilder, c: &BertConfig) -> candle_core::Result<Self> {
+    fn load(vb: VarBuilder, c: &BertConfig, w: Weights) -> candle_core::Result<Self> {
         let h = c.hidden_size;
         let attention = vb.pp("attention");
         let act = match c.hidden_act.as_str() {
@@ -170,17 +194,17 @@ impl Layer {
             _ => Activation::Gelu,
         };
         Ok(Self {
-            query: linear(h, h, attention.pp("self").pp("query"))?,
-            key: linear(h, h, attention.pp("self").pp("key"))?,
-            value: linear(h, h, attention.pp("self").pp("value"))?,
-            attention_out: linear(h, h, attention.pp("output").pp("dense"))?,
+            query: linear(h, h, attention.pp("self").pp("query"), w)?,
+            key: linear(h, h, attention.pp("self").pp("key"), w)?,
+            value: linear(h, h, attention.pp("self").pp("value"), w)?,
+            attention_out: linear(h, h, attention.pp("output").pp("dense"), w)?,
             attention_norm: layer_norm(
                 h,
                 c.layer_norm_eps,
                 attention.pp("output").pp("LayerNorm"),
             )?,
-            intermediate: linear(h, c.intermediate_size, vb.pp("intermediate").pp("dense"))?,
-            out: linear(c.intermediate_size, h, vb.pp("output").pp("dense"))?,
+            intermediate: linear(h, c.intermediate_size, vb.pp("intermediate").pp("dense"), w)?,
+            out: linear(c.intermediate_size, h, vb.pp("output").pp("dense"), w)?,
             out_norm: layer_norm(h, c.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
             heads: c.num_attention_heads,
             head_dim: h / c.num_attention_heads,
@@ -229,8 +253,9 @@ pub struct Bert {
 }
 
 impl Bert {
-    /// Builds the encoder from safetensors bytes.
-    pub fn load(weights: Vec<u8>, config: &BertConfig) -> candle_core::Result<Self> {
+    /// Builds the encoder from safetensors bytes, its linear layers in `kind` (embeddings
+    /// and LayerNorms stay in f32 either way).
+    pub fn load(weights: Vec<u8>, config: &BertConfig, kind: Weights) -> candle_core::Result<Self> {
         let device = Device::Cpu;
         let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)?;
         let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
@@ -240,7 +265,7 @@ impl Bert {
         };
         let embeddings = Embeddings::load(vb.pp("embeddings"), config)?;
         let layers = (0..config.num_hidden_layers)
-            .map(|i| Layer::load(vb.pp("encoder").pp("layer").pp(i), config))
+            .map(|i| Layer::load(vb.pp("encoder").pp("layer").pp(i), config, kind))
             .collect::<candle_core::Result<Vec<_>>>()?;
         Ok(Self {
             embeddings,
