@@ -1101,7 +1101,11 @@ mod tests {
             .unwrap();
         assert_eq!(config.storage.cache_bytes(), 8 * 1024 * 1024);
         let zero = Config::from_toml("[storage]\ncache_mb = 0\n").unwrap();
-        assert_eq!(zero.storage.cache_bytes(), 1024 * 1024, "never an empty cache");
+        assert_eq!(
+            zero.storage.cache_bytes(),
+            1024 * 1024,
+            "never an empty cache"
+        );
         let bad = Config::default()
             .apply_env(|name| (name == "ROWCALL_STORAGE_CACHE_MB").then(|| "lots".into()))
             .unwrap_err();
