@@ -70,8 +70,8 @@ async fn a_follower_of_a_deposed_leader_turns_stale_once_the_majority_elects_ano
         },
     )
     .await;
-    // The old leader still counts itself leader and still reaches F.
-    assert_eq!(leader_seen_by(&cluster, follower), Some(leader));
+    // F may by now have stood against the old leader, whose heartbeats tell it that it has
+    // no quorum (early_election: leader_unbacked); either way F must read stale.
     eventually(
         Duration::from_secs(10),
         "the deposed leader's follower marks itself stale",
