@@ -1240,18 +1240,20 @@ impl Cluster {
         ids
     }
 
-    /// Makes node `target` the leader. Once the target's log is level with the leader's
-    /// (a voter refuses a candidate with less log), the other nodes' outgoing links are
-    /// cut, so none of them can stand for election while all still answer the target; the
-    /// leader is killed, the target wins the election, the links heal and the old leader
-    /// starts again. A few tries.
+    /// Makes node `target` the leader: as an operator does, by asking the leader to hand
+    /// leadership over (`POST /api/cluster/leader`). Should that fail (the target behind, a
+    /// node that predates the call), by force: once the target's log is level with the
+    /// leader's (a voter refuses a candidate with less log), the other nodes' outgoing links
+    /// are cut, so none of them can stand for election while all still answer the target;
+    /// the leader is killed, the target wins the election, the links heal and the old
+    /// leader starts again. A few tries.
     pub async fn make_leader(&mut self, target: u64) -> Result<(), ChaosError> {
         const TRIES: usize = 3;
         for _ in 0..TRIES {
             let Some(leader) = self.await_leader(Duration::from_secs(5)).await else {
                 continue;
             };
-            if leader == target {
+            if leader == target || self.move_leader(leader, target).await {
                 return Ok(());
             }
             self.await_level(target, leader, Duration::from_secs(5))
@@ -1279,6 +1281,25 @@ impl Cluster {
                 tries: TRIES,
                 leader: found,
             }),
+        }
+    }
+
+    /// Asks node `via` to move leadership to `target`; whether `target` leads after.
+    async fn move_leader(&self, via: u64, target: u64) -> bool {
+        let moved = self
+            .http
+            .post(format!("{}/api/cluster/leader", self.node(via).url()))
+            .header("x-terminal-key", ADMIN_KEY)
+            .json(&serde_json::json!({ "to": target }))
+            .timeout(Duration::from_secs(8))
+            .send()
+            .await;
+        match moved {
+            Ok(r) if r.status().is_success() => {
+                let body: Option<Value> = r.json().await.ok();
+                body.is_some_and(|b| b["leader"].as_u64() == Some(target))
+            }
+            _ => false,
         }
     }
 

@@ -309,6 +309,12 @@ pub enum ClusterCommand {
         /// Its id.
         id: u64,
     },
+    /// Move leadership to a voter (before maintenance of the leader's host), or to the voter
+    /// furthest along when none is named; writes pause for the handover.
+    MoveLeader {
+        /// The voter to lead.
+        id: Option<u64>,
+    },
     /// Build a snapshot now and purge the log behind it.
     Snapshot,
     /// Mint a join token: start a new node with it (ROWCALL_JOIN_TOKEN or
@@ -738,6 +744,10 @@ async fn cluster(
         ClusterCommand::Remove { id } => {
             client.remove(id).await?;
             ("removed", Some(id))
+        }
+        ClusterCommand::MoveLeader { id } => {
+            let leader = client.move_leader(id).await?;
+            ("leads", Some(leader))
         }
         ClusterCommand::Snapshot => {
             client.snapshot().await?;

@@ -1786,6 +1786,32 @@ impl Client {
         Ok(())
     }
 
+    /// Moves leadership to voter `to`, or to the voter furthest along when `None` (admin
+    /// key), and returns the leader afterwards: before maintenance of the leader's host, as
+    /// etcd's `move-leader`. A move to a named voter is retried (moving it again where it
+    /// already is changes nothing); a move to whichever voter is not.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// let leader = client.move_leader(Some(2)).await?;
+    /// assert_eq!(leader, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn move_leader(&self, to: Option<u64>) -> Result<u64, Error> {
+        let kind = if to.is_some() {
+            Kind::Converges
+        } else {
+            Kind::Once
+        };
+        let message = proto::MoveLeaderRequest { to };
+        self.call(kind, true, message, |ch, r| async move {
+            ClusterClient::new(ch).move_leader(r).await
+        })
+        .await
+        .map(|r| r.into_inner().leader)
+    }
+
     /// Mints a join token valid for `ttl_seconds` (admin key): a new node started with it
     /// and `--join` receives the cluster's peer credential. Minted once: never retried after
     /// it may have reached a node (each attempt would mint another).

@@ -247,6 +247,19 @@ async fn cluster_and_tooling_subcommands_and_failures_exit_as_documented() {
     let refused = rowcall(&node, &["cluster", "promote", "9"]).await;
     assert_eq!(refused.code, 1);
     assert!(refused.err.contains("not a member"), "{}", refused.err);
+    // Leadership moves only to a voter; on a one-voter cluster it stays where it is.
+    let moved = ok(rowcall(&node, &["cluster", "move-leader", "1"]).await).out;
+    assert_eq!(moved, "node 1 leads\n");
+    let refused = rowcall(&node, &["cluster", "move-leader", "9"]).await;
+    assert_eq!(refused.code, 1);
+    assert!(
+        refused.err.contains("node 9 is not a voter"),
+        "{}",
+        refused.err
+    );
+    let alone = rowcall(&node, &["cluster", "move-leader"]).await;
+    assert_eq!(alone.code, 1);
+    assert!(alone.err.contains("no other voter"), "{}", alone.err);
 
     // The node's HTTP address comes from the cluster; the node's SSRF guard refuses loopback.
     let import = rowcall(&node, &["import-mcp", "http://127.0.0.1:9/mcp"]).await;

@@ -565,6 +565,70 @@ async fn a_leader_stopped_gracefully_hands_leadership_over_before_it_goes() {
     cluster.shutdown().await;
 }
 
+/// An operator moves leadership before maintenance (`POST /api/cluster/leader`, as etcd's
+/// `move-leader`): asked on any node, the named voter leads when the call returns, what was
+/// acknowledged before is still there and writes go on. A node that is not a voter is
+/// refused (409) and so is a caller without the admin key (401), and nothing moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_moves_leadership_to_a_named_voter_from_any_node() {
+    let cluster = Cluster::start(3, 0).await;
+    let old = cluster.leader().await;
+    let followers: Vec<u64> = cluster.ids().into_iter().filter(|&id| id != old).collect();
+    let (target, asked_on) = (followers[0], followers[1]);
+    let before = insert(
+        &cluster,
+        old,
+        &row("BEFORE_MOVE", "written before the move"),
+    )
+    .await;
+    assert_eq!(before.status(), 201);
+    let move_to = |to: Value, key: Option<&'static str>| {
+        let request = cluster
+            .http
+            .post(format!("{}/api/cluster/leader", cluster.url(asked_on)))
+            .json(&to);
+        async move {
+            let request = match key {
+                Some(key) => request.bearer_auth(key),
+                None => request,
+            };
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let (status, _) = move_to(json!({"to": target}), None).await;
+    assert_eq!(status, 401, "no admin key");
+    let (status, body) = move_to(json!({"to": 9}), Some(ADMIN)).await;
+    assert_eq!(status, 409, "node 9 is not a voter: {body}");
+    assert_eq!(cluster.leader().await, old, "a refused move moves nothing");
+    let (status, body) = move_to(json!({"to": target}), Some(ADMIN)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["leader"], target, "{body}");
+    // Read at once: the call returns once the target has taken over.
+    let handle = cluster.member(target).handle.as_ref().expect("running");
+    assert_eq!(
+        handle.app.raft.metrics().borrow().current_leader,
+        Some(target),
+        "node {target} leads as the call returns"
+    );
+    let after = insert_eventually(&cluster, asked_on, &row("AFTER_MOVE", "written after")).await;
+    cluster.converge(after).await;
+    for id in cluster.ids() {
+        for key in ["BEFORE_MOVE", "AFTER_MOVE"] {
+            let (status, _, _) = cluster.get(id, &format!("/api/directory/{key}")).await;
+            assert_eq!(status, 200, "node {id} has {key}");
+        }
+    }
+    // Moving to the leader it already is changes nothing.
+    let (status, body) = move_to(json!({"to": target}), Some(ADMIN)).await;
+    assert_eq!((status, &body["leader"]), (200, &json!(target)), "{body}");
+    cluster.shutdown().await;
+}
+
 fn small_snapshots(config: &mut rowcall_node::Config) {
     config.raft.snapshot_every = 50;
     config.raft.keep_after_snapshot = 0;

@@ -31,6 +31,15 @@ pub enum HandoverError {
     /// No other voter to hand over to (a one-voter cluster).
     #[error("no other voter")]
     NoVoter,
+    /// The node asked to take over is not a voter of this cluster.
+    #[error("node {target} is not a voter")]
+    NotVoter {
+        /// The node asked for.
+        target: NodeId,
+    },
+    /// This node does not lead (leadership moved while the call was under way).
+    #[error("this node does not lead")]
+    NotLeader,
     /// Writes proposed before the handover began did not finish in time.
     #[error("writes under way did not finish in time")]
     Busy,
@@ -62,13 +71,47 @@ impl App {
         &self,
         bound: Duration,
     ) -> Result<Option<NodeId>, HandoverError> {
-        if bound.is_zero() || self.raft.metrics().borrow().current_leader != Some(self.node_id) {
+        if bound.is_zero() || !self.is_leader() {
             return Ok(None);
         }
         let alone = self.membership().voter_ids().all(|v| v == self.node_id);
         if alone {
             return Ok(None);
         }
+        self.hand_over(None, bound).await.map(Some)
+    }
+
+    /// On the leader: hands leadership to voter `to` (an operator's move, as etcd's
+    /// `move-leader`), or to the voter furthest along when `to` is `None`, within `bound`.
+    /// Returns the leader afterwards; `to` being this node already is no change.
+    pub async fn move_leadership(
+        &self,
+        to: Option<NodeId>,
+        bound: Duration,
+    ) -> Result<NodeId, HandoverError> {
+        if !self.is_leader() {
+            return Err(HandoverError::NotLeader);
+        }
+        if to == Some(self.node_id) {
+            return Ok(self.node_id);
+        }
+        let membership = self.membership();
+        match to {
+            Some(to) if !membership.voter_ids().any(|v| v == to) => {
+                Err(HandoverError::NotVoter { target: to })
+            }
+            None if membership.voter_ids().all(|v| v == self.node_id) => {
+                Err(HandoverError::NoVoter)
+            }
+            _ => self.hand_over(to, bound).await,
+        }
+    }
+
+    async fn hand_over(
+        &self,
+        to: Option<NodeId>,
+        bound: Duration,
+    ) -> Result<NodeId, HandoverError> {
         let started = Instant::now();
         let deadline = started + bound;
         // openraft's leader refuses any vote within its lease (election_timeout_max) of its
@@ -80,7 +123,7 @@ impl App {
             tokio::time::sleep_until((since + lease).min(deadline).into()).await;
         }
         self.handing_over.send_replace(true);
-        let outcome = self.transfer(deadline).await;
+        let outcome = self.transfer(to, deadline).await;
         // Held writes go on: to the new leader, or to raft here if the handover failed.
         self.handing_over.send_replace(false);
         match &outcome {
@@ -90,13 +133,17 @@ impl App {
                 "handed leadership over"
             ),
             Err(e) => {
-                tracing::warn!(error = %e, "leadership handover failed; the cluster will elect")
+                tracing::warn!(error = %e, "leadership handover failed; this node still leads")
             }
         }
-        outcome.map(Some)
+        outcome
     }
 
-    async fn transfer(&self, deadline: Instant) -> Result<NodeId, HandoverError> {
+    async fn transfer(
+        &self,
+        to: Option<NodeId>,
+        deadline: Instant,
+    ) -> Result<NodeId, HandoverError> {
         // Writes that were on their way into raft when proposals stopped go in first: an
         // entry appended after the successor is level would cost it the old leader's vote.
         while self.proposing.load(std::sync::atomic::Ordering::SeqCst) > 0 {
@@ -106,15 +153,19 @@ impl App {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let mut metrics = self.raft.metrics();
-        // The voter with the highest matched index: the first to be level with this log.
-        let target = {
-            let m = metrics.borrow();
-            m.membership_config
-                .membership()
-                .voter_ids()
-                .filter(|&v| v != self.node_id)
-                .max_by_key(|&v| matched_index(&m, v))
-                .ok_or(HandoverError::NoVoter)?
+        // The voter asked for, else the one with the highest matched index: the first to be
+        // level with this log.
+        let target = match to {
+            Some(to) => to,
+            None => {
+                let m = metrics.borrow();
+                m.membership_config
+                    .membership()
+                    .voter_ids()
+                    .filter(|&v| v != self.node_id)
+                    .max_by_key(|&v| matched_index(&m, v))
+                    .ok_or(HandoverError::NoVoter)?
+            }
         };
         // Level: no proposal is taken from here on, so the last log index only moves for
         // entries already on their way into the log.

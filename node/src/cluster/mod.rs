@@ -20,6 +20,7 @@ use std::time::Duration;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
 
+use self::handover::HandoverError;
 use crate::app::App;
 use crate::raft::calls::{Hello, JoinRequest, MembershipError};
 use crate::raft::network::Dest;
@@ -49,6 +50,13 @@ fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) ->
 
 /// How long a membership change may take (a joining node may need a snapshot first).
 const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a leader may take to move leadership on an operator's request: the wait out of
+/// a young leader's lease, the successor catching up, and its election.
+const MOVE_LEADER_BOUND: Duration = Duration::from_secs(5);
+
+/// Room on top of [`MOVE_LEADER_BOUND`] for a request forwarded to the leader.
+const MOVE_LEADER_SLACK: Duration = Duration::from_secs(1);
 
 impl App {
     /// How long ago this node was last in touch with a leader that had its quorum: as the
@@ -392,6 +400,36 @@ impl App {
         self.change_membership(change).await?;
         tracing::info!(id, "member removed");
         Ok(())
+    }
+
+    /// Moves leadership to voter `to`, or to the voter furthest along when `to` is `None`
+    /// (an operator's move before maintenance, as etcd's `move-leader`); any node hands the
+    /// request to the leader. Returns the leader afterwards.
+    pub async fn move_leader(&self, to: Option<NodeId>) -> Result<NodeId, MembershipError> {
+        if !self.is_leader() {
+            let (leader, node) = self.known_leader()?;
+            return self
+                .network
+                .move_leader(leader, &node, to, MOVE_LEADER_BOUND + MOVE_LEADER_SLACK)
+                .await;
+        }
+        self.move_leadership(to, MOVE_LEADER_BOUND)
+            .await
+            .map_err(|e| match e {
+                HandoverError::NotVoter { .. } | HandoverError::NoVoter => {
+                    MembershipError::Rejected {
+                        reason: e.to_string(),
+                    }
+                }
+                HandoverError::NotLeader => MembershipError::NotLeader {
+                    leader: self.raft.metrics().borrow().current_leader,
+                },
+                HandoverError::Busy
+                | HandoverError::Behind { .. }
+                | HandoverError::NotTaken { .. } => MembershipError::Unavailable {
+                    reason: format!("leadership did not move: {e}"),
+                },
+            })
     }
 
     /// The index a linearizable read must see: confirmed by the leader with a quorum

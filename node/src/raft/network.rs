@@ -57,6 +57,7 @@ enum Method {
     ReadIndex,
     Hello,
     TimeoutNow,
+    MoveLeader,
 }
 
 /// How long a refusing peer stays quiet in the log after a warning about it.
@@ -388,6 +389,7 @@ impl Network {
                 Method::ReadIndex => client.read_index(request).await,
                 Method::Hello => client.hello(request).await,
                 Method::TimeoutNow => client.timeout_now(request).await,
+                Method::MoveLeader => client.move_leader(request).await,
             }
         };
         // `grpc-timeout` bounds the call only once a connection is up; the connect timeout
@@ -530,6 +532,24 @@ impl Network {
     ) -> Result<u64, MembershipError> {
         let reply: Result<Result<u64, MembershipError>, _> = self
             .call(Dest::member(leader, node), Method::ReadIndex, &(), timeout)
+            .await;
+        reply.unwrap_or_else(|e| {
+            Err(MembershipError::Unavailable {
+                reason: e.to_string(),
+            })
+        })
+    }
+
+    /// Asks the leader to move leadership to voter `to` (or the voter furthest along).
+    pub async fn move_leader(
+        &self,
+        leader: NodeId,
+        node: &NodeInfo,
+        to: Option<NodeId>,
+        timeout: Duration,
+    ) -> Result<NodeId, MembershipError> {
+        let reply: Result<Result<NodeId, MembershipError>, _> = self
+            .call(Dest::member(leader, node), Method::MoveLeader, &to, timeout)
             .await;
         reply.unwrap_or_else(|e| {
             Err(MembershipError::Unavailable {

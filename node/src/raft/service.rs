@@ -466,6 +466,15 @@ impl RaftService for RaftGrpc {
         self.encode(&result)
     }
 
+    async fn move_leader(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let to: Option<NodeId> = self.open(request, Admission::Member)?;
+        let result = self.app.move_leader(to).await;
+        self.encode(&result)
+    }
+
     async fn hello(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         // Any holder of a certificate of this cluster may ask who is here (a fresh node has
         // no cluster id yet); a node of this cluster that says who it is also hears what it

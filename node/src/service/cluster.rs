@@ -286,6 +286,16 @@ pub async fn promote(app: &App, _admin: &Admin, id: NodeId) -> Result<(), Servic
     Ok(())
 }
 
+/// Moves leadership to voter `to`, or to the voter furthest along; any node hands the
+/// request to the leader. Returns the leader afterwards.
+pub async fn move_leader(
+    app: &App,
+    _admin: &Admin,
+    to: Option<NodeId>,
+) -> Result<NodeId, ServiceError> {
+    Ok(app.move_leader(to).await?)
+}
+
 /// Removes a voter or a learner; any node hands the change to the leader.
 pub async fn remove_member(app: &App, _admin: &Admin, id: NodeId) -> Result<(), ServiceError> {
     Ok(app.remove_member(id).await?)

@@ -4,8 +4,8 @@
 use rowcall_proto::v1::cluster_server::Cluster;
 use rowcall_proto::v1::{
     AddLearnerRequest, CreateJoinTokenRequest, JoinTokenResponse, MembershipResponse,
-    PromoteRequest, RemoveRequest, SnapshotRequest, SnapshotResponse, StatusRequest,
-    StatusResponse,
+    MoveLeaderRequest, MoveLeaderResponse, PromoteRequest, RemoveRequest, SnapshotRequest,
+    SnapshotResponse, StatusRequest, StatusResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -14,6 +14,7 @@ use crate::service::cluster::{self as service, AddMember};
 use crate::service::quota;
 
 const MEMBERSHIP: &str = "change the membership";
+const MOVE_LEADER: &str = "move the leader";
 
 #[tonic::async_trait]
 impl Cluster for Api {
@@ -72,6 +73,18 @@ impl Cluster for Api {
             let id = request.get_ref().id;
             service::remove_member(&self.app, &admin, id).await?;
             Ok(self.reply(MembershipResponse { id }, None))
+        })
+        .await
+    }
+
+    async fn move_leader(
+        &self,
+        request: Request<MoveLeaderRequest>,
+    ) -> Result<Response<MoveLeaderResponse>, Status> {
+        self.answer(self.viewer(&request), async {
+            let admin = quota::admin_write(&self.app, Self::caller(&request), MOVE_LEADER)?;
+            let leader = service::move_leader(&self.app, &admin, request.get_ref().to).await?;
+            Ok(self.reply(MoveLeaderResponse { leader }, None))
         })
         .await
     }

@@ -37,6 +37,15 @@ pub struct AddMember {
     learner: bool,
 }
 
+/// Where leadership should go.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MoveLeader {
+    /// The voter to lead; absent: the voter furthest along.
+    #[serde(default)]
+    to: Option<u64>,
+}
+
 /// Adds a member (admin key); any node hands the change to the leader. Idempotent.
 #[utoipa::path(post, path = "/api/cluster/members", request_body = AddMember,
     responses((status = 200, description = "member added (or already there)"), (status = 409, description = "refused"), (status = 503, description = "no leader or quorum")))]
@@ -58,6 +67,22 @@ pub async fn add_member(
     };
     service::add_member(app, &admin, add).await?;
     Ok(Json(json!({ "ok": true, "id": id })).into_response())
+}
+
+/// Moves leadership (admin key): `{"to": 2}` to a named voter, `{}` to the voter furthest
+/// along. Any node hands the request to the leader; writes pause for the handover.
+#[utoipa::path(post, path = "/api/cluster/leader", request_body = MoveLeader,
+    responses((status = 200, description = "`{ok, leader}`: the leader now"), (status = 401, description = "no admin key"), (status = 409, description = "not a voter"), (status = 503, description = "no leader, or the named voter did not take over in time")))]
+pub async fn move_leader(
+    State(http): State<Http>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ServiceError> {
+    let admin = quota::admin_write(&http.app, caller(&headers, peer), "move the leader")?;
+    let moved: MoveLeader = read_json(&headers, body, 1024).await?;
+    let leader = service::move_leader(&http.app, &admin, moved.to).await?;
+    Ok(Json(json!({ "ok": true, "leader": leader })).into_response())
 }
 
 /// Removes a voter or a learner (admin key); any node hands the change to the leader.

@@ -168,6 +168,7 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle, stop: watch::Receiver<bo
         .route("/api/cluster/members", post(cluster::add_member))
         .route("/api/cluster/join-token", post(cluster::join_token))
         .route("/api/cluster/members/{id}", delete(cluster::remove_member))
+        .route("/api/cluster/leader", post(cluster::move_leader))
         .route("/api/openapi.json", get(openapi::document))
         .route("/metrics", get(cluster::metrics))
         .route("/healthz", get(cluster::healthz))

@@ -37,6 +37,7 @@ use super::{changes, cluster, directory, dispatch, import, receipts, share, tran
         cluster::backup,
         cluster::add_member,
         cluster::remove_member,
+        cluster::move_leader,
         cluster::snapshot,
         cluster::join_token,
         cluster::healthz,
@@ -62,6 +63,7 @@ use super::{changes, cluster, directory, dispatch, import, receipts, share, tran
         crate::dispatch::import::ImportRequest,
         crate::dispatch::import::ImportReport,
         cluster::AddMember,
+        cluster::MoveLeader,
     ))
 )]
 struct ApiDoc;
