@@ -2,8 +2,10 @@
 # CI for the book (docs/): installs mdbook when it is missing (docs/install-mdbook.sh:
 # crates.io, once per machine; .ci/run has it under way in the background by now), checks
 # the two generated references against the debug binaries (docs/gen.py --check: the CLI's
-# --help, and the OpenAPI document a node serves), builds the book and checks its links, anchors, alert runbooks and commands
-# (docs/check.py). Offline apart from the one install.
+# --help, and the OpenAPI document a node serves), runs the shown sessions of the README and
+# the getting-started chapter on a demo node (docs/run_examples.py), builds the book and
+# checks its links, anchors, alert runbooks and commands (docs/check.py). Offline apart from
+# the one install.
 #   bash docs/ci.sh [BIN_DIR]     # BIN_DIR holds rowcall and rowcall-node (default target/debug)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +54,9 @@ if [ ! -s "$work/openapi.json" ]; then
     exit 1
 fi
 python3 docs/gen.py http "$work/openapi.json" --check
+
+echo "== docs: the README's and the book's shown sessions, run on a demo node"
+python3 docs/run_examples.py "$bin/rowcall-node"
 
 echo "== docs: mdbook build docs, then docs/check.py"
 "$mdbook" build docs
