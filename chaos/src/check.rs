@@ -77,6 +77,11 @@ pub struct Verdict {
     pub barrier_violations: usize,
     /// Rows at the end that no write explains.
     pub phantom_rows: usize,
+    /// Written values seen at more than one row version: one write applied twice (its
+    /// retries or hedges each took effect instead of being answered with the first
+    /// outcome). Every value is written by one operation, and a row's version is the log
+    /// index of the write that left it, so once applied it is seen at one version only.
+    pub duplicate_applies: usize,
     /// Acknowledged writes whose answer carried no index.
     pub history_errors: usize,
     /// Nodes the history talked to that did not answer at the end (or are missing from it).
@@ -128,6 +133,7 @@ impl Verdict {
         self.lost_writes == 0
             && self.lost_receipts == 0
             && self.phantom_rows == 0
+            && self.duplicate_applies == 0
             && self.ryw_violations == 0
             && self.barrier_violations == 0
             && self.index_regressions == 0
@@ -145,6 +151,7 @@ impl Verdict {
             (self.lost_writes, "lost writes"),
             (self.lost_receipts, "lost receipts"),
             (self.phantom_rows, "phantom rows"),
+            (self.duplicate_applies, "writes applied twice"),
             (self.ryw_violations, "read-your-writes violations"),
             (self.barrier_violations, "min-index barrier violations"),
             (self.index_regressions, "index regressions"),
@@ -314,6 +321,7 @@ pub fn check(history: &[Event], end: &FinalState) -> Verdict {
     final_nodes(history, end, &mut verdict);
     doubts(&known.doubts, end, &mut verdict);
     final_rows(&known.rows, end, &mut verdict);
+    duplicate_applies(history, end, &mut verdict);
     final_receipts(&known.receipts, end, &mut verdict);
     divergence(end, &mut verdict);
     verdict.linearizability = linearizability::check(history, end);
@@ -606,6 +614,42 @@ fn doubts(doubts: &[Doubt], end: &FinalState, verdict: &mut Verdict) {
     }
 }
 
+/// Counts the written values seen at more than one version, in any answer or on any node
+/// at the end ([`Verdict::duplicate_applies`]).
+fn duplicate_applies(history: &[Event], end: &FinalState, verdict: &mut Verdict) {
+    let mut versions: BTreeMap<(&str, &str), BTreeSet<u64>> = BTreeMap::new();
+    for e in history {
+        let (
+            Some(key),
+            Outcome::Ok(Seen::Row {
+                token: Some(token),
+                version: Some(v),
+            }),
+        ) = (e.op.read_key(), &e.outcome)
+        else {
+            continue;
+        };
+        versions.entry((key, token)).or_default().insert(*v);
+    }
+    for node in end.nodes.iter().filter(|n| n.reachable) {
+        for (key, stored) in &node.rows {
+            versions
+                .entry((key, &stored.token))
+                .or_default()
+                .insert(stored.version);
+        }
+    }
+    for ((key, token), seen) in versions {
+        if seen.len() > 1 {
+            verdict.duplicate_applies += 1;
+            verdict.note(
+                "duplicate_apply",
+                format!("{key}: {token} seen at versions {seen:?}"),
+            );
+        }
+    }
+}
+
 fn final_rows(rows: &BTreeMap<String, Truth>, end: &FinalState, verdict: &mut Verdict) {
     let reachable = || end.nodes.iter().filter(|n| n.reachable);
     for (key, truth) in rows {
@@ -781,11 +825,16 @@ mod tests {
     struct H {
         events: Vec<Event>,
         clock: u64,
+        /// The version each acknowledged write's value got (its index), for reads of it.
+        versions: BTreeMap<String, u64>,
     }
 
     impl H {
         fn push(&mut self, s: u32, node: u64, op: Op, index: u64, outcome: Outcome) -> &mut Event {
             self.clock += 1000;
+            if let (Some((_, Some(token))), Outcome::Ok(_)) = (op.written(), &outcome) {
+                self.versions.insert(token.to_owned(), index);
+            }
             self.events.push(Event {
                 session: s,
                 node,
@@ -817,9 +866,11 @@ mod tests {
             token: Option<&str>,
             index: u64,
         ) -> &mut Event {
+            // The version its write got; a value no acknowledged write gave, at this index.
+            let version = token.and_then(|t| self.versions.get(t).copied());
             let seen = Seen::Row {
                 token: token.map(Into::into),
-                version: Some(index),
+                version: Some(version.unwrap_or(index)),
             };
             self.push(
                 s,
@@ -862,6 +913,16 @@ mod tests {
         })
     }
 
+    /// The version [`clean`]'s writes gave each of its values (a later one for others).
+    fn version_in_clean(token: &str) -> u64 {
+        match token {
+            "s1w1" => 5,
+            "s2w1" => 7,
+            "s2w2" => 8,
+            _ => 100,
+        }
+    }
+
     /// Three nodes that all hold `rows` (and the harness's shared rows) and confirm
     /// `receipts`, with equal digests.
     fn converged(rows: &[(&str, &str)], receipts: &[&str]) -> FinalState {
@@ -873,7 +934,7 @@ mod tests {
                     reachable: true,
                     rows: rows
                         .iter()
-                        .map(|(k, v)| (k.to_string(), stored(v, 100)))
+                        .map(|(k, v)| (k.to_string(), stored(v, version_in_clean(v))))
                         .chain(shared.clone())
                         .collect(),
                     confirmed: receipts.iter().map(|r| r.to_string()).collect(),
@@ -1302,6 +1363,40 @@ mod tests {
         end.settled = false;
         end.outbox_left = 2;
         assert!(!check(&clean().events, &end).passed());
+    }
+
+    /// One write applied twice: its value is seen at two versions, in answers or at the end.
+    #[test]
+    fn a_value_seen_at_two_versions_is_a_write_applied_twice() {
+        assert_eq!(check(&clean().events, &clean_end()).duplicate_applies, 0);
+        // Read at its own version, then at a later one: a retry applied it again.
+        let mut h = clean();
+        h.push(
+            1,
+            3,
+            Op::Read {
+                key: "CH01_00001".into(),
+            },
+            12,
+            Outcome::Ok(Seen::Row {
+                token: Some("s1w1".into()),
+                version: Some(11),
+            }),
+        );
+        let verdict = check(&h.events, &clean_end());
+        assert_eq!(verdict.duplicate_applies, 1, "{verdict:#?}");
+        assert!(!verdict.passed());
+        // Or only the end shows it: every node holds the value at a version no answer gave.
+        let mut end = clean_end();
+        for node in &mut end.nodes {
+            node.rows.insert("CH01_00001".into(), stored("s1w1", 11));
+        }
+        let verdict = check(&clean().events, &end);
+        assert_eq!(verdict.duplicate_applies, 1, "{verdict:#?}");
+        assert!(verdict
+            .failures()
+            .iter()
+            .any(|f| f.contains("applied twice")));
     }
 
     #[test]

@@ -1086,6 +1086,17 @@ impl Cluster {
             .ok()
     }
 
+    /// The highest term any running node knows (`None`: none answered).
+    pub async fn highest_term(&self) -> Option<u64> {
+        let mut highest = None;
+        for id in self.ids() {
+            if let Some(term) = self.status(id).await.and_then(|s| s["term"].as_u64()) {
+                highest = highest.max(Some(term));
+            }
+        }
+        highest
+    }
+
     /// Whether node `id` answers `/readyz` with 200.
     pub async fn is_ready(&self, id: u64) -> bool {
         self.http

@@ -145,6 +145,16 @@ impl Op {
         !matches!(self, Self::LinearizableRead { .. })
     }
 
+    /// For a read of one row (its contract too): the row.
+    pub fn read_key(&self) -> Option<&str> {
+        match self {
+            Self::Read { key } | Self::Contract { key } | Self::LinearizableRead { key } => {
+                Some(key)
+            }
+            _ => None,
+        }
+    }
+
     /// For a write: the row and the value it leaves (`None`: deleted).
     pub fn written(&self) -> Option<(&str, Option<&str>)> {
         match self {

@@ -251,6 +251,10 @@ pub struct RunReport {
     /// The writes sent through the client library and what became of their hedges (`None`
     /// for sessions over plain HTTP, which do not hedge).
     pub hedges: Option<Hedges>,
+    /// Terms begun while the workload ran (the highest term any node knew at the end less
+    /// the highest at the start): each an election, won or not. `None` when no node
+    /// answered at the start or the end.
+    pub elections: Option<u64>,
 }
 
 /// The end state in brief.
@@ -505,6 +509,7 @@ pub fn run_report(
         },
         per_second,
         hedges: None,
+        elections: None,
     }
 }
 
@@ -654,6 +659,9 @@ impl Report {
                 h.hedged, h.writes, h.won
             );
         }
+        if let Some(n) = c.elections {
+            let _ = writeln!(s, "elections {n} terms begun during the run");
+        }
         let _ = writeln!(
             s,
             "faults (recovery from injection, and the longest wait: write / read / invoke; what the cluster did):"
@@ -712,12 +720,13 @@ fn checks_lines(s: &mut String, label: &str, r: &RunReport) {
     );
     let _ = writeln!(
         s,
-        "  lost writes {}  lost receipts {}  RYW violations {}  index regressions {}  phantom rows {}  history errors {}  unreachable nodes {:?}  diverged {}  | reported: late ambiguous writes {}, invoke ran an older row {}",
+        "  lost writes {}  lost receipts {}  RYW violations {}  index regressions {}  phantom rows {}  applied twice {}  history errors {}  unreachable nodes {:?}  diverged {}  | reported: late ambiguous writes {}, invoke ran an older row {}",
         r.lost_writes,
         r.lost_receipts,
         r.ryw_violations,
         r.index_regressions,
         r.phantom_rows,
+        v.duplicate_applies,
         v.history_errors,
         v.unreachable_nodes,
         r.diverged,

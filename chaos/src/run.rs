@@ -120,7 +120,10 @@ pub async fn run(options: &RunOptions) -> Result<bool, ChaosError> {
             "ryw_violations": report.cluster.ryw_violations,
             "index_regressions": report.cluster.index_regressions,
             "phantom_rows": report.cluster.phantom_rows,
+            "duplicate_applies": report.cluster.checks.duplicate_applies,
             "diverged": report.cluster.diverged,
+            "elections": report.cluster.elections,
+            "hedges": report.cluster.hedges,
             "linearizability": report.cluster.linearizability.verdict,
             "evidence": report.cluster.evidence,
             "baseline_passed": report.baseline.as_ref().map(|b| b.passed),
@@ -144,8 +147,17 @@ pub fn all_table(rows: &[serde_json::Value]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<22} {:<6} {:>6} {:>8} {:>8}  what the cluster did",
-        "scenario", "passed", "lost w", "lost rcp", "diverged"
+        "{:<22} {:<6} {:>8} {:>8} {:>8} {:>6} {:>8} {:>5} {:>8} {:>9}  what the cluster did",
+        "scenario",
+        "passed",
+        "read",
+        "write",
+        "invoke",
+        "lost w",
+        "lost rcp",
+        "twice",
+        "diverged",
+        "elections"
     );
     for row in rows {
         let name = row["scenario"].as_str().unwrap_or("?");
@@ -174,17 +186,28 @@ pub fn all_table(rows: &[serde_json::Value]) -> String {
             })
             .filter(|d| !d.is_empty())
             .unwrap_or_else(|| "-".into());
+        // Availability within the SLO, per class, as a percentage.
+        let percent = |class: &str| {
+            row["availability"][class]
+                .as_f64()
+                .map_or_else(|| "-".into(), |a| format!("{:.1}%", a * 100.0))
+        };
         let _ = writeln!(
             s,
-            "{name:<22} {:<6} {:>6} {:>8} {:>8}  {did}",
+            "{name:<22} {:<6} {:>8} {:>8} {:>8} {:>6} {:>8} {:>5} {:>8} {:>9}  {did}",
             if row["passed"] == true {
                 "pass"
             } else {
                 "FAIL"
             },
+            percent("read"),
+            percent("write"),
+            percent("invoke"),
             row["lost_writes"],
             row["lost_receipts"],
+            row["duplicate_applies"],
             row["diverged"],
+            row["elections"],
         );
     }
     s
@@ -280,6 +303,7 @@ async fn run_one(
         end,
         heal_problems,
         hedges,
+        elections,
     } = drive(&cluster_options, &setup, &workload, faults, "cluster").await?;
     write_history(&out.join("history.jsonl"), &events)?;
     write(&out.join("final.json"), serde_json::to_vec(&end)?)?;
@@ -299,6 +323,7 @@ async fn run_one(
         &end,
     );
     cluster.hedges = (options.via == Via::Client).then_some(hedges);
+    cluster.elections = elections;
 
     let baseline = if options.baseline {
         let single = ClusterOptions {
@@ -386,6 +411,8 @@ struct Driven {
     heal_problems: Vec<String>,
     /// What became of the sessions' writes' hedges.
     hedges: Hedges,
+    /// Terms begun while the workload ran.
+    elections: Option<u64>,
 }
 
 /// Starts a cluster, runs the workload and the faults together with a progress line,
@@ -400,6 +427,7 @@ async fn drive(
     let mut cluster = Cluster::start_with(cluster_options, setup).await?;
     // What each node's log holds before the run: a panic logged after it fails the run.
     let marks = cluster.log_marks();
+    let term_before = cluster.highest_term().await;
     let progress = Arc::new(Progress::default());
     let epoch = Instant::now();
     let target = Target {
@@ -439,6 +467,9 @@ async fn drive(
     }
     // The schedule healed everything; make sure before judging (a failure fails the run).
     let mut heal_problems = cluster.heal_all().await;
+    let elections = term_before
+        .zip(cluster.highest_term().await)
+        .map(|(before, after)| after.saturating_sub(before));
     // One cluster at the end: a node that founded another (after losing its folder) took
     // writes the others never saw.
     let ids = cluster.cluster_ids().await;
@@ -468,6 +499,7 @@ async fn drive(
         end,
         heal_problems,
         hedges: progress.hedges(),
+        elections,
     })
 }
 
@@ -515,7 +547,9 @@ mod tests {
     fn the_all_table_says_what_the_cluster_did_per_scenario() {
         let rows = [
             json!({"scenario": "kill-leader", "passed": true, "lost_writes": 0,
-                   "lost_receipts": 0, "diverged": false, "cluster_did": []}),
+                   "lost_receipts": 0, "duplicate_applies": 0, "diverged": false,
+                   "elections": 2, "cluster_did": [],
+                   "availability": {"read": 1.0, "write": 0.9871, "invoke": 1.0}}),
             json!({"scenario": "lose-folder", "passed": true, "lost_writes": 0,
                    "lost_receipts": 0, "diverged": false,
                    "cluster_did": [{"did": "refused-readmitted", "detail": "node 3 exited"}]}),
@@ -529,6 +563,24 @@ mod tests {
         assert!(lines[0].ends_with("what the cluster did"), "{table}");
         assert!(
             lines[1].starts_with("kill-leader") && lines[1].ends_with(" -"),
+            "{table}"
+        );
+        let cells: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(
+            cells,
+            [
+                "kill-leader",
+                "pass",
+                "100.0%",
+                "98.7%",
+                "100.0%",
+                "0",
+                "0",
+                "0",
+                "false",
+                "2",
+                "-"
+            ],
             "{table}"
         );
         assert!(
