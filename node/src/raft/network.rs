@@ -5,7 +5,8 @@
 //! envelope that names this node's cluster, id and incarnation, and the incarnation the
 //! membership expects at the other end. A peer that cannot be reached, or that refuses us
 //! (it runs on another data folder, or in another cluster), is reported to openraft as
-//! `Unreachable`, so it backs off instead of flooding the log; a refusal is also logged as
+//! `Unreachable`, so it backs off instead of flooding the log (20 ms after one failure,
+//! doubling to 500 ms while they go on: `backoff_schedule`); a refusal is also logged as
 //! a warning, at most every few seconds per peer. An optional [`Faults`] layer drops or
 //! delays messages per directed link, for tests; successful replies feed [`Liveness`].
 
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
@@ -738,6 +739,30 @@ impl RaftNetwork<TypeConfig> for Peer {
         }
         Ok(response)
     }
+
+    /// How long replication to this peer pauses after each failed call in a row (reset by
+    /// the first success): [`backoff_schedule`].
+    fn backoff(&self) -> Backoff {
+        Backoff::new(backoff_schedule())
+    }
+}
+
+/// The first pause after a failed call to a peer: about a lost packet's retransmission.
+const BACKOFF_FIRST: Duration = Duration::from_millis(20);
+
+/// The longest pause: a peer that is down is asked twice a second.
+const BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// Pauses doubling from [`BACKOFF_FIRST`] to [`BACKOFF_MAX`]. A call that is merely late
+/// (one lost packet on a lossy link, one answer slower than the heartbeat) costs a short
+/// pause before openraft sends again, while a peer that stays down is soon asked only
+/// twice a second, and logged as often. openraft's own default pauses 500 ms after every
+/// failure: under 5% packet loss each follower then spent most of its time paused and
+/// writes stalled for seconds (chaos `lossy`, 3 nodes: 90% of writes within 1 s).
+fn backoff_schedule() -> impl Iterator<Item = Duration> + Send + 'static {
+    std::iter::successors(Some(BACKOFF_FIRST), |pause| {
+        Some((*pause * 2).min(BACKOFF_MAX))
+    })
 }
 
 /// An AppendEntries on its way to `peer`. openraft gives up on one after a heartbeat
@@ -777,5 +802,21 @@ impl Drop for AppendInFlight {
                 self.bound.as_millis()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed call pauses replication to that peer briefly, longer after each failure in
+    /// a row, and never more than half a second.
+    #[test]
+    fn replication_to_a_failing_peer_pauses_briefly_then_up_to_half_a_second() {
+        let pauses: Vec<u64> = backoff_schedule()
+            .take(8)
+            .map(|d| d.as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, [20, 40, 80, 160, 320, 500, 500, 500]);
     }
 }
