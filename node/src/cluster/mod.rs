@@ -24,6 +24,7 @@ use self::handover::HandoverError;
 use crate::app::App;
 use crate::raft::calls::{Hello, JoinRequest, MembershipError};
 use crate::raft::network::Dest;
+use crate::raft::standing::JoinJudgement;
 use crate::raft::{NodeId, NodeInfo};
 
 fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) -> MembershipError {
@@ -262,8 +263,8 @@ impl App {
         }
         let membership = self.membership();
         let is_voter = membership.voter_ids().any(|v| v == request.id);
-        let promised_more = self.promised_more(&request);
-        match membership.get_node(&request.id) {
+        let existing = membership.get_node(&request.id);
+        match existing {
             Some(existing) if existing.incarnation != request.node.incarnation => {
                 return Err(MembershipError::Rejected {
                     reason: format!(
@@ -285,15 +286,33 @@ impl App {
                     ),
                 })
             }
-            // The same incarnation again: harmless when it holds all it promised (a join
-            // retried after it went through); refused when this node saw it promise more
-            // than it now holds (its folder went back: restored from an older copy).
-            Some(_) if promised_more.is_some() => {
-                let (peer, contradiction) = promised_more.unwrap_or_default();
-                return Err(MembershipError::Rejected {
-                    reason: crate::raft::standing::behind_reason(request.id, peer, &contradiction),
-                });
+            _ => {}
+        }
+        // The same incarnation again: harmless when it holds all it promised (a join
+        // retried after it went through); refused when this node saw it promise more than
+        // it now holds (its folder went back: restored from an older copy).
+        if existing.is_some() {
+            match self.judge_join(&request) {
+                JoinJudgement::Holds => {}
+                JoinJudgement::Doubtful => {
+                    return Err(MembershipError::Unavailable {
+                        reason: "this node saw the joining node acknowledge more than it \
+                                 reported: report again"
+                            .into(),
+                    })
+                }
+                JoinJudgement::Behind(contradiction) => {
+                    return Err(MembershipError::Rejected {
+                        reason: crate::raft::standing::behind_reason(
+                            request.id,
+                            self.node_id,
+                            &contradiction,
+                        ),
+                    })
+                }
             }
+        }
+        match existing {
             Some(_) if is_voter || request.learner => return Ok(()),
             Some(_) => {}
             None => {
@@ -317,17 +336,16 @@ impl App {
         Ok(())
     }
 
-    /// Whether this node saw the joining incarnation promise more than the joiner says its
-    /// store holds: this node's id and what contradicts the joiner.
-    fn promised_more(&self, request: &JoinRequest) -> Option<(NodeId, String)> {
-        let holds = request.progress?;
-        let seen = self
-            .network
+    /// What this node makes of the progress a joining member's incarnation reports
+    /// ([`crate::raft::standing::Witness::judge_join`]); a report from an older build, which
+    /// says nothing, holds.
+    fn judge_join(&self, request: &JoinRequest) -> JoinJudgement {
+        let Some(holds) = request.progress else {
+            return JoinJudgement::Holds;
+        };
+        self.network
             .witness()
-            .of(request.id, &request.node.incarnation)?;
-        holds
-            .contradicted_by(&seen)
-            .map(|contradiction| (self.node_id, contradiction))
+            .judge_join(request.id, &request.node.incarnation, holds)
     }
 
     /// Adds the node running at `grpc_addr` (an operator's request): it is asked who it is,

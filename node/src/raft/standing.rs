@@ -100,6 +100,22 @@ impl Progress {
 #[derive(Debug, Default)]
 pub struct Witness {
     seen: Mutex<HashMap<NodeId, (String, Progress)>>,
+    /// Per joining incarnation, what had been seen of it when its last join request
+    /// seemed to contradict it ([`Witness::judge_join`]).
+    doubted: Mutex<HashMap<NodeId, (String, Progress)>>,
+}
+
+/// What a leader makes of the progress a member's incarnation reports as it (re)joins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinJudgement {
+    /// Nothing seen contradicts it.
+    Holds,
+    /// What was seen goes further than the report, but the report may simply predate
+    /// acknowledgements it sent while its request was on the way: ask again.
+    Doubtful,
+    /// A report made after this node's earlier doubt still falls short of what had been
+    /// seen by then: its store went backwards. Why.
+    Behind(String),
 }
 
 impl Witness {
@@ -130,6 +146,31 @@ impl Witness {
             // A new incarnation replaces the old one's record.
             _ => {
                 seen.insert(peer, (incarnation.to_owned(), progress));
+            }
+        }
+    }
+
+    /// Judges `holds`, what `peer` as `incarnation` says its store holds as it asks to
+    /// join (a join retried while the cluster was still adding it, or a node back on an
+    /// older copy of its folder). A joiner still taking entries acknowledges them while its
+    /// request is on the way, so a report short of what was seen is only doubtful at first:
+    /// what was seen then is kept, and the joiner asked to report again. Its next report is
+    /// made after that, so it must reach everything kept — unless its store went backwards.
+    pub fn judge_join(&self, peer: NodeId, incarnation: &str, holds: Progress) -> JoinJudgement {
+        let mut doubted = self.doubted.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, kept)) = doubted.get(&peer).filter(|(known, _)| known == incarnation) {
+            if let Some(contradiction) = holds.contradicted_by(kept) {
+                return JoinJudgement::Behind(contradiction);
+            }
+        }
+        match self.of(peer, incarnation) {
+            Some(seen) if holds.contradicted_by(&seen).is_some() => {
+                doubted.insert(peer, (incarnation.to_owned(), seen));
+                JoinJudgement::Doubtful
+            }
+            _ => {
+                doubted.remove(&peer);
+                JoinJudgement::Holds
             }
         }
     }
@@ -197,6 +238,45 @@ mod tests {
 
     fn at(term: u64, index: Option<u64>) -> Progress {
         Progress { term, index }
+    }
+
+    /// A joiner that acknowledged entries while its report was on the way is asked again,
+    /// and admitted once its new report reaches what had been seen; one whose store went
+    /// backwards is refused on its second report, which still falls short.
+    #[test]
+    fn a_report_short_of_what_was_seen_is_doubted_once_then_refused_if_it_stays_short() {
+        let witness = Witness::default();
+        witness.saw_ack(3, "inc-a", 1, 8);
+        let short = at(1, Some(7));
+        assert_eq!(
+            witness.judge_join(3, "inc-a", short),
+            JoinJudgement::Doubtful
+        );
+        // It took more meanwhile (seen: 10), but its new report reaches the 8 kept.
+        witness.saw_ack(3, "inc-a", 1, 10);
+        assert_eq!(
+            witness.judge_join(3, "inc-a", at(1, Some(9))),
+            JoinJudgement::Doubtful
+        );
+        assert_eq!(
+            witness.judge_join(3, "inc-a", at(1, Some(10))),
+            JoinJudgement::Holds
+        );
+
+        // An old copy: the same short report twice.
+        let witness = Witness::default();
+        witness.saw_ack(3, "inc-a", 1, 8);
+        assert_eq!(
+            witness.judge_join(3, "inc-a", short),
+            JoinJudgement::Doubtful
+        );
+        let second = witness.judge_join(3, "inc-a", short);
+        assert!(
+            matches!(&second, JoinJudgement::Behind(why) if why.contains("acknowledge index 8")),
+            "{second:?}"
+        );
+        // Another incarnation of the same id is judged on its own.
+        assert_eq!(witness.judge_join(3, "inc-b", short), JoinJudgement::Holds);
     }
 
     #[test]
