@@ -263,8 +263,7 @@ impl App {
         }
         let membership = self.membership();
         let is_voter = membership.voter_ids().any(|v| v == request.id);
-        let existing = membership.get_node(&request.id);
-        match existing {
+        match membership.get_node(&request.id) {
             Some(existing) if existing.incarnation != request.node.incarnation => {
                 return Err(MembershipError::Rejected {
                     reason: format!(
@@ -286,35 +285,33 @@ impl App {
                     ),
                 })
             }
-            _ => {}
-        }
-        // The same incarnation again: harmless when it holds all it promised (a join
-        // retried after it went through); refused when this node saw it promise more than
-        // it now holds (its folder went back: restored from an older copy).
-        if existing.is_some() {
-            match self.judge_join(&request) {
-                JoinJudgement::Holds => {}
-                JoinJudgement::Doubtful => {
-                    return Err(MembershipError::Unavailable {
-                        reason: "this node saw the joining node acknowledge more than it \
-                                 reported: report again"
-                            .into(),
-                    })
+            // The same incarnation again: harmless when it holds all it promised (a join
+            // retried after it went through); refused when this node saw it promise more
+            // than it now holds (its folder went back: restored from an older copy).
+            Some(_) => {
+                match self.judge_join(&request) {
+                    JoinJudgement::Holds => {}
+                    JoinJudgement::Doubtful => {
+                        return Err(MembershipError::Unavailable {
+                            reason: "this node saw the joining node acknowledge more than it \
+                                     reported: report again"
+                                .into(),
+                        })
+                    }
+                    JoinJudgement::Behind(contradiction) => {
+                        return Err(MembershipError::Rejected {
+                            reason: crate::raft::standing::behind_reason(
+                                request.id,
+                                self.node_id,
+                                &contradiction,
+                            ),
+                        })
+                    }
                 }
-                JoinJudgement::Behind(contradiction) => {
-                    return Err(MembershipError::Rejected {
-                        reason: crate::raft::standing::behind_reason(
-                            request.id,
-                            self.node_id,
-                            &contradiction,
-                        ),
-                    })
+                if is_voter || request.learner {
+                    return Ok(());
                 }
             }
-        }
-        match existing {
-            Some(_) if is_voter || request.learner => return Ok(()),
-            Some(_) => {}
             None => {
                 tokio::time::timeout(
                     MEMBERSHIP_TIMEOUT,

@@ -486,6 +486,24 @@ impl Network {
         }
     }
 
+    /// A cluster call whose answer is itself a membership outcome; one the transport could
+    /// not deliver or answer is `Unavailable`.
+    async fn member_call<Req: Serialize, T: DeserializeOwned>(
+        &self,
+        to: Dest<'_>,
+        method: Method,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<T, MembershipError> {
+        let reply: Result<Result<T, MembershipError>, _> =
+            self.call(to, method, request, timeout).await;
+        reply.unwrap_or_else(|e| {
+            Err(MembershipError::Unavailable {
+                reason: e.to_string(),
+            })
+        })
+    }
+
     /// Asks the member `to` to add a node. A refusal of the message itself (another
     /// cluster, wrong credentials) is final, like a refusal of the join.
     pub async fn join(
@@ -514,14 +532,8 @@ impl Network {
         id: NodeId,
         timeout: Duration,
     ) -> Result<(), MembershipError> {
-        let reply: Result<Result<(), MembershipError>, _> = self
-            .call(Dest::member(leader, node), Method::Remove, &id, timeout)
-            .await;
-        reply.unwrap_or_else(|e| {
-            Err(MembershipError::Unavailable {
-                reason: e.to_string(),
-            })
-        })
+        self.member_call(Dest::member(leader, node), Method::Remove, &id, timeout)
+            .await
     }
 
     /// Asks the leader for an index that a linearizable read must wait for.
@@ -531,14 +543,8 @@ impl Network {
         node: &NodeInfo,
         timeout: Duration,
     ) -> Result<u64, MembershipError> {
-        let reply: Result<Result<u64, MembershipError>, _> = self
-            .call(Dest::member(leader, node), Method::ReadIndex, &(), timeout)
-            .await;
-        reply.unwrap_or_else(|e| {
-            Err(MembershipError::Unavailable {
-                reason: e.to_string(),
-            })
-        })
+        self.member_call(Dest::member(leader, node), Method::ReadIndex, &(), timeout)
+            .await
     }
 
     /// Asks the leader to move leadership to voter `to` (or the voter furthest along).
@@ -549,14 +555,8 @@ impl Network {
         to: Option<NodeId>,
         timeout: Duration,
     ) -> Result<NodeId, MembershipError> {
-        let reply: Result<Result<NodeId, MembershipError>, _> = self
-            .call(Dest::member(leader, node), Method::MoveLeader, &to, timeout)
-            .await;
-        reply.unwrap_or_else(|e| {
-            Err(MembershipError::Unavailable {
-                reason: e.to_string(),
-            })
-        })
+        self.member_call(Dest::member(leader, node), Method::MoveLeader, &to, timeout)
+            .await
     }
 
     /// Asks the voter `to`, caught up with this leader, to stand for election at once.
@@ -566,14 +566,8 @@ impl Network {
         node: &NodeInfo,
         timeout: Duration,
     ) -> Result<(), MembershipError> {
-        let reply: Result<Result<(), MembershipError>, _> = self
-            .call(Dest::member(to, node), Method::TimeoutNow, &(), timeout)
-            .await;
-        reply.unwrap_or_else(|e| {
-            Err(MembershipError::Unavailable {
-                reason: e.to_string(),
-            })
-        })
+        self.member_call(Dest::member(to, node), Method::TimeoutNow, &(), timeout)
+            .await
     }
 }
 
