@@ -578,7 +578,11 @@ async fn a_write_stuck_on_a_cut_off_leader_is_hedged_after_a_few_recent_write_ti
         .await
         .unwrap();
     let attempts = attempts.lock().unwrap().clone();
-    assert!(written.rows[0].created && !written.replayed, "{written:?}");
+    // The row was created once. The answer may say "replayed": the node the hedge went to
+    // carries it to the new leader, and when that leader, busy taking office, answers later
+    // than the node waits, the node sends it again with the same id and is told the first
+    // outcome (seen on a loaded 2-core machine).
+    assert!(written.rows[0].created, "{written:?}");
     assert_eq!(
         attempts.len(),
         1,
@@ -597,6 +601,8 @@ async fn a_write_stuck_on_a_cut_off_leader_is_hedged_after_a_few_recent_write_ti
         "the stuck write was hedged, and the hedge answered it"
     );
     cluster.faults.heal();
+    let stored = session.get("PAST_THE_CUT").await.unwrap();
+    assert_eq!(stored.version, written.rows[0].version, "{written:?}");
     cluster.shutdown().await;
 }
 
