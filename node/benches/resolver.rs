@@ -229,6 +229,9 @@ struct SizeReport {
     build: Duration,
     bytes_per_row: usize,
     ask: [Duration; 3],
+    /// The lexical search alone: pruned (as asks run) and scoring every matching row.
+    pruned: [Duration; 2],
+    exhaustive: [Duration; 2],
     replace: [Duration; 2],
     fresh: [Duration; 2],
 }
@@ -252,6 +255,41 @@ fn ask_percentiles(catalogue: &Catalogue, queries: &[GoldQuery]) -> [Duration; 3
         percentile(&times, 0.99),
         *times.last().unwrap(),
     ]
+}
+
+/// The resolver's search, pruned and exhaustive, each query timed both ways in turn (which
+/// goes first alternates), after checking that both rank alike: p50 and p99 of each.
+fn pruning_percentiles(catalogue: &Catalogue, queries: &[GoldQuery]) -> [[Duration; 2]; 2] {
+    let resolver = catalogue.resolver();
+    for q in queries {
+        let pruned: Vec<_> = resolver
+            .search(&q.q, LIMIT)
+            .into_iter()
+            .map(|h| h.key)
+            .collect();
+        let all: Vec<_> = resolver
+            .search_exhaustive(&q.q, LIMIT)
+            .into_iter()
+            .map(|h| h.key)
+            .collect();
+        assert_eq!(pruned, all, "{:?}", q.q);
+    }
+    let (mut pruned, mut exhaustive) = (Vec::new(), Vec::new());
+    for round in 0..LATENCY_ROUNDS {
+        for (i, q) in queries.iter().enumerate() {
+            for which in [(round + i) % 2, (round + i + 1) % 2] {
+                let started = Instant::now();
+                if which == 0 {
+                    black_box(resolver.search(black_box(&q.q), LIMIT));
+                    pruned.push(started.elapsed());
+                } else {
+                    black_box(resolver.search_exhaustive(black_box(&q.q), LIMIT));
+                    exhaustive.push(started.elapsed());
+                }
+            }
+        }
+    }
+    [sorted_percentiles(pruned), sorted_percentiles(exhaustive)]
 }
 
 /// A fresh row never in any catalogue here: a data set row under a new key.
@@ -362,6 +400,7 @@ fn main() {
         assert_eq!(catalogue.len(), size);
         let bytes_per_row = catalogue.index_bytes() / size;
         let ask = ask_percentiles(&catalogue, &queries);
+        let [pruned, exhaustive] = pruning_percentiles(&catalogue, &queries);
         let (replace, fresh) = insert_percentiles(&mut catalogue, &rows);
         criterion_groups(&mut c, &mut catalogue, &rows, &queries);
         reports.push(SizeReport {
@@ -369,6 +408,8 @@ fn main() {
             build,
             bytes_per_row,
             ask,
+            pruned,
+            exhaustive,
             replace,
             fresh,
         });
@@ -541,6 +582,26 @@ fn print_sizes(reports: &[SizeReport], queries: &[GoldQuery]) {
             micros(r.fresh[1]),
             r.build.as_secs_f64() * 1e3,
             micros(r.build) / r.rows as f64,
+        );
+    }
+    println!(
+        "
+lexical search alone, µs: top {LIMIT} pruned (MaxScore) vs every matching row scored, same run"
+    );
+    println!(
+        "{:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9}",
+        "rows", "pruned p50", "pruned p99", "all p50", "all p99", "p50 ×", "p99 ×"
+    );
+    for r in reports {
+        println!(
+            "{:>7} {:>11.1} {:>11.1} {:>9.1} {:>9.1} {:>9.2} {:>9.2}",
+            r.rows,
+            micros(r.pruned[0]),
+            micros(r.pruned[1]),
+            micros(r.exhaustive[0]),
+            micros(r.exhaustive[1]),
+            micros(r.pruned[0]) / micros(r.exhaustive[0]),
+            micros(r.pruned[1]) / micros(r.exhaustive[1]),
         );
     }
 }

@@ -223,6 +223,11 @@ impl Catalogue {
         self.rows.is_empty()
     }
 
+    /// The resolver over the suggestible rows.
+    pub fn resolver(&self) -> &Resolver {
+        &self.resolver
+    }
+
     /// Ranked candidates for a plain-language request: suggestible rows only.
     pub fn ask(&self, query: &str, limit: usize) -> Vec<(Hit, Arc<Row>)> {
         self.ask_with(query, None, limit)

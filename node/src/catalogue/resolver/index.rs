@@ -1,5 +1,7 @@
-//! The inverted index: per-term postings with per-field term counts, per-row field lengths,
-//! running length totals, and BM25F scoring. Every update touches only the row's own terms.
+//! The inverted index: per-term postings (sorted by slot) with per-field term counts and an
+//! upper bound of what the term can score, per-row field lengths, running length totals,
+//! and BM25F scoring: exhaustive ([`Index::score`]) or the top k with pruning ([`top`]).
+//! Every update touches only the row's own terms.
 //!
 //! Updates run inside the state machine's apply (and again at start), on every node, so
 //! none of them may panic: a slot or term id that the tables do not hold (which only a bug
@@ -11,6 +13,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::fuzzy::{edit_distance, fuzzable, DeleteMap};
+
+mod top;
 
 /// The fields of a row, in posting order.
 pub(crate) const KEY: usize = 0;
@@ -63,7 +67,72 @@ struct Posting {
 #[derive(Debug)]
 struct Term {
     text: Arc<str>,
+    /// Sorted by slot, so the top-k search can skip through them.
     postings: Vec<Posting>,
+    bound: Ceiling,
+}
+
+/// What bounds a term's score in any row: its largest count per field, and the shortest
+/// field it occurs in (a shorter field normalises a count up). Widened as postings are
+/// added, recomputed when a removed posting was the one that set it, so it stays tight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ceiling {
+    max_tf: [u8; FIELDS],
+    min_len: [u32; FIELDS],
+}
+
+impl Ceiling {
+    const NONE: Ceiling = Ceiling {
+        max_tf: [0; FIELDS],
+        min_len: [u32::MAX; FIELDS],
+    };
+
+    fn widen(&mut self, tf: &[u8; FIELDS], len: &[u32; FIELDS]) {
+        for f in 0..FIELDS {
+            if tf[f] > 0 {
+                self.max_tf[f] = self.max_tf[f].max(tf[f]);
+                self.min_len[f] = self.min_len[f].min(len[f]);
+            }
+        }
+    }
+
+    /// Whether a posting with these counts and lengths sets part of the bound.
+    fn is_set_by(&self, tf: &[u8; FIELDS], len: &[u32; FIELDS]) -> bool {
+        (0..FIELDS).any(|f| tf[f] > 0 && (tf[f] == self.max_tf[f] || len[f] == self.min_len[f]))
+    }
+
+    /// The most [`tfn`] can be for the term in any row (rounding included: each step is
+    /// the same monotone operation on larger inputs).
+    fn tfn(&self, inv_avg: &[f32; FIELDS]) -> f32 {
+        let mut tfn = 0.0f32;
+        for f in 0..FIELDS {
+            if self.max_tf[f] > 0 {
+                let norm = 1.0 - B[f] + B[f] * self.min_len[f] as f32 * inv_avg[f];
+                tfn += WEIGHT[f] * f32::from(self.max_tf[f]) / norm;
+            }
+        }
+        tfn
+    }
+}
+
+/// A row's BM25F-normalised count of one term (`tf` per field, field lengths `len`).
+/// Shared by the exhaustive and the pruned scorer, so both compute the same bits.
+#[inline]
+fn tfn(tf: &[u8; FIELDS], len: &[u32; FIELDS], inv_avg: &[f32; FIELDS]) -> f32 {
+    let mut tfn = 0.0f32;
+    for f in 0..FIELDS {
+        if tf[f] > 0 {
+            let norm = 1.0 - B[f] + B[f] * len[f] as f32 * inv_avg[f];
+            tfn += WEIGHT[f] * f32::from(tf[f]) / norm;
+        }
+    }
+    tfn
+}
+
+/// A term's score in a row, from its [`tfn`] and its weighted IDF.
+#[inline]
+fn saturate(idf: f32, tfn: f32) -> f32 {
+    idf * tfn / (K1 + tfn)
 }
 
 /// A pin: the analysed terms of a phrase (sorted, unique) and its raw lowercase words.
@@ -145,7 +214,10 @@ impl Index {
             let id = self.term_id_or_create(text);
             match self.term_mut(id) {
                 Some(term) => {
-                    term.postings.push(Posting { doc: slot, tf });
+                    // A fresh slot is the largest: appended. A reused one goes in its place.
+                    let at = term.postings.partition_point(|p| p.doc < slot);
+                    term.postings.insert(at, Posting { doc: slot, tf });
+                    term.bound.widen(&tf, &len);
                     ids.push(id);
                 }
                 None => consistent = false,
@@ -197,14 +269,22 @@ impl Index {
             *total = total.saturating_sub(u64::from(len));
         }
         for &id in doc.terms.iter() {
-            let Some(term) = self.term_mut(id) else {
+            let Some(term) = self.terms.get_mut(id as usize).and_then(Option::as_mut) else {
                 consistent = false;
                 continue;
             };
-            // Postings are unordered; a linear find plus swap_remove is O(df) and touches
-            // only this term's list.
-            if let Some(i) = term.postings.iter().position(|p| p.doc == slot) {
-                term.postings.swap_remove(i);
+            // O(df) to keep the order, touching only this term's list.
+            if let Ok(i) = term.postings.binary_search_by_key(&slot, |p| p.doc) {
+                let removed = term.postings.remove(i);
+                if term.bound.is_set_by(&removed.tf, &lens) {
+                    let mut bound = Ceiling::NONE;
+                    for p in &term.postings {
+                        if let Some(len) = self.lens.get(p.doc as usize) {
+                            bound.widen(&p.tf, len);
+                        }
+                    }
+                    term.bound = bound;
+                }
             }
             if term.postings.is_empty() {
                 let text = term.text.clone();
@@ -240,6 +320,7 @@ impl Index {
         let term = Term {
             text: text.clone(),
             postings: Vec::new(),
+            bound: Ceiling::NONE,
         };
         let free = self.free_terms.pop();
         let id = match free.and_then(|id| self.terms.get_mut(id as usize).map(|p| (id, p))) {
@@ -334,9 +415,7 @@ impl Index {
         if n == 0.0 {
             return Vec::new();
         }
-        let inv_avg = self
-            .total_len
-            .map(|total| if total > 0 { n / total as f32 } else { 0.0 });
+        let inv_avg = self.inv_avg();
         // Dense accumulators indexed by slot: at tens of thousands of rows a common term
         // touches a large share of them, where a hash map would cost more than the zeroing.
         let slots = self.docs.len();
@@ -356,21 +435,13 @@ impl Index {
                 let Some(term) = self.term(id) else {
                     continue;
                 };
-                let df = term.postings.len() as f32;
-                let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln() * weight;
+                let idf = self.idf(term, weight);
                 // Postings only ever name live rows: removal deletes them first.
                 for p in &term.postings {
                     let Some(len) = self.lens.get(p.doc as usize) else {
                         continue;
                     };
-                    let mut tfn = 0.0f32;
-                    for f in 0..FIELDS {
-                        if p.tf[f] > 0 {
-                            let norm = 1.0 - B[f] + B[f] * len[f] as f32 * inv_avg[f];
-                            tfn += WEIGHT[f] * f32::from(p.tf[f]) / norm;
-                        }
-                    }
-                    let s = idf * tfn / (K1 + tfn);
+                    let s = saturate(idf, tfn(&p.tf, len, &inv_avg));
                     let d = p.doc as usize;
                     if multi {
                         if best[d] == 0.0 {
@@ -405,6 +476,20 @@ impl Index {
                 mask: mask[slot as usize],
             })
             .collect()
+    }
+
+    /// Per field, the number of rows over the total length (the inverse average length).
+    fn inv_avg(&self) -> [f32; FIELDS] {
+        let n = self.len() as f32;
+        self.total_len
+            .map(|total| if total > 0 { n / total as f32 } else { 0.0 })
+    }
+
+    /// A term's IDF times the weight of the query position's alternative.
+    fn idf(&self, term: &Term, weight: f32) -> f32 {
+        let n = self.len() as f32;
+        let df = term.postings.len() as f32;
+        (1.0 + (n - df + 0.5) / (df + 0.5)).ln() * weight
     }
 
     /// The slot of the row `key`.

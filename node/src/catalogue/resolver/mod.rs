@@ -136,7 +136,17 @@ struct Lexical {
     surfaces: Vec<String>,
     covers: Vec<u64>,
     pinned: Vec<u32>,
-    scored: Vec<Scored>,
+    /// Per query position, its alternatives: (term id, weight).
+    positions: Vec<Vec<(u32, f32)>>,
+}
+
+/// How the lexical half scores rows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Scoring {
+    /// The best `limit` rows, skipping rows that cannot reach them ([`Index::top`]).
+    Pruned,
+    /// Every row sharing a word with the query ([`Index::score`]).
+    Exhaustive,
 }
 
 /// The search index. Updates are incremental; `search` takes `&self`, so readers can share it
@@ -276,6 +286,23 @@ impl Resolver {
         limit: usize,
         fusion: &Fusion,
     ) -> Vec<Hit> {
+        self.search_scored(query, vector, limit, fusion, Scoring::Pruned)
+    }
+
+    /// [`Resolver::search`] scoring every row that shares a word with the query: the
+    /// reference the pruned search must equal, for tests and benchmarks.
+    pub fn search_exhaustive(&self, query: &str, limit: usize) -> Vec<Hit> {
+        self.search_scored(query, None, limit, &self.fusion, Scoring::Exhaustive)
+    }
+
+    fn search_scored(
+        &self,
+        query: &str,
+        vector: Option<&[f32]>,
+        limit: usize,
+        fusion: &Fusion,
+        scoring: Scoring,
+    ) -> Vec<Hit> {
         if limit == 0 || self.index.len() == 0 {
             return Vec::new();
         }
@@ -284,7 +311,25 @@ impl Resolver {
         if lexical.terms.is_empty() && lexical.pinned.is_empty() && vector.is_none() {
             return Vec::new();
         }
-        let mut scored = lexical.scored;
+        let taught = self.learned_boosts(&lexical.terms, &lexical.surfaces);
+        let mut scored = match (vector, scoring) {
+            // Words alone rank: only the `limit` best can show, beside the pinned rows and
+            // the rows with learned words, whose final scores do not follow their lexical
+            // order. Every other row is below `limit` rows at least as good.
+            (None, Scoring::Pruned) => {
+                let keep: Vec<u32> = lexical
+                    .pinned
+                    .iter()
+                    .copied()
+                    .chain(taught.iter().map(|t| t.0))
+                    .collect();
+                self.index
+                    .top(&lexical.positions, limit, DEMOTE_FACTOR, &keep)
+            }
+            // Fused, every lexical match may rise by its cosine (until the dense half has an
+            // index whose bounds can prune the lexical one).
+            _ => self.index.score(&lexical.positions),
+        };
         for s in &mut scored {
             if self.index.demoted(s.slot) {
                 s.score *= DEMOTE_FACTOR;
@@ -304,7 +349,6 @@ impl Resolver {
             }
             Some(v) => self.fuse(&scored, best_lexical, v, &lexical.pinned, limit, fusion),
         };
-        let taught = self.learned_boosts(&lexical.terms, &lexical.surfaces);
         let mut learned_words: HashMap<u32, Vec<String>> = HashMap::new();
         if !taught.is_empty() {
             let scale = ranked.iter().map(|r| r.1).fold(0.0f32, f32::max).max(1e-6);
@@ -444,8 +488,7 @@ impl Resolver {
         self.learned.clear();
     }
 
-    /// The lexical half: analysed query, pinned rows, and BM25F scores (before demotion
-    /// and cut-off).
+    /// The lexical half: analysed query, pinned rows, and the query positions to score.
     fn lexical(&self, query: &str) -> Lexical {
         let mut terms: Vec<String> = Vec::new();
         let mut surfaces: Vec<String> = Vec::new();
@@ -463,7 +506,7 @@ impl Resolver {
                 surfaces,
                 covers: Vec::new(),
                 pinned,
-                scored: Vec::new(),
+                positions: Vec::new(),
             };
         }
 
@@ -490,13 +533,12 @@ impl Resolver {
             }
         }
         self.add_compounds(&terms, &surfaces, &mut positions, &mut covers);
-        let scored = self.index.score(&positions);
         Lexical {
             terms,
             surfaces,
             covers,
             pinned,
-            scored,
+            positions,
         }
     }
 

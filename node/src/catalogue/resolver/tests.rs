@@ -444,3 +444,200 @@ fn a_short_limit_returns_the_head_of_the_full_ranking() {
         assert_eq!(head, all[..limit], "limit {limit}");
     }
 }
+
+/// SplitMix64, so every run builds the same random catalogues.
+struct Mix(u64);
+
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    /// Skewed toward the first items, as words are: a few in most rows, most in few.
+    fn skewed<'a>(&mut self, items: &'a [String]) -> &'a str {
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        &items[((u * u * u) * items.len() as f64) as usize]
+    }
+
+    /// `least` words, and up to `more` others.
+    fn words(&mut self, vocab: &[String], least: usize, more: usize) -> String {
+        let n = least + self.below(more + 1);
+        (0..n)
+            .map(|_| self.skewed(vocab))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Made-up words of two or three syllables: no stop words, and stems that rarely collide.
+fn vocabulary(mix: &mut Mix, size: usize) -> Vec<String> {
+    const SYLLABLES: [&str; 16] = [
+        "ka", "lo", "mir", "tan", "vex", "dru", "pol", "sen", "qua", "rib", "zen", "hoc", "fal",
+        "gut", "nym", "wor",
+    ];
+    let mut vocab: Vec<String> = Vec::new();
+    while vocab.len() < size {
+        let n = 2 + mix.below(2);
+        let word: String = (0..n).map(|_| SYLLABLES[mix.below(16)]).collect();
+        if !vocab.contains(&word) {
+            vocab.push(word);
+        }
+    }
+    vocab
+}
+
+/// A hit as compared: key, score bits, matched words, learned words, found by meaning.
+type HitView = (String, u32, Vec<String>, Vec<String>, bool);
+
+/// A random row's text: key stem, WHAT line, docstring, argument names and descriptions.
+type RowText = (String, String, String, Vec<String>, Vec<String>);
+
+/// Equal hits, down to the bits of the score.
+fn same_hits(pruned: &[Hit], exhaustive: &[Hit]) -> Result<(), String> {
+    let view = |hits: &[Hit]| -> Vec<HitView> {
+        hits.iter()
+            .map(|h| {
+                (
+                    h.key.to_string(),
+                    h.score.to_bits(),
+                    h.matched.clone(),
+                    h.learned.clone(),
+                    h.similar,
+                )
+            })
+            .collect()
+    };
+    let (a, b) = (view(pruned), view(exhaustive));
+    if a == b {
+        Ok(())
+    } else {
+        Err(format!("pruned {a:?}\nexhaustive {b:?}"))
+    }
+}
+
+#[test]
+fn the_pruned_search_ranks_exactly_as_scoring_every_row_on_random_catalogues() {
+    let mut asked = 0;
+    for seed in 0..12u64 {
+        let mut mix = Mix(seed);
+        let size = 60 + mix.below(400);
+        let vocab = vocabulary(&mut mix, size);
+        let categories: Vec<String> = (0..6).map(|_| mix.words(&vocab, 1, 0)).collect();
+        let mut r = Resolver::new();
+        let mut keys: Vec<String> = Vec::new();
+        let mut pins: Vec<String> = Vec::new();
+        let mut texts: Vec<RowText> = Vec::new();
+        let rows = 100 + mix.below(900);
+        // Inserts, then removals and replacements that reuse slots and lower the terms'
+        // bounds, then more inserts.
+        for step in 0..rows + rows / 2 {
+            let replace = step >= rows && mix.below(2) == 0 && !keys.is_empty();
+            if step >= rows && !replace {
+                let key = keys.swap_remove(mix.below(keys.len()));
+                r.remove(&key).unwrap();
+                continue;
+            }
+            // Some rows are copies of another under a new number: equal scores, ordered
+            // by key, at the edge of the top k.
+            let copy = (mix.below(4) == 0 && !texts.is_empty())
+                .then(|| texts[mix.below(texts.len())].clone());
+            let (stem, what, doc, arg_names, arg_docs) = copy.unwrap_or_else(|| {
+                let arg_names: Vec<String> =
+                    (0..mix.below(3)).map(|_| mix.words(&vocab, 1, 0)).collect();
+                let arg_docs: Vec<String> =
+                    arg_names.iter().map(|_| mix.words(&vocab, 4, 0)).collect();
+                (
+                    mix.words(&vocab, 1, 2).replace(' ', "_"),
+                    mix.words(&vocab, 1, 7),
+                    mix.words(&vocab, 0, 39),
+                    arg_names,
+                    arg_docs,
+                )
+            });
+            texts.push((
+                stem.clone(),
+                what.clone(),
+                doc.clone(),
+                arg_names.clone(),
+                arg_docs.clone(),
+            ));
+            let key = if replace {
+                keys[mix.below(keys.len())].clone()
+            } else {
+                let key = format!("{stem}_{}_{step}", mix.below(1000));
+                keys.push(key.clone());
+                key
+            };
+            let row_pins: Vec<String> = if mix.below(20) == 0 {
+                vec![mix.words(&vocab, 2, 0)]
+            } else {
+                Vec::new()
+            };
+            pins.extend(row_pins.iter().cloned());
+            r.insert(&Document {
+                key: &key,
+                category: &categories[mix.below(categories.len())],
+                what: &what,
+                doc: &doc,
+                args: arg_names
+                    .iter()
+                    .zip(&arg_docs)
+                    .map(|(n, d)| (n.as_str(), d.as_str()))
+                    .collect(),
+                pins: &row_pins,
+                demote: mix.below(8) == 0,
+            })
+            .unwrap();
+            if mix.below(10) == 0 {
+                let words = mix.words(&vocab, 2, 0);
+                r.learn(&key, &words, 1 + mix.below(3) as i32);
+            }
+        }
+        for _ in 0..150 {
+            let mut query = match mix.below(10) {
+                0 if !pins.is_empty() => pins[mix.below(pins.len())].clone(),
+                _ => mix.words(&vocab, 1, 5),
+            };
+            if mix.below(6) == 0 {
+                // A typo or a prefix: the tolerant alternatives of a position.
+                query.pop();
+            }
+            let limit = [1, 2, 3, 5, 10, 25][mix.below(6)];
+            let pruned = r.search(&query, limit);
+            let exhaustive = r.search_exhaustive(&query, limit);
+            if let Err(diff) = same_hits(&pruned, &exhaustive) {
+                panic!("seed {seed}, {query:?}, limit {limit}:\n{diff}");
+            }
+            asked += usize::from(!exhaustive.is_empty());
+        }
+    }
+    assert!(asked > 1_000, "most asks find rows: {asked}");
+}
+
+#[test]
+fn rows_that_tie_at_the_kth_score_are_ordered_by_key_however_they_were_inserted() {
+    // Equal rows score what their terms' bounds allow, exactly: the first rows read fill
+    // the top k at that bound, and the later ones, with smaller keys, tie it and must
+    // still be read to take their places.
+    let rows: Vec<_> = (0..30)
+        .rev()
+        .map(|i| row(&format!("PARCEL_{i:02}"), "Shipping", "Track a parcel"))
+        .collect();
+    let r = build(&rows);
+    for query in ["parcel", "track parcel"] {
+        assert_eq!(
+            keys(&r, query)[..3],
+            ["PARCEL_00", "PARCEL_01", "PARCEL_02"]
+        );
+        let hits = r.search(query, 3);
+        same_hits(&hits, &r.search_exhaustive(query, 3)).unwrap();
+    }
+}
