@@ -147,7 +147,6 @@ struct Doc {
     key: Arc<str>,
     /// Ids of the distinct terms, to find the postings again on removal.
     terms: Box<[u32]>,
-    demote: bool,
     pins: Box<[Pin]>,
 }
 
@@ -166,6 +165,8 @@ pub(crate) struct Index {
     docs: Vec<Option<Doc>>,
     /// Field lengths by slot, apart from `docs` so the scoring loop reads 20 bytes per row.
     lens: Vec<[u32; FIELDS]>,
+    /// Whether the row in a slot is demoted, apart from `docs` for the same reason.
+    demote: Vec<bool>,
     free_docs: Vec<u32>,
     by_key: HashMap<Arc<str>, u32>,
     total_len: [u64; FIELDS],
@@ -196,6 +197,7 @@ impl Index {
             None => {
                 self.docs.push(None);
                 self.lens.push([0; FIELDS]);
+                self.demote.push(false);
                 (self.docs.len() - 1) as u32
             }
         };
@@ -233,15 +235,16 @@ impl Index {
         let doc = Doc {
             key: key.clone(),
             terms: ids.into_boxed_slice(),
-            demote,
             pins: pins.into_boxed_slice(),
         };
         match (
             self.lens.get_mut(slot as usize),
+            self.demote.get_mut(slot as usize),
             self.docs.get_mut(slot as usize),
         ) {
-            (Some(lens), Some(place)) => {
+            (Some(lens), Some(demoted), Some(place)) => {
                 *lens = len;
+                *demoted = demote;
                 *place = Some(doc);
                 self.by_key.insert(key, slot);
             }
@@ -301,6 +304,9 @@ impl Index {
                 remove_slot(&mut self.pin_terms, t, slot);
             }
             remove_slot(&mut self.pin_raw, &pin.raw, slot);
+        }
+        if let Some(demoted) = self.demote.get_mut(slot as usize) {
+            *demoted = false;
         }
         self.free_docs.push(slot);
         if consistent {
@@ -492,6 +498,11 @@ impl Index {
         (1.0 + (n - df + 0.5) / (df + 0.5)).ln() * weight
     }
 
+    /// How many postings the alternatives of `positions` have in all.
+    pub(crate) fn postings(&self, positions: &[Vec<(u32, f32)>]) -> usize {
+        positions.iter().flatten().map(|&(id, _)| self.df(id)).sum()
+    }
+
     /// The slot of the row `key`.
     pub(crate) fn slot(&self, key: &str) -> Option<u32> {
         self.by_key.get(key).copied()
@@ -507,7 +518,7 @@ impl Index {
     }
 
     pub(crate) fn demoted(&self, slot: u32) -> bool {
-        self.doc(slot).is_some_and(|d| d.demote)
+        self.demote.get(slot as usize).copied().unwrap_or(false)
     }
 
     /// Rows with a pin close to the query: the same raw words, or analysed term sets with a
@@ -576,7 +587,7 @@ impl Index {
             }
         }
         bytes += self.docs.capacity() * size_of::<Option<Doc>>();
-        bytes += self.lens.capacity() * size_of::<[u32; FIELDS]>();
+        bytes += self.lens.capacity() * size_of::<[u32; FIELDS]>() + self.demote.capacity();
         bytes += self.by_key.capacity() * (size_of::<(Arc<str>, u32)>() + 1);
         for map in [&self.pin_terms, &self.pin_raw] {
             bytes += map.capacity() * (size_of::<(Box<str>, Vec<u32>)>() + 1);

@@ -43,6 +43,10 @@ const MAX_COMPOUND_LEN: usize = 32;
 const DEMOTE_FACTOR: f32 = 0.5;
 /// Rows scoring below this share of the best score are a weak tail and are dropped.
 const CUT_OFF: f32 = 0.38;
+/// Postings a query's words have below which scoring every one of them is faster than
+/// pruning (whose fixed cost is the exact rescoring of its candidates): the crossover of the
+/// resolver bench's "lexical search alone" table.
+const PRUNE_FROM: usize = 8_192;
 /// Query positions considered (the scorer keeps a 64-bit mask of matched positions).
 const MAX_QUERY_TERMS: usize = 64;
 /// Surface words reported per hit in `Hit::matched`.
@@ -143,6 +147,8 @@ struct Lexical {
 /// How the lexical half scores rows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Scoring {
+    /// Pruned when the query's postings are many, exhaustive otherwise (both rank alike).
+    Auto,
     /// The best `limit` rows, skipping rows that cannot reach them ([`Index::top`]).
     Pruned,
     /// Every row sharing a word with the query ([`Index::score`]).
@@ -286,7 +292,7 @@ impl Resolver {
         limit: usize,
         fusion: &Fusion,
     ) -> Vec<Hit> {
-        self.search_scored(query, vector, limit, fusion, Scoring::Pruned)
+        self.search_scored(query, vector, limit, fusion, Scoring::Auto)
     }
 
     /// [`Resolver::search`] scoring every row that shares a word with the query: the
@@ -312,6 +318,13 @@ impl Resolver {
             return Vec::new();
         }
         let taught = self.learned_boosts(&lexical.terms, &lexical.surfaces);
+        let scoring = match scoring {
+            Scoring::Auto if self.index.postings(&lexical.positions) < PRUNE_FROM => {
+                Scoring::Exhaustive
+            }
+            Scoring::Auto => Scoring::Pruned,
+            chosen => chosen,
+        };
         let mut scored = match (vector, scoring) {
             // Words alone rank: only the `limit` best can show, beside the pinned rows and
             // the rows with learned words, whose final scores do not follow their lexical

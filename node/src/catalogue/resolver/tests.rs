@@ -611,8 +611,10 @@ fn the_pruned_search_ranks_exactly_as_scoring_every_row_on_random_catalogues() {
                 query.pop();
             }
             let limit = [1, 2, 3, 5, 10, 25][mix.below(6)];
-            let pruned = r.search(&query, limit);
+            let pruned = r.search_scored(&query, None, limit, &r.fusion, Scoring::Pruned);
             let exhaustive = r.search_exhaustive(&query, limit);
+            let chosen = r.search(&query, limit);
+            same_hits(&chosen, &exhaustive).unwrap();
             if let Err(diff) = same_hits(&pruned, &exhaustive) {
                 panic!("seed {seed}, {query:?}, limit {limit}:\n{diff}");
             }
@@ -637,7 +639,10 @@ fn rows_that_tie_at_the_kth_score_are_ordered_by_key_however_they_were_inserted(
             keys(&r, query)[..3],
             ["PARCEL_00", "PARCEL_01", "PARCEL_02"]
         );
-        let hits = r.search(query, 3);
+        let hits = r.search_scored(query, None, 3, &r.fusion, Scoring::Pruned);
         same_hits(&hits, &r.search_exhaustive(query, 3)).unwrap();
+        let hits = r.search_scored(query, None, 10, &r.fusion, Scoring::Pruned);
+        let got: Vec<&str> = hits.iter().map(|h| &*h.key).collect();
+        assert_eq!(got[..3], ["PARCEL_00", "PARCEL_01", "PARCEL_02"]);
     }
 }

@@ -1,94 +1,45 @@
-//! The k best rows of a query without scoring every row that shares a word: MaxScore
-//! pruning (Turtle & Flood, 1995) over the slot-sorted postings.
+//! The k best rows of a query without reading every posting of its words: term-at-a-time
+//! scoring with early termination (the "quit/continue" family of MaxScore, Turtle & Flood,
+//! 1995), over the slot-sorted postings.
 //!
 //! Each query position has an upper bound, the most any row can score from it (the best of
-//! its alternatives' [`Ceiling`]s). Positions are ordered by bound; once the k-th best score
-//! so far (the threshold) exceeds the summed bounds of the weakest positions, a row matching
-//! only those cannot enter, so only the other ("essential") positions' postings propose
-//! candidates, and the weak ones are looked up in their postings for a candidate only while
-//! it can still reach the threshold. With a rare word beside a common one, the common
-//! word's postings are skipped through, not read.
+//! its alternatives' [`Ceiling`]s). Positions are read strongest bound first into dense
+//! accumulators, as the exhaustive scorer reads them. Before each further position, the
+//! k-th best partial score is a floor under the k-th final score; once the summed bounds of
+//! the positions left are below it, no row unread so far can enter, and neither can a row
+//! whose partial score plus those bounds is below it. The few rows left are then scored
+//! exactly by looking them up in every position's postings (binary search), and the weak
+//! positions' postings — the common words' long lists — are never read.
 //!
-//! Exactness: a candidate's score is summed position by position in query order from the
-//! same [`tfn`] and [`saturate`] the exhaustive scorer uses, so it is the same f32; pruning
-//! compares bounds widened by [`SLACK`] against the threshold strictly, so a row that would
-//! tie the k-th is scored and ordered by key as the final ranking orders ties.
-
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+//! Exactness: the rows returned are scored position by position in query order, from the
+//! same [`tfn`] and [`saturate`] the exhaustive scorer uses, so their scores are the same
+//! f32 bits. Partial sums (added in another order) are compared only with [`SLACK`] to
+//! spare, and strictly, so a row that could tie the k-th is kept and ordered by key as
+//! the final ranking orders ties.
 
 use super::{saturate, tfn, Index, Posting, Scored, FIELDS};
 
-/// Relative widening of every sum of bounds, far above the rounding a sum of at most 64
-/// f32 terms can differ by when added in another order.
+/// Relative margin on every comparison of partial sums and bounds, far above what a sum of
+/// at most 64 f32 terms can differ by when added in another order.
 const SLACK: f32 = 1e-4;
 
-/// One alternative of a position: a term's postings, its weighted IDF, a cursor.
+/// Rescoring a row looks it up in every list, a binary search each; reading on costs one
+/// step per posting. Stop reading when rescoring the rows left costs less than this share of
+/// the postings still unread.
+const LOOKUP_COST: usize = 8;
+
+/// One alternative of a position: a term's postings and its weighted IDF.
 struct List<'a> {
     postings: &'a [Posting],
     idf: f32,
-    at: usize,
-}
-
-impl<'a> List<'a> {
-    fn doc(&self) -> Option<u32> {
-        self.postings.get(self.at).map(|p| p.doc)
-    }
-
-    /// Moves the cursor to the first posting at or after `slot` (galloping, then binary
-    /// search within the last step), and returns it if it is `slot`'s.
-    fn seek(&mut self, slot: u32) -> Option<&'a Posting> {
-        let postings = self.postings;
-        let rest = postings.get(self.at..).unwrap_or_default();
-        let mut step = 1;
-        while step < rest.len() && rest[step].doc < slot {
-            step *= 2;
-        }
-        let window = rest.get(..(step + 1).min(rest.len())).unwrap_or_default();
-        self.at += window.partition_point(|p| p.doc < slot);
-        postings.get(self.at).filter(|p| p.doc == slot)
-    }
 }
 
 /// A query position: its alternatives and the most a row can score from it.
 struct Position<'a> {
     lists: Vec<List<'a>>,
     bound: f32,
-}
-
-/// A row in the running top k, ordered so the heap's greatest is the one to drop: the
-/// lowest (demoted) score, and of equal scores the greater key.
-struct Entry<'a> {
-    rank: f32,
-    key: &'a str,
-    scored: Scored,
-}
-
-impl Ord for Entry<'_> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .rank
-            .total_cmp(&self.rank)
-            .then_with(|| self.key.cmp(other.key))
-    }
-}
-
-impl PartialOrd for Entry<'_> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for Entry<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Entry<'_> {}
-
-fn below(bound: f32, threshold: f32) -> bool {
-    bound * (1.0 + SLACK) < threshold
+    /// Postings of all its alternatives.
+    postings: usize,
 }
 
 impl Index {
@@ -106,7 +57,7 @@ impl Index {
         self.top_counted(positions, k, demote_factor, keep).0
     }
 
-    /// [`Index::top`], and how many rows it proposed as candidates.
+    /// [`Index::top`], and how many postings it read in full (lookups aside).
     fn top_counted(
         &self,
         positions: &[Vec<(u32, f32)>],
@@ -118,12 +69,12 @@ impl Index {
             return (Vec::new(), 0);
         }
         let inv_avg = self.inv_avg();
-        let mut query: Vec<Position<'_>> = positions
+        let query: Vec<Position<'_>> = positions
             .iter()
             .take(64)
             .map(|alts| {
                 let mut bound = 0.0f32;
-                let lists = alts
+                let lists: Vec<List<'_>> = alts
                     .iter()
                     .filter_map(|&(id, weight)| {
                         let term = self.term(id)?;
@@ -132,11 +83,15 @@ impl Index {
                         Some(List {
                             postings: &term.postings,
                             idf,
-                            at: 0,
                         })
                     })
                     .collect();
-                Position { lists, bound }
+                let postings = lists.iter().map(|l| l.postings.len()).sum();
+                Position {
+                    lists,
+                    bound,
+                    postings,
+                }
             })
             .collect();
         let mut keep = keep.to_vec();
@@ -144,145 +99,151 @@ impl Index {
         keep.dedup();
         let mut out: Vec<Scored> = keep
             .iter()
-            .filter_map(|&slot| self.exact(&mut query, slot, &inv_avg))
+            .filter_map(|&slot| self.exact(&query, slot, &inv_avg))
             .collect();
-        for p in &mut query {
-            for l in &mut p.lists {
-                l.at = 0;
-            }
-        }
         if k == 0 {
             return (out, 0);
         }
+        let rank = |slot: u32, score: f32| {
+            if self.demoted(slot) {
+                score * demote_factor
+            } else {
+                score
+            }
+        };
 
-        // Positions from the weakest bound up; weak[i] sums the bounds of the i weakest.
+        // Strongest bound first; left[i] bounds what the positions from order[i] on add.
         let mut order: Vec<usize> = (0..query.len()).collect();
-        order.sort_by(|&a, &b| query[a].bound.total_cmp(&query[b].bound));
-        let mut weak = vec![0.0f32; order.len() + 1];
-        for (i, &p) in order.iter().enumerate() {
-            weak[i + 1] = weak[i] + query[p].bound;
+        order.sort_by(|&a, &b| query[b].bound.total_cmp(&query[a].bound));
+        let mut left = vec![0.0f32; order.len() + 1];
+        let mut unread = vec![0usize; order.len() + 1];
+        for (i, &p) in order.iter().enumerate().rev() {
+            left[i] = left[i + 1] + query[p].bound;
+            unread[i] = unread[i + 1] + query[p].postings;
         }
-        // order[..skippable] cannot make a row enter on their own.
-        let mut skippable = 0;
-        let mut threshold = f32::NEG_INFINITY;
-        let mut heap: BinaryHeap<Entry<'_>> = BinaryHeap::with_capacity(k + 1);
-        let mut found = vec![0.0f32; query.len()];
-        let mut candidates = 0;
+        let lists: usize = query.iter().map(|p| p.lists.len()).sum();
 
-        // Candidates in slot order: the least slot any essential position's cursor is at.
-        while let Some(slot) = order[skippable..]
+        let slots = self.docs.len();
+        let mut acc = vec![0.0f32; slots];
+        // Per row, the best alternative of a position with several (allocated at the first).
+        let mut best: Vec<f32> = Vec::new();
+        let mut touched: Vec<u32> = Vec::new();
+        let mut best_touched: Vec<u32> = Vec::new();
+        let mut most = 0.0f32;
+        let mut read = 0usize;
+        let mut floors: Vec<f32> = Vec::new();
+        let mut candidates: Vec<u32> = Vec::new();
+        for i in 0..=order.len() {
+            // Worth a look only if the rows read so far could already shut out the rest,
+            // and if looking (a pass over them) costs less than reading on.
+            let last = i == order.len();
+            let worth = touched.len() < unread[i] && left[i] * (1.0 + SLACK) < most;
+            if touched.len() >= k && (last || worth) {
+                floors.clear();
+                floors.extend(touched.iter().map(|&d| rank(d, acc[d as usize])));
+                let (_, kth, _) = floors.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+                let floor = *kth * (1.0 - SLACK);
+                if last || left[i] * (1.0 + SLACK) < floor {
+                    candidates.clear();
+                    candidates.extend(
+                        touched.iter().copied().filter(|&d| {
+                            rank(d, acc[d as usize] + left[i]) * (1.0 + SLACK) >= floor
+                        }),
+                    );
+                    if last || candidates.len() * lists * LOOKUP_COST < unread[i] {
+                        break;
+                    }
+                }
+            }
+            if last {
+                // Fewer than k rows match at all: every one of them is in the top k.
+                candidates = std::mem::take(&mut touched);
+                break;
+            }
+            let position = &query[order[i]];
+            let multi = position.lists.len() > 1;
+            if multi && best.is_empty() {
+                best = vec![0.0; slots];
+            }
+            for l in &position.lists {
+                read += l.postings.len();
+                for posting in l.postings {
+                    let Some(len) = self.lens.get(posting.doc as usize) else {
+                        continue;
+                    };
+                    let s = saturate(l.idf, tfn(&posting.tf, len, &inv_avg));
+                    let d = posting.doc as usize;
+                    if multi {
+                        if best[d] == 0.0 {
+                            best_touched.push(posting.doc);
+                        }
+                        best[d] = best[d].max(s);
+                    } else {
+                        if acc[d] == 0.0 {
+                            touched.push(posting.doc);
+                        }
+                        acc[d] += s;
+                        most = most.max(acc[d]);
+                    }
+                }
+            }
+            for &slot in &best_touched {
+                let d = slot as usize;
+                if acc[d] == 0.0 {
+                    touched.push(slot);
+                }
+                acc[d] += best[d];
+                most = most.max(acc[d]);
+                best[d] = 0.0;
+            }
+            best_touched.clear();
+        }
+
+        let mut exact: Vec<(f32, &str, Scored)> = candidates
             .iter()
-            .flat_map(|&p| query[p].lists.iter().filter_map(List::doc))
-            .min()
-        {
-            candidates += 1;
-            let Some(len) = self.lens.get(slot as usize) else {
-                for &p in &order[skippable..] {
-                    for l in &mut query[p].lists {
-                        l.seek(slot + 1);
-                    }
-                }
-                continue;
-            };
-            let mut partial = 0.0f32;
-            for &p in &order[skippable..] {
-                let mut best = 0.0f32;
-                for l in &mut query[p].lists {
-                    if let Some(posting) = l.postings.get(l.at).filter(|x| x.doc == slot) {
-                        best = best.max(saturate(l.idf, tfn(&posting.tf, len, &inv_avg)));
-                        l.at += 1;
-                    }
-                }
-                found[p] = best;
-                partial += best;
-            }
-            // The weak positions, strongest first, while the row can still reach the k-th.
-            let mut reachable = true;
-            for i in (0..skippable).rev() {
-                if below(partial + weak[i + 1], threshold) {
-                    reachable = false;
-                    break;
-                }
-                let p = order[i];
-                let mut best = 0.0f32;
-                for l in &mut query[p].lists {
-                    if let Some(posting) = l.seek(slot) {
-                        best = best.max(saturate(l.idf, tfn(&posting.tf, len, &inv_avg)));
-                    }
-                }
-                found[p] = best;
-                partial += best;
-            }
-            if reachable {
-                let scored = summed(slot, &found);
-                let rank = if self.demoted(slot) {
-                    scored.score * demote_factor
-                } else {
-                    scored.score
-                };
+            .filter_map(|&slot| {
+                let scored = self.exact(&query, slot, &inv_avg)?;
                 let key = self.key(slot).map_or("", |k| &**k);
-                let entry = Entry { rank, key, scored };
-                if heap.len() < k {
-                    heap.push(entry);
-                } else if heap.peek().is_some_and(|worst| entry < *worst) {
-                    heap.pop();
-                    heap.push(entry);
-                }
-                if heap.len() == k {
-                    threshold = heap.peek().map_or(threshold, |worst| worst.rank);
-                    while skippable < order.len() && below(weak[skippable + 1], threshold) {
-                        skippable += 1;
-                    }
-                }
-            }
-            found.fill(0.0);
+                Some((rank(slot, scored.score), key, scored))
+            })
+            .collect();
+        let order = |a: &(f32, &str, Scored), b: &(f32, &str, Scored)| {
+            b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1))
+        };
+        if exact.len() > k {
+            exact.select_nth_unstable_by(k - 1, order);
+            exact.truncate(k);
         }
-        for entry in heap {
-            if !out.iter().any(|s| s.slot == entry.scored.slot) {
-                out.push(entry.scored);
+        for (_, _, scored) in exact {
+            if !out.iter().any(|s| s.slot == scored.slot) {
+                out.push(scored);
             }
         }
-        (out, candidates)
+        (out, read)
     }
 
     /// `slot`'s score and mask, looked up in every position; `None` if none matches.
-    fn exact(
-        &self,
-        query: &mut [Position<'_>],
-        slot: u32,
-        inv_avg: &[f32; FIELDS],
-    ) -> Option<Scored> {
+    fn exact(&self, query: &[Position<'_>], slot: u32, inv_avg: &[f32; FIELDS]) -> Option<Scored> {
         let len = self.lens.get(slot as usize)?;
-        let found: Vec<f32> = query
-            .iter_mut()
-            .map(|p| {
-                let mut best = 0.0f32;
-                for l in &mut p.lists {
-                    l.at = 0;
-                    if let Some(posting) = l.seek(slot) {
-                        best = best.max(saturate(l.idf, tfn(&posting.tf, len, inv_avg)));
-                    }
+        let mut score = 0.0f32;
+        let mut mask = 0u64;
+        for (p, position) in query.iter().enumerate() {
+            let mut found: Option<f32> = None;
+            for l in &position.lists {
+                if let Ok(i) = l.postings.binary_search_by_key(&slot, |x| x.doc) {
+                    let s = saturate(l.idf, tfn(&l.postings[i].tf, len, inv_avg));
+                    found = Some(found.map_or(s, |b: f32| b.max(s)));
                 }
-                best
-            })
-            .collect();
-        let scored = summed(slot, &found);
-        (scored.mask != 0).then_some(scored)
-    }
-}
-
-/// A row's score from what each position found, added in query order as the exhaustive
-/// scorer adds them (a position that found nothing adds nothing).
-fn summed(slot: u32, found: &[f32]) -> Scored {
-    let mut score = 0.0f32;
-    let mut mask = 0u64;
-    for (p, &s) in found.iter().enumerate() {
-        if s > 0.0 {
-            score += s;
-            mask |= 1u64 << p;
+            }
+            // Added in query order, one addition per matched position, as the exhaustive
+            // scorer adds them.
+            if let Some(s) = found {
+                score += s;
+                mask |= 1u64 << p;
+            }
         }
+        (mask != 0).then_some(Scored { slot, score, mask })
     }
-    Scored { slot, score, mask }
 }
 
 #[cfg(test)]
@@ -311,7 +272,7 @@ mod tests {
         let common = index.lookup("common").unwrap();
         let rare = index.lookup("rare").unwrap();
         let query = [vec![(common, 1.0)], vec![(rare, 1.0)]];
-        let (top, candidates) = index.top_counted(&query, 3, 0.5, &[]);
+        let (top, read) = index.top_counted(&query, 3, 0.5, &[]);
         let mut all = index.score(&query);
         all.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.slot.cmp(&b.slot)));
         let mut top: Vec<(u32, u32)> = top.iter().map(|s| (s.slot, s.score.to_bits())).collect();
@@ -322,9 +283,9 @@ mod tests {
             .collect();
         best.sort_unstable();
         assert_eq!(top, best);
-        // Once three rows with both words hold the top k, no row with the common word
-        // alone can reach the k-th: the rest of its rows are skipped, not read, and only
-        // the rare word's rows are.
-        assert!(candidates < 20, "{candidates} of 2000 rows read");
+        // Once the rare word's rows are read, three of them hold the top k and no row with
+        // the common word alone can reach the k-th: the common word's postings are never
+        // read, only looked up for the rare word's rows.
+        assert_eq!(read, 5, "postings read");
     }
 }
