@@ -55,6 +55,56 @@ pub struct ScaleRow {
     pub backup_bytes: u64,
     /// Seconds from wiping a follower to it holding every row again.
     pub catch_up_s: Option<f64>,
+    /// Where the follower's resident memory goes, bytes per row.
+    pub memory: Option<MemoryPerRow>,
+}
+
+/// A node's resident memory per row, split into what it counts itself (its gauges) and the
+/// rest: the store's page cache, the Raft log, allocator slack, buffers.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryPerRow {
+    /// Resident memory.
+    pub resident: f64,
+    /// The resolver's index (`rowcall_resolver_index_bytes`).
+    pub index: f64,
+    /// The rows held in memory (`rowcall_catalogue_rows_bytes`).
+    pub rows: f64,
+    /// Resident memory neither counts.
+    pub other: f64,
+}
+
+/// The first sample of gauge `name` (any labels) in a Prometheus text exposition.
+fn gauge(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?;
+        if !(rest.starts_with('{') || rest.starts_with(' ')) {
+            return None;
+        }
+        rest.rsplit(' ').next()?.trim().parse().ok()
+    })
+}
+
+/// Node `id`'s memory per row of `rows`.
+async fn memory_per_row(cluster: &Cluster, id: u64, rows: usize) -> Option<MemoryPerRow> {
+    let resident = rss_mib(cluster.node(id).pid()?)? * 1048576.0;
+    let text = control_client()
+        .get(format!("{}/metrics", cluster.node(id).url()))
+        .header("x-terminal-key", ADMIN_KEY)
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let index = gauge(&text, "rowcall_resolver_index_bytes")?;
+    let held = gauge(&text, "rowcall_catalogue_rows_bytes")?;
+    let per = |b: f64| b / rows.max(1) as f64;
+    Some(MemoryPerRow {
+        resident: per(resident),
+        index: per(index),
+        rows: per(held),
+        other: per(resident - index - held),
+    })
 }
 
 /// Everything a `scale` run measured.
@@ -182,6 +232,7 @@ async fn one_size(options: &ScaleOptions, rows: usize) -> Result<ScaleRow, Chaos
         .into_iter()
         .filter_map(|id| rss_mib(cluster.node(id).pid()?))
         .collect();
+    let memory = memory_per_row(&cluster, follower, rows).await;
 
     let snapshots = cluster.node(leader).data.join("snapshots");
     let snapshot_bytes = snapshot_size(&cluster, leader, &snapshots).await?;
@@ -222,6 +273,7 @@ async fn one_size(options: &ScaleOptions, rows: usize) -> Result<ScaleRow, Chaos
         backup_s,
         backup_bytes: backup.bytes,
         catch_up_s,
+        memory,
     })
 }
 
@@ -282,5 +334,34 @@ pub fn table(report: &ScaleReport) -> String {
             row.catch_up_s.map_or("–".into(), |s| format!("{s:.1}")),
         ));
     }
+    out.push_str(
+        "\nWhere a follower's resident memory goes, bytes per row:\n\n\
+         | rows | resident | resolver index | rows held | other (page cache, log, slack) |\n\
+         |---:|---:|---:|---:|---:|\n",
+    );
+    for row in &report.rows {
+        if let Some(m) = &row.memory {
+            out.push_str(&format!(
+                "| {} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+                row.rows, m.resident, m.index, m.rows, m.other
+            ));
+        }
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gauge;
+
+    #[test]
+    fn a_gauge_is_read_with_or_without_labels_and_never_by_a_longer_name() {
+        let text = "# HELP rowcall_resolver_index_bytes Approximate heap bytes.\n\
+                    rowcall_resolver_index_bytes_total 5\n\
+                    rowcall_resolver_index_bytes{node=\"2\"} 1.5e6\n\
+                    rowcall_catalogue_rows_bytes 42\n";
+        assert_eq!(gauge(text, "rowcall_resolver_index_bytes"), Some(1.5e6));
+        assert_eq!(gauge(text, "rowcall_catalogue_rows_bytes"), Some(42.0));
+        assert_eq!(gauge(text, "rowcall_missing"), None);
+    }
 }

@@ -33,6 +33,8 @@ pub const QUERY_EMBED_SECONDS: &str = "rowcall_resolver_query_embed_duration_sec
 pub const RANKING_OTHERWISE: &str = "rowcall_resolver_members_ranking_otherwise";
 /// Approximate bytes of the resolver index.
 pub const RESOLVER_INDEX_BYTES: &str = "rowcall_resolver_index_bytes";
+/// Approximate bytes of the directory's rows in memory.
+pub const CATALOGUE_ROWS_BYTES: &str = "rowcall_catalogue_rows_bytes";
 
 /// Latency buckets in seconds: 50 µs to 10 s.
 const LATENCY_BUCKETS: [f64; 16] = [
@@ -156,6 +158,11 @@ fn describe() {
         RESOLVER_INDEX_BYTES,
         Unit::Bytes,
         "Approximate heap bytes of the resolver index."
+    );
+    describe_gauge!(
+        CATALOGUE_ROWS_BYTES,
+        Unit::Bytes,
+        "Approximate heap bytes of the directory's rows held in memory (the resolver index apart)."
     );
     describe_gauge!(
         RANKING_OTHERWISE,

@@ -79,6 +79,8 @@ impl Counts {
 #[derive(Default)]
 pub struct Catalogue {
     rows: BTreeMap<String, Arc<Row>>,
+    /// Approximate bytes `rows` holds ([`Catalogue::rows_bytes`]), kept as rows change.
+    rows_bytes: usize,
     counts: Counts,
     resolver: Resolver,
     feed: Feed,
@@ -108,7 +110,9 @@ impl Catalogue {
             .publish(row.version, ChangeOp::Put, &row.key, projection, listed);
         if let Some(old) = self.rows.get(&row.key) {
             self.counts.add(&old.clone(), -1);
+            self.rows_bytes = self.rows_bytes.saturating_sub(entry_bytes(old));
         }
+        self.rows_bytes += entry_bytes(&row);
         self.counts.add(&row, 1);
         if row.key == SYNONYMS_KEY {
             let groups = if row.enabled {
@@ -136,6 +140,7 @@ impl Catalogue {
     /// Removes a row as the entry at `index` asks, and publishes the change on the feed.
     pub fn remove_at(&mut self, key: &str, index: u64) -> Option<Arc<Row>> {
         let old = self.rows.remove(key)?;
+        self.rows_bytes = self.rows_bytes.saturating_sub(entry_bytes(&old));
         if let Some(semantic) = &self.semantic {
             semantic.published(Some(&old), None);
         }
@@ -361,6 +366,17 @@ impl Catalogue {
     pub fn index_bytes(&self) -> usize {
         self.resolver.memory_bytes()
     }
+
+    /// Approximate heap bytes of the rows themselves (the resolver's index apart).
+    pub fn rows_bytes(&self) -> usize {
+        self.rows_bytes
+    }
+}
+
+/// What one row costs the catalogue's map: the row ([`Row::heap_bytes`]), its `Arc`'s
+/// counts, the map's copy of the key, and the entry (B-tree nodes at about two-thirds full).
+fn entry_bytes(row: &Row) -> usize {
+    row.heap_bytes() + 16 + row.key.capacity() + std::mem::size_of::<(String, Arc<Row>)>() * 3 / 2
 }
 
 /// The synonym groups in the payload of the [`SYNONYMS_KEY`] row. An empty payload means no
@@ -522,6 +538,43 @@ mod tests {
     }
 
     const SYNONYMS: &str = "# WHAT: Operator synonyms\n\n[[\"k8s\", \"kubernetes\"]]\n";
+
+    #[test]
+    fn the_rows_bytes_follow_the_rows_through_puts_replacements_and_removals() {
+        let mut c = Catalogue::default();
+        assert_eq!(c.rows_bytes(), 0);
+        let short = "# WHAT: Scale a deployment\n";
+        let long = format!(
+            "# WHAT: Scale a deployment\n\n{}\n",
+            "Payload. ".repeat(500)
+        );
+        for i in 0..10 {
+            c.put(row(&format!("ROW_{i}"), short));
+        }
+        let ten = c.rows_bytes();
+        assert!(ten > 10 * short.len(), "{ten}");
+        let mut schema = row("ROW_0", short);
+        schema.args_schema = Some(serde_json::json!({
+            "type": "object",
+            "properties": {"replicas": {"type": "integer", "description": "How many to run"}}
+        }));
+        c.put(schema);
+        assert!(c.rows_bytes() > ten, "a schema is counted");
+        c.put(row("ROW_0", &long));
+        assert!(
+            c.rows_bytes() >= ten + long.len() - short.len(),
+            "a replacement counts its new size"
+        );
+        c.put(row("ROW_0", short));
+        assert_eq!(c.rows_bytes(), ten, "and no longer the old one");
+        for i in 0..10 {
+            c.remove(&format!("ROW_{i}"));
+        }
+        assert_eq!(c.rows_bytes(), 0);
+        c.put(row("ROW_0", short));
+        c.replace_all(Vec::new());
+        assert_eq!(c.rows_bytes(), 0);
+    }
 
     #[test]
     fn synonyms_row_changes_ranking_and_deleting_it_restores_it() {

@@ -130,6 +130,28 @@ pub struct Row {
 }
 
 impl Row {
+    /// Approximate bytes the row holds in memory: itself and what its strings, schema and
+    /// pins allocate, at their capacities (allocator overhead aside). For the memory gauges.
+    pub fn heap_bytes(&self) -> usize {
+        let strings: usize = [
+            &self.key,
+            &self.target,
+            &self.category,
+            &self.content,
+            &self.created_at,
+            &self.updated_at,
+        ]
+        .iter()
+        .map(|s| s.capacity())
+        .sum();
+        let pins = self.pins.capacity() * std::mem::size_of::<String>()
+            + self.pins.iter().map(String::capacity).sum::<usize>();
+        std::mem::size_of::<Row>()
+            + strings
+            + pins
+            + self.args_schema.as_ref().map_or(0, value_bytes)
+    }
+
     /// A written row as stored: `input` with the server's fields.
     pub fn stored(input: RowInput, version: u64, created_at: String, updated_at: String) -> Row {
         Row {
@@ -519,6 +541,28 @@ impl Row {
 impl fmt::Display for RowType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// What a JSON value allocates: strings at capacity, arrays' slots, and each object entry's
+/// key, value and index slot (an insertion-ordered map: a hash, the entry, an index).
+fn value_bytes(value: &Value) -> usize {
+    use std::mem::size_of;
+    match value {
+        Value::String(s) => s.capacity(),
+        Value::Array(items) => {
+            items.capacity() * size_of::<Value>() + items.iter().map(value_bytes).sum::<usize>()
+        }
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| {
+                size_of::<(u64, String, Value)>()
+                    + size_of::<usize>()
+                    + k.capacity()
+                    + value_bytes(v)
+            })
+            .sum(),
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
     }
 }
 

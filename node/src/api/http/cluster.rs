@@ -222,7 +222,10 @@ pub async fn readyz(State(http): State<Http>) -> Response {
 pub async fn metrics(State(http): State<Http>) -> Response {
     let app = &http.app;
     let counts = app.catalogue.read().counts();
-    let index_bytes = app.catalogue.read().index_bytes();
+    let (index_bytes, rows_bytes) = {
+        let catalogue = app.catalogue.read();
+        (catalogue.index_bytes(), catalogue.rows_bytes())
+    };
     let node = app.node_id.to_string();
     for (name, value) in [
         ("rows_total", counts.rows_total),
@@ -255,6 +258,8 @@ pub async fn metrics(State(http): State<Http>) -> Response {
     );
     metrics::gauge!(crate::metrics::RESOLVER_INDEX_BYTES, "node" => node.clone())
         .set(index_bytes as f64);
+    metrics::gauge!(crate::metrics::CATALOGUE_ROWS_BYTES, "node" => node.clone())
+        .set(rows_bytes as f64);
     metrics::gauge!(crate::metrics::RANKING_OTHERWISE, "node" => node.clone())
         .set(app.ranking_peers.otherwise().len() as f64);
     let is_ready = service::readiness(app).await.ready;
