@@ -302,6 +302,9 @@ pub(crate) fn ask_text(n: u64) -> String {
 
 /// Writes `rows` to the cluster through its leader in bulk writes, and waits until the
 /// follower `on` has applied the last of them.
+/// Times a bulk write is sent before the load gives up.
+const LOAD_ATTEMPTS: usize = 5;
+
 pub(crate) async fn load_rowcall(
     cluster: &Cluster,
     leader: u64,
@@ -316,14 +319,31 @@ pub(crate) async fn load_rowcall(
         .map_err(|e| ChaosError::setup("an HTTP client", e))?;
     let leader_url = cluster.node(leader).url();
     let mut index = 0u64;
-    for batch in rows.chunks(LOAD_BATCH) {
-        let answer = http
-            .post(format!("{leader_url}/api/directory"))
-            .header("x-terminal-key", ADMIN_KEY)
-            .json(batch)
-            .send()
-            .await
-            .map_err(|e| ChaosError::setup("the benchmark catalogue", e))?;
+    for (n, batch) in rows.chunks(LOAD_BATCH).enumerate() {
+        // As a client should: a write whose outcome is unknown (the leader gave up on its
+        // quorum for a moment, say while a large snapshot is written) is sent again with
+        // the same key, and applied once.
+        let key = format!("bench-load-{n}");
+        let mut attempt = 0;
+        let answer = loop {
+            attempt += 1;
+            let sent = http
+                .post(format!("{leader_url}/api/directory"))
+                .header("x-terminal-key", ADMIN_KEY)
+                .header("idempotency-key", &key)
+                .json(batch)
+                .send()
+                .await;
+            let retry = match &sent {
+                Ok(answer) => answer.status().is_server_error(),
+                Err(e) => e.is_timeout() || e.is_connect(),
+            };
+            if !retry || attempt == LOAD_ATTEMPTS {
+                break sent.map_err(|e| ChaosError::setup("the benchmark catalogue", e))?;
+            }
+            eprintln!("bulk write {n} sent again (attempt {attempt} unanswered or failed)");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
         if !answer.status().is_success() {
             let status = answer.status();
             let body = answer.text().await.unwrap_or_default();

@@ -254,6 +254,7 @@ async fn one_size(options: &ScaleOptions, rows: usize) -> Result<ScaleRow, Chaos
     // Every row the follower held, the shared rows the cluster wrote at start included.
     let expected = rows_on(&url).await.unwrap_or(rows as u64);
     let wiped = Instant::now();
+    cluster.set_ready_within(WAIT_AT_MOST);
     cluster.wipe_and_rejoin(follower).await?;
     let mut catch_up_s = None;
     while wiped.elapsed() < WAIT_AT_MOST {

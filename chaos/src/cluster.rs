@@ -289,6 +289,9 @@ pub struct Cluster {
     snapshot_every: u64,
     /// When set, nodes (re)started from now on snapshot this often.
     storm: Option<SnapshotStorm>,
+    /// How long a (re)started node may take to be ready ([`READY_WITHIN`] unless set): a
+    /// node joining a large catalogue is ready once a snapshot of all of it arrived.
+    ready_within: Duration,
     /// The run's certificates, for a `--tls` run: each node gets its own peer certificate.
     peer_tls: Option<TestCertificates>,
     /// The CA of the nodes' gRPC certificates in a `--tls` run (PEM), for clients.
@@ -504,6 +507,7 @@ impl Cluster {
             bin: options.bin.clone(),
             snapshot_every: options.snapshot_every,
             storm: None,
+            ready_within: READY_WITHIN,
             peer_tls: certificates.clone(),
             ca,
             incarnations: Arc::new((0..n).map(|_| AtomicU32::new(0)).collect()),
@@ -675,7 +679,7 @@ impl Cluster {
     /// (not from another process that took the port). Fails if the process exits.
     pub async fn wait_ready(&mut self, id: u64) -> Result<(), ChaosError> {
         let url = self.node(id).url();
-        let deadline = Instant::now() + READY_WITHIN;
+        let deadline = Instant::now() + self.ready_within;
         while Instant::now() < deadline {
             self.check_alive(id)?;
             if self.is_ready(id).await && self.node_id_at(&url).await == Some(id) {
@@ -685,7 +689,7 @@ impl Cluster {
         }
         Err(ChaosError::NotReady {
             id,
-            waited_s: READY_WITHIN.as_secs(),
+            waited_s: self.ready_within.as_secs(),
             log: self.node(id).log.clone(),
         })
     }
@@ -789,6 +793,11 @@ impl Cluster {
     /// until restarted).
     pub fn set_snapshot_storm(&mut self, storm: SnapshotStorm) {
         self.storm = Some(storm);
+    }
+
+    /// Nodes (re)started from now on may take `within` to be ready.
+    pub fn set_ready_within(&mut self, within: Duration) {
+        self.ready_within = within;
     }
 
     /// Node `id` is started from now on with the environment variable `name` set to
@@ -1019,7 +1028,7 @@ impl Cluster {
         }
         self.wait_ready(id).await?;
         // The next membership change may start only when this one is committed everywhere.
-        let deadline = Instant::now() + READY_WITHIN;
+        let deadline = Instant::now() + self.ready_within;
         while Instant::now() < deadline {
             self.check_alive(id)?;
             let mut settled = true;
@@ -1037,7 +1046,7 @@ impl Cluster {
         }
         Err(ChaosError::NotReady {
             id,
-            waited_s: READY_WITHIN.as_secs(),
+            waited_s: self.ready_within.as_secs(),
             log: self.node(id).log.clone(),
         })
     }
@@ -1612,6 +1621,7 @@ mod tests {
             bin: PathBuf::from("sleep"),
             snapshot_every: 0,
             storm: None,
+            ready_within: READY_WITHIN,
             peer_tls: None,
             ca: None,
             nodes: vec![Node {
