@@ -73,31 +73,11 @@ pub struct MemoryPerRow {
     pub other: f64,
 }
 
-/// The first sample of gauge `name` (any labels) in a Prometheus text exposition.
-fn gauge(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|line| {
-        let rest = line.strip_prefix(name)?;
-        if !(rest.starts_with('{') || rest.starts_with(' ')) {
-            return None;
-        }
-        rest.rsplit(' ').next()?.trim().parse().ok()
-    })
-}
-
 /// Node `id`'s memory per row of `rows`.
 async fn memory_per_row(cluster: &Cluster, id: u64, rows: usize) -> Option<MemoryPerRow> {
     let resident = rss_mib(cluster.node(id).pid()?)? * 1048576.0;
-    let text = control_client()
-        .get(format!("{}/metrics", cluster.node(id).url()))
-        .header("x-terminal-key", ADMIN_KEY)
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    let index = gauge(&text, "rowcall_resolver_index_bytes")?;
-    let held = gauge(&text, "rowcall_catalogue_rows_bytes")?;
+    let index = cluster.metric(id, "rowcall_resolver_index_bytes").await?;
+    let held = cluster.metric(id, "rowcall_catalogue_rows_bytes").await?;
     let per = |b: f64| b / rows.max(1) as f64;
     Some(MemoryPerRow {
         resident: per(resident),
@@ -349,20 +329,4 @@ pub fn table(report: &ScaleReport) -> String {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::gauge;
-
-    #[test]
-    fn a_gauge_is_read_with_or_without_labels_and_never_by_a_longer_name() {
-        let text = "# HELP rowcall_resolver_index_bytes Approximate heap bytes.\n\
-                    rowcall_resolver_index_bytes_total 5\n\
-                    rowcall_resolver_index_bytes{node=\"2\"} 1.5e6\n\
-                    rowcall_catalogue_rows_bytes 42\n";
-        assert_eq!(gauge(text, "rowcall_resolver_index_bytes"), Some(1.5e6));
-        assert_eq!(gauge(text, "rowcall_catalogue_rows_bytes"), Some(42.0));
-        assert_eq!(gauge(text, "rowcall_missing"), None);
-    }
 }

@@ -314,6 +314,18 @@ pub struct Cluster {
     started: Instant,
 }
 
+/// The first sample of `name` (any labels, never a longer name) in a Prometheus text
+/// exposition.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?;
+        if !(rest.starts_with('{') || rest.starts_with(' ')) {
+            return None;
+        }
+        rest.rsplit(' ').next()?.trim().parse().ok()
+    })
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         for node in &mut self.nodes {
@@ -1176,8 +1188,9 @@ impl Cluster {
             .collect()
     }
 
-    /// The value of the counter or gauge `name` (without labels) on node `id`'s `/metrics`;
-    /// 0 when the node has not reported it yet, `None` when it did not answer.
+    /// The value of the counter or gauge `name` (its first sample, whatever its labels) on
+    /// node `id`'s `/metrics`; 0 when the node has not reported it yet, `None` when it did
+    /// not answer.
     pub async fn metric(&self, id: u64, name: &str) -> Option<f64> {
         let text = self
             .http
@@ -1189,12 +1202,7 @@ impl Cluster {
             .text()
             .await
             .ok()?;
-        let value = text
-            .lines()
-            .filter_map(|line| line.strip_prefix(name))
-            .find_map(|rest| rest.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok());
-        Some(value.unwrap_or(0.0))
+        Some(sample(&text, name).unwrap_or(0.0))
     }
 
     /// Node `id`'s convergence digest (`/api/cluster/digest`: applied index, row and receipt
@@ -1514,6 +1522,17 @@ pub fn node_binary(given: Option<&Path>) -> Result<PathBuf, ChaosError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sample_is_read_with_or_without_labels_and_never_by_a_longer_name() {
+        let text = "# HELP rowcall_resolver_index_bytes Approximate heap bytes.\n\
+                    rowcall_resolver_index_bytes_total 5\n\
+                    rowcall_resolver_index_bytes{node=\"2\"} 1.5e6\n\
+                    rowcall_catalogue_rows_bytes 42\n";
+        assert_eq!(sample(text, "rowcall_resolver_index_bytes"), Some(1.5e6));
+        assert_eq!(sample(text, "rowcall_catalogue_rows_bytes"), Some(42.0));
+        assert_eq!(sample(text, "rowcall_missing"), None);
+    }
 
     #[test]
     fn every_start_of_a_node_uses_the_command_of_its_start_form() {
