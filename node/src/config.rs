@@ -171,16 +171,36 @@ pub struct StorageConfig {
     /// 1 GiB, and resident memory follows the cache as it fills, never giving it back: the
     /// default here suits a small VM. Reads past the cache go to the page cache of the OS.
     pub cache_mb: u64,
+    /// Bytes the data folder may hold (`ROWCALL_STORAGE_QUOTA_BYTES`; 0: no quota). Past it
+    /// the node raises a storage alarm through Raft, and while any member holds one every
+    /// node refuses row writes and invocations (507), serving reads, asks, confirms, deletes
+    /// and retention ([`crate::cluster::space`]). As etcd's, it is a bound well below the
+    /// disk, not the disk: the default suits a small VM's disk.
+    pub quota_bytes: u64,
+    /// Bytes that must stay free on the disk that holds the data folder
+    /// (`ROWCALL_STORAGE_MIN_FREE_BYTES`): below it the node raises the same alarm, whatever
+    /// its quota, so it is refusing before the disk is full rather than after.
+    pub min_free_bytes: u64,
+    /// How often the node measures its folder and disk, in ms.
+    pub check_space_every_ms: u64,
 }
 
 /// Megabytes of sled cache when the configuration names none.
 pub const DEFAULT_CACHE_MB: u64 = 64;
+/// The data folder's quota when the configuration names none: 8 GiB, etcd's suggested
+/// largest.
+pub const DEFAULT_QUOTA_BYTES: u64 = 8 << 30;
+/// Free bytes a disk keeps when the configuration names none.
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 256 << 20;
 
 impl Default for StorageConfig {
     fn default() -> Self {
         Self {
             sync: SyncMode::default(),
             cache_mb: DEFAULT_CACHE_MB,
+            quota_bytes: DEFAULT_QUOTA_BYTES,
+            min_free_bytes: DEFAULT_MIN_FREE_BYTES,
+            check_space_every_ms: 5_000,
         }
     }
 }
@@ -944,8 +964,13 @@ impl Config {
                 reason: format!("{value:?} is not a whole number of milliseconds"),
             })?;
         }
-        let numbers: [(&'static str, &mut u64); 10] = [
+        let numbers: [(&'static str, &mut u64); 12] = [
             ("ROWCALL_STORAGE_CACHE_MB", &mut self.storage.cache_mb),
+            ("ROWCALL_STORAGE_QUOTA_BYTES", &mut self.storage.quota_bytes),
+            (
+                "ROWCALL_STORAGE_MIN_FREE_BYTES",
+                &mut self.storage.min_free_bytes,
+            ),
             (
                 "ROWCALL_RECEIPTS_MAX_AGE_SECS",
                 &mut self.receipts.max_age_secs,

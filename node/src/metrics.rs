@@ -42,6 +42,15 @@ const LATENCY_BUCKETS: [f64; 16] = [
     2.5, 10.0,
 ];
 
+/// Bytes this node's data folder takes on disk, as last measured.
+pub const STORAGE_USED_BYTES: &str = "rowcall_storage_used_bytes";
+/// Bytes free on the disk under the data folder, as last measured.
+pub const STORAGE_FREE_BYTES: &str = "rowcall_storage_free_bytes";
+/// This node's `[storage] quota_bytes` (0: none).
+pub const STORAGE_QUOTA_BYTES: &str = "rowcall_storage_quota_bytes";
+/// Storage alarms members hold, as this node has applied them: while above 0 the cluster
+/// refuses row writes and invocations.
+pub const STORAGE_ALARMS: &str = "rowcall_storage_alarms";
 /// 1 when `/readyz` would answer 200.
 pub const READY: &str = "rowcall_node_ready";
 /// 1 while this node cannot reach the leader or a quorum (its reads are marked stale).
@@ -163,6 +172,25 @@ fn describe() {
         CATALOGUE_ROWS_BYTES,
         Unit::Bytes,
         "Approximate heap bytes of the directory's rows held in memory (the resolver index apart)."
+    );
+    describe_gauge!(
+        STORAGE_USED_BYTES,
+        Unit::Bytes,
+        "Bytes this node's data folder takes on disk, as last measured."
+    );
+    describe_gauge!(
+        STORAGE_FREE_BYTES,
+        Unit::Bytes,
+        "Bytes free on the disk under the data folder, as last measured."
+    );
+    describe_gauge!(
+        STORAGE_QUOTA_BYTES,
+        Unit::Bytes,
+        "This node's [storage] quota_bytes (0: no quota)."
+    );
+    describe_gauge!(
+        STORAGE_ALARMS,
+        "Storage alarms members hold: while above 0 the cluster refuses row writes and invocations (507)."
     );
     describe_gauge!(
         RANKING_OTHERWISE,

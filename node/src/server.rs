@@ -540,6 +540,11 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         crate::cluster::ranking::run(&asker, stop).await;
     }));
     let stop = shutdown.subscribe();
+    let measurer = app.clone();
+    tasks.push(tokio::spawn(async move {
+        crate::cluster::space::run(&measurer, stop).await;
+    }));
+    let stop = shutdown.subscribe();
     let pruner = app.clone();
     tasks.push(tokio::spawn(async move {
         crate::dispatch::retention::run(&pruner, stop).await;

@@ -14,6 +14,7 @@ mod client;
 mod clocks;
 mod cluster;
 mod console;
+mod disk_space;
 mod exactly_once;
 mod hostile;
 mod https;

@@ -12,6 +12,7 @@ pub mod cosign;
 pub mod enter;
 pub mod handover;
 pub mod ranking;
+pub mod space;
 pub mod verify;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -2,6 +2,7 @@
 //! store, Raft, dispatch and the front ends so that none of them imports upward. Nothing
 //! here depends on another rowcall module.
 
+pub mod alarm;
 pub mod receipt;
 pub mod share;
 pub mod time;

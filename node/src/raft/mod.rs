@@ -268,6 +268,14 @@ pub enum Command {
         /// The Ed25519 signature of the checkpoint's text, base64.
         signature: String,
     },
+    /// Raise (`alarm`) or clear (`None`) member `node`'s storage alarm: while any member holds
+    /// one, every node refuses row writes and invocations ([`crate::cluster::space`]).
+    Alarm {
+        /// The member (a node proposes only its own).
+        node: NodeId,
+        /// What it measured, or `None` to clear it.
+        alarm: Option<crate::model::alarm::StorageAlarm>,
+    },
     /// Directory writes of several clients in one entry, applied in order as if each had
     /// its own entry at this index (each under its own request id), so concurrent writes
     /// share one log append, one replication round and one sync ([`batch`]). Only a
@@ -295,6 +303,7 @@ impl Command {
             Self::RotateShareSecret { .. } => "rotate_share_secret",
             Self::PruneReceipts { .. } => "prune_receipts",
             Self::Cosign { .. } => "cosign",
+            Self::Alarm { .. } => "alarm",
             Self::Batch { .. } => "batch",
         }
     }
@@ -313,6 +322,7 @@ impl Command {
             | Self::RotateShareSecret { .. }
             | Self::PruneReceipts { .. }
             | Self::Cosign { .. }
+            | Self::Alarm { .. }
             | Self::Batch { .. } => {}
         }
         // Serialising plain data into memory cannot fail; an empty digest would only make
@@ -335,6 +345,10 @@ impl fmt::Display for Command {
             }
             Self::PruneReceipts { .. } => write!(f, "prune_receipts"),
             Self::Cosign { node, size, .. } => write!(f, "cosign(node {node}, size {size})"),
+            Self::Alarm { node, alarm } => {
+                let what = if alarm.is_some() { "raise" } else { "clear" };
+                write!(f, "alarm({what}, node {node})")
+            }
             Self::Batch { requests } => write!(f, "batch({})", requests.len()),
         }
     }

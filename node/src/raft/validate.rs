@@ -72,6 +72,14 @@ pub enum Refusal {
     #[error("a batch of writes cannot be forwarded")]
     Batch,
     /// A checkpoint signature forwarded by another node than its signer.
+    /// A storage alarm of another node than its sender.
+    #[error("a storage alarm of node {node} forwarded by node {sender}")]
+    AlarmOf {
+        /// The node the alarm names.
+        node: NodeId,
+        /// The node that forwarded it.
+        sender: NodeId,
+    },
     #[error("a checkpoint signature of node {node} forwarded by node {sender}")]
     Signer {
         /// The signer it names.
@@ -122,7 +130,8 @@ pub fn hold_times(command: &mut Command, latest_ms: u64) {
         | Command::SetShareSecret { .. }
         | Command::RotateShareSecret { .. }
         | Command::PruneReceipts { .. }
-        | Command::Cosign { .. } => {}
+        | Command::Cosign { .. }
+        | Command::Alarm { .. } => {}
     }
 }
 
@@ -237,6 +246,12 @@ pub fn check_forwarded(request: &Request, sender: NodeId, now_ms: u64) -> Result
             sender,
         }),
         Command::Cosign { .. } => Ok(()),
+        // A node raises and clears only its own alarm.
+        Command::Alarm { node, .. } if *node != sender => Err(Refusal::AlarmOf {
+            node: *node,
+            sender,
+        }),
+        Command::Alarm { .. } => Ok(()),
         Command::RevokeShare { id, at_ms } => {
             if !valid_token_id(id) {
                 return Err(Refusal::TokenId { id: id.clone() });

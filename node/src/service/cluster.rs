@@ -209,6 +209,20 @@ pub struct Readiness {
     pub applied: u64,
     /// The commit index it knows.
     pub committed: u64,
+    /// Members' storage alarms: while there is one, the node stays ready (it serves reads,
+    /// asks and confirms) but refuses row writes and invocations ([`crate::cluster::space`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub storage_alarms: Vec<StorageAlarmView>,
+}
+
+/// A storage alarm as `/readyz` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StorageAlarmView {
+    /// What is short, for people.
+    pub message: String,
+    /// The member short of space and what it measured.
+    #[serde(flatten)]
+    pub alarm: crate::model::alarm::StorageAlarm,
 }
 
 /// Readiness: a leader is known and reachable, and this node has applied every entry it
@@ -222,12 +236,21 @@ pub async fn readiness(app: &App) -> Readiness {
         .await
         .unwrap_or(u64::MAX);
     let stale = app.is_stale();
+    let storage_alarms = crate::cluster::space::alarms(app)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|alarm| StorageAlarmView {
+            message: alarm.describe(),
+            alarm,
+        })
+        .collect();
     Readiness {
         ready: leader.is_some() && !stale && applied >= committed,
         leader,
         stale,
         applied,
         committed,
+        storage_alarms,
     }
 }
 

@@ -158,6 +158,7 @@ pub async fn put(
         RowRuleError::DuplicateKey { .. } => ServiceError::Rule(source),
         source => rule(source, bulk.then_some(position)),
     })?;
+    crate::cluster::space::refuse_growth(app)?;
     embed_before_proposing(app, &rows).await;
     let command = Command::PutRows {
         at_ms: now_ms(),

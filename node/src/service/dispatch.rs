@@ -724,6 +724,8 @@ async fn run(
             })
         }
     };
+    // Every invocation leaves a receipt: none runs while a member is short of space.
+    crate::cluster::space::refuse_growth(app)?;
     // Runners hold upstream connections and memory: past the limit, answer at once rather
     // than queue (the caller retries, or another node serves it).
     let _slot = app.invocation_slots.try_acquire().map_err(|_| {

@@ -40,6 +40,9 @@ pub enum ErrorKind {
     TooManyRequests,
     /// 500: the node failed.
     Internal,
+    /// 507: a member's storage is short (its data folder past its quota, or its disk nearly
+    /// full): writes that grow the store wait until space is freed.
+    InsufficientStorage,
     /// 502: an upstream the node called failed.
     BadGateway,
     /// 503: the cluster (or this node) cannot serve it now; retry.
@@ -238,6 +241,10 @@ pub enum ServiceError {
         /// How long it waited.
         secs: u64,
     },
+    /// A member holds a storage alarm ([`crate::cluster::space`]): nothing that grows the
+    /// store is taken until it clears.
+    #[error("{}: the cluster takes no row writes or invocations until it has room again (reads, asks, confirms and deletes still work)", .0.describe())]
+    NoSpace(Box<crate::model::alarm::StorageAlarm>),
     /// Something failed inside the node; details go to the log only.
     #[error("internal error")]
     Internal(String),
@@ -358,6 +365,7 @@ impl ServiceError {
             Self::TooManySessions { .. } => (S::TooManyRequests, "too_many_sessions", "close sessions you no longer use (DELETE /api/mcp with the session id), or wait until idle ones expire"),
             Self::TooManyStreams { .. } => (S::TooManyRequests, "too_many_streams", "close streams you no longer read; one client may hold only its share of this node's streams"),
             Self::BodyTimeout { .. } => (S::RequestTimeout, "body_timeout", "send the whole body promptly"),
+            Self::NoSpace(_) => (S::InsufficientStorage, "no_space", "an operator frees space on the member named: shorter receipt retention ([receipts] max_age_days, keep_per_key) or deleted rows, then a snapshot to compact the log (POST /api/cluster/snapshot); or a bigger disk and a higher [storage] quota_bytes. Writes resume by themselves once it is under its bounds"),
             Self::NotCheckpointed(_) => (S::Conflict, "not_yet_checkpointed", "the cluster co-signs a checkpoint about every second while receipts arrive: retry shortly (or POST /api/receipts/checkpoint with the admin key)"),
             Self::CheckpointTimeout { .. } => (S::Unavailable, "no_checkpoint", "a majority of voters must be reachable to co-sign; retry after the Retry-After delay"),
             Self::Internal(_) => (S::Internal, "internal", "retry; if it persists, the node's log has the details"),

@@ -11,5 +11,6 @@ pub async fn import_mcp(
     _admin: &Admin,
     request: ImportRequest,
 ) -> Result<ImportReport, ServiceError> {
+    crate::cluster::space::refuse_growth(app)?;
     Ok(import::import(app, request).await?)
 }

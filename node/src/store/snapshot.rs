@@ -220,6 +220,8 @@ fn write_old(folder: &Folder, index: u64, data: &[u8]) -> Result<String, Storage
         revoked: body.revoked,
         // Rebuilt from the receipts when installed.
         log: None,
+        // Older than alarms.
+        alarms: Vec::new(),
     };
     write_file(folder, index, |out| {
         let write = || -> Result<_, format::FormatError> {
@@ -392,6 +394,8 @@ pub struct SnapshotBuilder {
     pub(crate) tree: sled::Tree,
     pub(crate) folder: Folder,
     pub(crate) share: Result<ShareState, String>,
+    /// The members' storage alarms at the cut.
+    pub(crate) alarms: Result<Vec<crate::model::alarm::StorageAlarm>, String>,
     pub(crate) last_applied: Option<LogId>,
     pub(crate) membership: Membership,
     pub(crate) rows: Vec<Arc<Row>>,
@@ -489,6 +493,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             share_previous: share.previous,
             revoked: share.revoked,
             log: Some(self.log.clone().map_err(|e| fail(ErrorVerb::Write)(&e))?),
+            alarms: self
+                .alarms
+                .clone()
+                .map_err(|e| fail(ErrorVerb::Write)(&e))?,
         };
         // Scans and file writes block: off the async workers.
         let (tree, folder, rows) = (self.tree.clone(), self.folder.clone(), self.rows.clone());

@@ -66,6 +66,7 @@ use super::snapshot::file::{Folder, SnapshotFile};
 use super::snapshot::{self, Membership, Meta, Revocation, SnapshotBuilder};
 use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::SharedCatalogue;
+use crate::model::alarm::StorageAlarm;
 use crate::model::receipt::Receipt;
 use crate::model::share::{ShareKeys, ShareSecret};
 use crate::model::time::{format_ms, parse_ms};
@@ -90,6 +91,8 @@ const TIME_INDEXED: &[u8] = b"m/receipts_time_indexed";
 const SHARE_REVOKED: &[u8] = b"v/";
 /// Present while a snapshot install is under way (see [`install`]).
 const INSTALLING: &[u8] = b"m/installing";
+/// `a/<node:be8>` → a member's storage alarm ([`crate::model::alarm`]).
+pub(crate) const ALARM: &[u8] = b"a/";
 
 fn row_key(key: &str) -> Vec<u8> {
     [ROW, key.as_bytes()].concat()
@@ -192,6 +195,20 @@ fn merge_keys(
     })
 }
 
+pub(crate) fn alarm_key(node: u64) -> Vec<u8> {
+    [ALARM, &node.to_be_bytes()[..]].concat()
+}
+
+/// Every storage alarm held, in node order.
+pub(crate) fn read_alarms(tree: &sled::Tree) -> Result<Vec<StorageAlarm>, String> {
+    tree.scan_prefix(ALARM)
+        .map(|item| {
+            let (_, bytes) = item.map_err(|e| e.to_string())?;
+            serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
 fn revoked_key(id: &str) -> Vec<u8> {
     [SHARE_REVOKED, id.as_bytes()].concat()
 }
@@ -290,6 +307,16 @@ impl ReceiptReader {
             None => None,
         };
         Ok(Some(ShareKeys { current, previous }))
+    }
+
+    /// The storage alarms members hold, in node order.
+    pub fn alarms(&self) -> Result<Vec<StorageAlarm>, ReadError> {
+        let mut alarms = Vec::new();
+        for item in self.tree.scan_prefix(ALARM) {
+            let (_, bytes) = item?;
+            alarms.push(serde_json::from_slice(&bytes)?);
+        }
+        Ok(alarms)
     }
 
     /// Whether the share token `id` was revoked.
@@ -735,6 +762,16 @@ impl StateMachine {
                 root,
                 signature,
             } => self.cosign(node, size, &root, &signature, stage),
+            Command::Alarm { node, alarm } => {
+                match alarm {
+                    // The key is the member's, whatever the body says.
+                    Some(alarm) => stage
+                        .batch
+                        .insert(alarm_key(node), encode(&StorageAlarm { node, ..alarm })?),
+                    None => stage.batch.remove(alarm_key(node)),
+                }
+                Ok(CommandResult::Applied)
+            }
             Command::RevokeShare { id, at_ms } => {
                 let revocation = Revocation { id, at_ms };
                 stage
@@ -960,6 +997,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             tree: self.tree.clone(),
             folder: self.snapshots.clone(),
             share: read_share_state(&self.tree),
+            alarms: read_alarms(&self.tree),
             log: transparency::snapshot_header(&self.tree),
             last_applied: self.last_applied,
             membership: self.membership.clone(),

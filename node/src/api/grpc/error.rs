@@ -24,7 +24,9 @@ pub fn code(kind: ErrorKind) -> Code {
         ErrorKind::PermissionDenied => Code::PermissionDenied,
         ErrorKind::NotFound => Code::NotFound,
         ErrorKind::Conflict => Code::FailedPrecondition,
-        ErrorKind::TooLarge | ErrorKind::TooManyRequests => Code::ResourceExhausted,
+        ErrorKind::TooLarge | ErrorKind::TooManyRequests | ErrorKind::InsufficientStorage => {
+            Code::ResourceExhausted
+        }
         ErrorKind::MethodNotAllowed => Code::Unimplemented,
         ErrorKind::RequestTimeout => Code::DeadlineExceeded,
         ErrorKind::Internal => Code::Internal,

@@ -236,6 +236,11 @@ pub async fn metrics(State(http): State<Http>) -> Response {
         metrics::gauge!(crate::metrics::DIRECTORY_ROWS, "count" => name, "node" => node.clone())
             .set(value as f64);
     }
+    // Read at the scrape: an alarm applied a moment ago shows at once.
+    if let Ok(alarms) = crate::cluster::space::alarms(app) {
+        metrics::gauge!(crate::metrics::STORAGE_ALARMS, "node" => node.clone())
+            .set(alarms.len() as f64);
+    }
     let raft = app.raft.metrics().borrow().clone();
     // Counted only when an append goes unanswered: the series of each member is made at 0
     // first, so that a rule's `rate()` sees it rise from there (and a healthy cluster has it).

@@ -113,7 +113,8 @@ enum UpsertBody {
     responses((status = 201, description = "created: `{ok, key, version, updated_at}`"),
               (status = 200, description = "updated, or a bulk write: `{ok, count, created, updated, version}`"),
               (status = 401, description = "no admin key"), (status = 409, description = "if_version did not hold"),
-              (status = 413, description = "body over the limit"), (status = 422, description = "a row broke a rule")))]
+              (status = 413, description = "body over the limit"), (status = 422, description = "a row broke a rule"),
+              (status = 507, description = "a member is short of disk space (a storage alarm); nothing was written")))]
 pub async fn upsert(
     State(http): State<Http>,
     peer: Peer,

@@ -222,7 +222,8 @@ pub async fn get_dispatch(
               (status = 404, description = "unknown key"),
               (status = 409, description = "`repeatable` for a row that changes something; nothing ran"),
               (status = 422, description = "arguments do not match the row's schema; nothing ran"),
-              (status = 503, description = "the receipt could not be committed")))]
+              (status = 503, description = "the receipt could not be committed"),
+              (status = 507, description = "a member is short of disk space (a storage alarm); nothing ran")))]
 pub async fn post_invoke(
     State(http): State<Http>,
     peer: Peer,

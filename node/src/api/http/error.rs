@@ -22,6 +22,7 @@ pub fn status(kind: ErrorKind) -> StatusCode {
         ErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
+        ErrorKind::InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
     }

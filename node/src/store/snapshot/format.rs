@@ -2,7 +2,7 @@
 //! so neither side ever holds more than one receipt of it.
 //!
 //! ```text
-//! {"header":{"format":2,"share_secret":…,"share_previous":…,"revoked":[…]}}
+//! {"header":{"format":2,"share_secret":…,"share_previous":…,"revoked":[…],"alarms":[…]}}
 //! {"row":{…}}            one per row
 //! {"receipt":{…}}        one per receipt, in id order (sled's key order)
 //! {"request":{…}}        one per remembered request id, in index order
@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Revocation;
 use crate::catalogue::row::Row;
+use crate::model::alarm::StorageAlarm;
 use crate::model::receipt::Receipt;
 use crate::model::share::ShareSecret;
 use crate::store::requests::Record;
@@ -47,6 +48,10 @@ pub struct Header {
     /// The receipt log at the cut (absent in format 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<LogHeader>,
+    /// The members' storage alarms at the cut (absent when none: an older build reads the
+    /// header as before, and a file without them holds none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alarms: Vec<StorageAlarm>,
 }
 
 /// One leaf of the receipt log.

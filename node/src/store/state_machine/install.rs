@@ -228,7 +228,7 @@ fn last_batch(
     let mut batch = sled::Batch::default();
     batch.remove(SHARE_SECRET);
     batch.remove(SHARE_PREVIOUS);
-    for prefix in [ROW, SHARE_REVOKED] {
+    for prefix in [ROW, SHARE_REVOKED, ALARM] {
         for item in tree.scan_prefix(prefix) {
             let (key, _) = item.map_err(|e| read_err(&e))?;
             batch.remove(key);
@@ -245,6 +245,9 @@ fn last_batch(
     }
     for revocation in &header.revoked {
         batch.insert(revoked_key(&revocation.id), encode(revocation)?);
+    }
+    for alarm in &header.alarms {
+        batch.insert(alarm_key(alarm.node), encode(alarm)?);
     }
     batch.insert(APPLIED, encode(&current.meta.last_log_id)?);
     batch.insert(MEMBERSHIP, encode(&current.meta.last_membership)?);

@@ -484,6 +484,66 @@ async fn the_first_share_secret_wins_and_travels_with_revocations_in_snapshots()
     assert!(reader.share_revoked("sh0123456789").unwrap());
 }
 
+fn storage_alarm(node: u64, used_bytes: u64) -> crate::model::alarm::StorageAlarm {
+    crate::model::alarm::StorageAlarm {
+        node,
+        raised_at_ms: 1,
+        used_bytes,
+        quota_bytes: 100,
+        free_bytes: 1 << 30,
+        min_free_bytes: 1 << 20,
+    }
+}
+
+#[tokio::test]
+async fn storage_alarms_are_raised_and_cleared_per_member_and_travel_in_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, _) = machine(&dir.path().join("a"));
+    let alarm = |node: u64, alarm| Request::new(Command::Alarm { node, alarm });
+    sm.apply([
+        // The key is the member the entry names, whatever its body says.
+        entry(1, alarm(3, Some(storage_alarm(9, 150)))),
+        entry(2, alarm(2, Some(storage_alarm(2, 120)))),
+        entry(3, alarm(1, Some(storage_alarm(1, 101)))),
+        entry(4, alarm(1, None)),
+    ])
+    .await
+    .unwrap();
+    let held = sm.receipts().alarms().unwrap();
+    assert_eq!(
+        held,
+        vec![storage_alarm(2, 120), storage_alarm(3, 150)],
+        "node 1 cleared its own; node 3's is under its own id"
+    );
+
+    let snapshot = build(&mut sm).await;
+    // A member whose alarm the snapshot does not hold loses it at install; one it holds
+    // gets it.
+    let (mut other, _, _) = machine(&dir.path().join("b"));
+    other
+        .apply([entry(1, alarm(5, Some(storage_alarm(5, 500))))])
+        .await
+        .unwrap();
+    other
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    assert_eq!(other.receipts().alarms().unwrap(), held);
+
+    // Cleared after the snapshot: the next one holds none.
+    sm.apply([entry(5, alarm(2, None)), entry(6, alarm(3, None))])
+        .await
+        .unwrap();
+    assert!(sm.receipts().alarms().unwrap().is_empty());
+    let snapshot = build(&mut sm).await;
+    let (mut third, _, _) = machine(&dir.path().join("c"));
+    third
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    assert!(third.receipts().alarms().unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn a_rotation_replaces_the_secret_and_keeps_the_old_one_only_when_asked() {
     let dir = tempfile::tempdir().unwrap();
@@ -1539,6 +1599,10 @@ mod totality {
             1 => Just(Command::SetShareSecret { secret: ShareSecret::generate() }),
             1 => (".{0,12}", prop::num::u64::ANY)
                 .prop_map(|(id, at_ms)| Command::RevokeShare { id, at_ms }),
+            1 => (0u64..5, prop::option::of(0u64..5)).prop_map(|(node, raised)| Command::Alarm {
+                node,
+                alarm: raised.map(|n| storage_alarm(n, 1 << 40)),
+            }),
         ]
     }
 
