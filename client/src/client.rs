@@ -82,6 +82,7 @@ const NODE_LEVEL: &[&str] = &[
     "no_quorum",
     "no_leader",
     "shutting_down",
+    "storage_failed",
     "no_read_index",
     "share_unchecked",
 ];

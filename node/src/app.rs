@@ -327,7 +327,13 @@ impl App {
                 Err(Proposal::Failed(WriteError::Fatal(e.to_string())))
             }
             Ok(Err(RaftError::Fatal(fatal))) => {
-                Err(Proposal::Failed(WriteError::Fatal(fatal.to_string())))
+                let detail = match fatal {
+                    openraft::error::Fatal::StorageError(e) => {
+                        format!("{}: {e}", crate::raft::calls::STORAGE_FAILED)
+                    }
+                    other => other.to_string(),
+                };
+                Err(Proposal::Failed(WriteError::Fatal(detail)))
             }
         }
     }

@@ -141,3 +141,206 @@ async fn a_member_past_its_quota_stops_writes_and_invocations_on_every_node_unti
     assert!(ready.get("storage_alarms").is_none(), "{ready}");
     cluster.shutdown().await;
 }
+
+/// A tmpfs of `mib` MiB mounted on a fresh folder, unmounted when dropped. `None` when this
+/// process may not mount (not root): the test is skipped then, unless
+/// `ROWCALL_REQUIRE_TMPFS=1` (as `.ci/run` sets, running as root) makes that a failure.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(mib: u64) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match mounted {
+            Ok(out) if out.status.success() => Some(Self { dir }),
+            other => {
+                let why = match other {
+                    Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
+                    Err(e) => e.to_string(),
+                };
+                assert!(
+                    std::env::var_os("ROWCALL_REQUIRE_TMPFS").is_none_or(|v| v != "1"),
+                    "ROWCALL_REQUIRE_TMPFS=1 but a tmpfs could not be mounted: {why}"
+                );
+                eprintln!("SKIPPED: cannot mount a tmpfs here ({why})");
+                None
+            }
+        }
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Fills the disk under `path` to the brim with one file, then gives `leave` bytes of it
+/// back.
+fn fill(path: &std::path::Path, leave: u64) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = vec![0xa5u8; 256 * 1024];
+    let mut written = 0u64;
+    loop {
+        match file.write(&chunk) {
+            Ok(0) => break,
+            Ok(n) => written += n as u64,
+            Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
+            Err(e) => panic!("filling the disk: {e}"),
+        }
+    }
+    file.set_len(written.saturating_sub(leave)).unwrap();
+}
+
+fn one_node_on(folder: &std::path::Path) -> rowcall_node::Config {
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let mut config = rowcall_node::Config::default();
+    config.node.http = any;
+    config.node.grpc = any;
+    config.node.data = folder.to_owned();
+    config.node.demo = false;
+    config.auth.admin_key = Some(ADMIN.into());
+    config.auth.invoke_keys.insert("ci".into(), INVOKE.into());
+    config.storage.check_space_every_ms = 100;
+    config.storage.min_free_bytes = 8 << 20;
+    config.storage.quota_bytes = 0;
+    config
+}
+
+async fn start_on(config: &rowcall_node::Config) -> rowcall_node::NodeHandle {
+    let handle = common::start_once_unlocked(config.clone(), rowcall_node::StartOptions::default())
+        .await
+        .expect("the node starts");
+    handle
+        .app
+        .raft
+        .wait(Some(Duration::from_secs(10)))
+        .current_leader(1, "elected")
+        .await
+        .unwrap();
+    handle
+}
+
+async fn put_at(http: &reqwest::Client, url: &str, key: &str) -> (StatusCode, Value) {
+    let answer = http
+        .post(format!("{url}/api/directory"))
+        .header("x-terminal-key", ADMIN)
+        .json(&json!({"key": key, "type": "static", "auth": "public",
+                      "content": format!("# WHAT: row {key} of the disk-full test\n\n{}\n", "x".repeat(2000))}))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await;
+    match answer {
+        Ok(answer) => (answer.status(), answer.json().await.unwrap_or(Value::Null)),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"transport": e.to_string()}),
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_short_of_disk_refuses_writes_and_recovers_and_a_full_disk_loses_nothing_acknowledged(
+) {
+    let Some(disk) = Tmpfs::mount(64) else { return };
+    let folder = disk.path().join("node");
+    let filler = disk.path().join("filler");
+    let config = one_node_on(&folder);
+    let http = reqwest::Client::new();
+    let node = start_on(&config).await;
+    let url = node.url();
+    let mut acknowledged = Vec::new();
+    for i in 0..20 {
+        let key = format!("ROOMY_{i}");
+        assert_eq!(put_at(&http, &url, &key).await.0, 201);
+        acknowledged.push(key);
+    }
+
+    // Another program takes the disk but for 4 MiB, under the 8 MiB reserve: the node
+    // raises its alarm (a small entry, which fits) and refuses writes, answering reads.
+    fill(&filler, 4 << 20);
+    eventually(
+        Duration::from_secs(30),
+        "a write is refused with 507 once the disk is short",
+        || async { put_at(&http, &url, "SHORT").await.0 == StatusCode::INSUFFICIENT_STORAGE },
+    )
+    .await;
+    let (_, refused) = put_at(&http, &url, "SHORT").await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("node 1's disk has"), "{refused}");
+    let row = http
+        .get(format!("{url}/api/directory/ROOMY_3"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(row.status(), 200);
+
+    // Space freed: the alarm clears by itself and writes resume.
+    std::fs::remove_file(&filler).unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "writes resume once the disk has room",
+        || async { put_at(&http, &url, "ROOMY_AGAIN").await.0 == StatusCode::CREATED },
+    )
+    .await;
+    acknowledged.push("ROOMY_AGAIN".into());
+
+    // The disk fills to the brim at once, faster than a check: the node's own writes hit
+    // ENOSPC. Whatever it answers, nothing it acknowledged may be lost.
+    fill(&filler, 0);
+    for i in 0..20 {
+        let key = format!("BRIM_{i}");
+        let (status, answer) = put_at(&http, &url, &key).await;
+        match status {
+            StatusCode::CREATED => acknowledged.push(key),
+            _ => {
+                let code = answer["error"]["code"].as_str().unwrap_or_default();
+                assert!(
+                    matches!(code, "storage_failed" | "no_space"),
+                    "a full disk is said as such: {status} {answer}"
+                );
+            }
+        }
+    }
+    eventually(
+        Duration::from_secs(10),
+        "a node whose storage failed is not ready",
+        || async {
+            let ready = http.get(format!("{url}/readyz")).send().await.unwrap();
+            ready.status() == StatusCode::SERVICE_UNAVAILABLE
+        },
+    )
+    .await;
+    node.halt().await;
+    std::fs::remove_file(&filler).unwrap();
+
+    let node = start_on(&config).await;
+    let url = node.url();
+    for key in &acknowledged {
+        let row = http
+            .get(format!("{url}/api/directory/{key}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            row.status(),
+            200,
+            "{key} was acknowledged before the disk filled"
+        );
+    }
+    assert_eq!(put_at(&http, &url, "AFTER_FULL").await.0, 201);
+    node.halt().await;
+}

@@ -67,7 +67,15 @@ SUSPECT_FOR = 2.0
 #: rowcall's codes that mean "this node cannot serve it now; another may": the call did
 #: not take effect, so any call may go to the next node.
 NODE_LEVEL = frozenset(
-    {"behind", "no_quorum", "no_leader", "shutting_down", "no_read_index", "share_unchecked"}
+    {
+        "behind",
+        "no_quorum",
+        "no_leader",
+        "shutting_down",
+        "storage_failed",
+        "no_read_index",
+        "share_unchecked",
+    }
 )
 
 #: Most rows a session remembers as read-only (their invocations hedged).

@@ -44,9 +44,21 @@ pub enum WriteError {
         /// The limit.
         limit: usize,
     },
-    /// Raft stopped: the node is shutting down or storage failed.
+    /// Raft stopped: the node is shutting down or storage failed (then the text starts
+    /// with [`STORAGE_FAILED`]).
     #[error("raft stopped: {0}")]
     Fatal(String),
+}
+
+/// How the text of [`WriteError::Fatal`] starts when Raft stopped because storage failed
+/// (a full disk, a failing one) rather than for a shutdown.
+pub const STORAGE_FAILED: &str = "storage failed";
+
+impl WriteError {
+    /// Whether Raft stopped because this node's storage failed.
+    pub fn storage_failed(&self) -> bool {
+        matches!(self, Self::Fatal(detail) if detail.starts_with(STORAGE_FAILED))
+    }
 }
 
 /// A write a follower forwarded, as the leader applied it.

@@ -199,7 +199,8 @@ pub fn status(app: &App, viewer: &Viewer) -> Status {
 /// Whether this node should get traffic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Readiness {
-    /// A leader is known and reachable, and this node applied all it knows is committed.
+    /// Raft runs here, a leader is known and reachable, and this node applied all it knows
+    /// is committed.
     pub ready: bool,
     /// The leader, if known.
     pub leader: Option<NodeId>,
@@ -244,8 +245,10 @@ pub async fn readiness(app: &App) -> Readiness {
             alarm,
         })
         .collect();
+    // Raft stopped (its storage failed, or the node is stopping): nothing here is current.
+    let running = app.raft.metrics().borrow().running_state.is_ok();
     Readiness {
-        ready: leader.is_some() && !stale && applied >= committed,
+        ready: running && leader.is_some() && !stale && applied >= committed,
         leader,
         stale,
         applied,

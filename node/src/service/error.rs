@@ -342,6 +342,7 @@ impl ServiceError {
             Self::Write(WriteError::TooLarge { .. }) => (S::TooLarge, "write_too_large", "split the array into writes of fewer rows (each is atomic on its own), or raise raft.max_entry_bytes with care: an entry must replicate within one heartbeat"),
             Self::Write(WriteError::OutcomeUnknown { .. }) => (S::GatewayTimeout, "outcome_unknown", "the write may or may not have taken effect: retry it with the header Idempotency-Key set to request_id, and a repeat is answered with the first attempt's outcome"),
             Self::RequestIdReused { .. } => (S::Invalid, "idempotency_key_reused", "use a fresh Idempotency-Key for each distinct write, the same one only for retries of it"),
+            Self::Write(e @ WriteError::Fatal(_)) if e.storage_failed() => (S::Unavailable, "storage_failed", "use another node; an operator frees space or replaces the disk (the node's log names the error), then restarts the node: what it acknowledged was synced and is kept"),
             Self::Write(WriteError::Fatal(_)) => (S::Unavailable, "shutting_down", "this node is stopping; use another node"),
             Self::NoReadIndex(_) => (S::Unavailable, "no_read_index", "the leader or a quorum is unreachable; retry, or read without consistency=linearizable"),
             Self::Membership(MembershipError::Rejected { .. }) => (S::Conflict, "membership_rejected", "see GET /api/cluster for the current members"),
@@ -386,6 +387,10 @@ impl ServiceError {
             Self::NoReadIndex(reason) => {
                 tracing::warn!(%reason, "linearizable read refused");
                 self.to_string()
+            }
+            Self::Write(e @ WriteError::Fatal(detail)) if e.storage_failed() => {
+                tracing::error!(%detail, "write refused: raft stopped because storage failed");
+                "this node's storage failed (a full or failing disk): it takes no writes until it is restarted".to_owned()
             }
             Self::Write(WriteError::Fatal(detail)) => {
                 tracing::warn!(%detail, "write refused: raft stopped");
