@@ -97,6 +97,26 @@ async fn a_member_past_its_quota_stops_writes_and_invocations_on_every_node_unti
     let (status, invoked) = invoke(&cluster, 1, "ECHO").await;
     assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE, "{invoked}");
     assert_eq!(invoked["error"]["code"], "no_space");
+    // Over gRPC: RESOURCE_EXHAUSTED with the same code, told at once (not retried).
+    let client = rowcall_client::Client::builder()
+        .nodes([format!("http://{}", cluster.member(2).grpc)])
+        .credential(ADMIN)
+        .build()
+        .unwrap();
+    let row = rowcall_client::row_input(json!({"key": "REFUSED_GRPC", "type": "static",
+                                               "content": "# WHAT: refused over gRPC\n"}))
+    .unwrap();
+    match client.put(row).await {
+        Err(rowcall_client::Error::Rejected(rejection)) => {
+            assert_eq!(
+                rejection.status,
+                tonic::Code::ResourceExhausted,
+                "{rejection:?}"
+            );
+            assert_eq!(rejection.code, "no_space", "{rejection:?}");
+        }
+        other => panic!("a gRPC write during the alarm: {other:?}"),
+    }
 
     // Reads, asks, confirms and deletes go on, and the node stays ready.
     let (status, _, row) = cluster.get(1, "/api/directory/ECHO").await;

@@ -153,7 +153,8 @@ class Conflict(Rejected):
 
 
 class TooLarge(Rejected):
-    """RESOURCE_EXHAUSTED (HTTP 413, 429): too big, or over a quota."""
+    """RESOURCE_EXHAUSTED (HTTP 413, 429, 507): too big, over a rate quota, or a member short
+    of disk space (code ``no_space``: writes wait until an operator frees space)."""
 
 
 _BY_STATUS: dict[grpc.StatusCode, type[Rejected]] = {
