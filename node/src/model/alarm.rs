@@ -85,5 +85,10 @@ mod tests {
             "node 2's disk has 100.0 MiB free, under its 256.0 MiB reserve"
         );
         assert!(!alarm(9 << 30, 0, 100 << 20).over_quota(), "0 is no quota");
+        assert!(
+            !alarm(8 << 30, 8 << 30, 100 << 20).over_quota(),
+            "at the quota is not past it"
+        );
+        assert!(alarm((8 << 30) + 1, 8 << 30, 100 << 20).over_quota());
     }
 }

@@ -356,6 +356,30 @@ mod tests {
     }
 
     #[test]
+    fn a_node_raises_and_clears_only_its_own_storage_alarm() {
+        let alarm = |node: NodeId, raised: bool| {
+            Request::new(Command::Alarm {
+                node,
+                alarm: raised.then(|| crate::model::alarm::StorageAlarm {
+                    node,
+                    raised_at_ms: NOW,
+                    used_bytes: 2,
+                    quota_bytes: 1,
+                    free_bytes: 0,
+                    min_free_bytes: 0,
+                }),
+            })
+        };
+        for raised in [true, false] {
+            assert_eq!(check_forwarded(&alarm(2, raised), 2, NOW), Ok(()));
+            assert_eq!(
+                check_forwarded(&alarm(3, raised), 2, NOW),
+                Err(Refusal::AlarmOf { node: 3, sender: 2 })
+            );
+        }
+    }
+
+    #[test]
     fn receipts_come_only_from_the_node_that_ran_them_and_secrets_are_well_formed() {
         let append = |r: Receipt| {
             Request::new(Command::AppendReceipt {
