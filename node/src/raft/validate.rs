@@ -360,7 +360,7 @@ mod tests {
         let alarm = |node: NodeId, raised: bool| {
             Request::new(Command::Alarm {
                 node,
-                alarm: raised.then(|| crate::model::alarm::StorageAlarm {
+                alarm: raised.then_some(crate::model::alarm::StorageAlarm {
                     node,
                     raised_at_ms: NOW,
                     used_bytes: 2,
