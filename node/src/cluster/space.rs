@@ -20,9 +20,10 @@
 //! The reserve is what keeps a node off a full disk: writes stop while there is still room
 //! for the alarm's own entry, the snapshots and the log purge that free space. A disk that
 //! fills faster than one check (another program writing) can still run out; then sled's
-//! writes fail, the node answers errors and stops taking part, and nothing acknowledged is
-//! lost (an acknowledged write was synced before it was acknowledged): the store opens again
-//! once there is room (`tests/tests/disk_full.rs`).
+//! writes fail, Raft stops on that node (writes answer 503 `storage_failed`, `/readyz` 503),
+//! and nothing acknowledged is lost (an acknowledged write was synced before it was
+//! acknowledged): restarted once there is room, the node has all of it
+//! (`tests/tests/disk_space.rs`).
 
 use std::path::Path;
 use std::time::Duration;
