@@ -528,17 +528,21 @@ class Session:
             order = self.order(write_like)
             if kind is Kind.ONCE and opts.hedge_after is not None:
                 await self.live_first(order, opts.hedge_after)
-            upcoming = iter(order)
+            upcoming = collections.deque(order)
             pending: dict[asyncio.Task[_Answer[T]], tuple[int, float, int]] = {}
             probe: asyncio.Task[bool] | None = None
             probe_at: float | None = None
+            # When the round last sent an attempt (or went round again): a hedge sent after
+            # every node has had its turn is timed from here.
+            last_sent = time.monotonic()
 
             def launch() -> bool:
-                nonlocal attempts, probe_at, probe
-                # Called only within this round: the round's iterator and pending set.
-                at = next(upcoming, None)  # noqa: B023
-                if at is None:
+                nonlocal attempts, probe_at, probe, last_sent
+                # Called only within this round: the round's nodes and pending set.
+                if not upcoming:  # noqa: B023
                     return False
+                at = upcoming.popleft()  # noqa: B023
+                last_sent = time.monotonic()
                 remaining = deadline - time.monotonic()
                 timeout = max(min(per_attempt, remaining), 0.001)
                 metadata = self.metadata(idempotency_key)
@@ -561,8 +565,13 @@ class Session:
                     now = time.monotonic()
                     waits: list[float] = []
                     if hedge_delay is not None and len(pending) < 2:
-                        oldest = min(started for (_, started, _) in pending.values())
-                        waits.append(max(oldest + hedge_delay - now, 0.0))
+                        if upcoming:
+                            oldest = min(started for (_, started, _) in pending.values())
+                            waits.append(max(oldest + hedge_delay - now, 0.0))
+                        else:
+                            # Going round again waits as long as a new round would.
+                            again = max(hedge_delay, backoff)
+                            waits.append(max(last_sent + again - now, 0.0))
                     if probe_at is not None and probe is None and len(pending) == 1:
                         waits.append(max(probe_at - now, 0.0))
                     tasks: set[asyncio.Future[Any]] = set(pending)
@@ -605,7 +614,18 @@ class Session:
                             probe = asyncio.ensure_future(self.answers_within(at, silence))
                             continue
                         if hedge_delay is not None and len(pending) < 2:
-                            launch()
+                            if not upcoming:
+                                # Every other node has had its turn this round (they
+                                # refused at once: an election was under way) while one
+                                # attempt hangs: go round them again, one per hedge delay
+                                # backed off like a round, rather than wait on the hanging
+                                # one until the deadline.
+                                out = {at for (at, _, _) in pending.values()}
+                                upcoming.extend(a for a in self.order(write_like) if a not in out)
+                                backoff = min(backoff * 2, opts.backoff_max)
+                                last_sent = now
+                            if now < deadline:
+                                launch()
                         continue
                     for task in done:
                         at, started, min_index = pending.pop(task)

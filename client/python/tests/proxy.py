@@ -1,6 +1,7 @@
 """A TCP proxy in front of one node that can stop passing the node's answers on while it
-still passes requests in (the answer of a call that reached the node is lost), and can
-break the connection a moment after a request went through (a reset after sending)."""
+still passes requests in (the answer of a call that reached the node is lost), can break
+the connection a moment after a request went through (a reset after sending), and can close
+every new connection at once (a node that refuses every call while it is so)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ class LossyProxy:
         self.drop_answers = False
         #: Seconds after a request's bytes went through at which the connection is broken.
         self.cut_after: float | None = None
+        #: New connections are closed as soon as they are accepted.
+        self.refuse = False
         self._listener = socket.socket()
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -34,6 +37,10 @@ class LossyProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self.refuse:
+                with contextlib.suppress(OSError):
+                    client.close()
+                continue
             server = socket.create_connection(self.upstream)
             self._sockets += [client, server]
             threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()

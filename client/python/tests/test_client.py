@@ -218,6 +218,48 @@ def test_a_write_stuck_on_a_paused_leader_is_hedged_after_a_few_recent_write_tim
     cluster.leader()  # every node names one leader again before the next test
 
 
+def test_a_hedged_write_goes_round_again_while_one_attempt_hangs_and_the_rest_refuse(
+    cluster: Cluster, admin_key: str
+) -> None:
+    """The attempt on one node hangs (its answers are lost) and every other node refuses at
+    once, as nodes do while they elect: the write is sent round the others again, one per
+    hedge delay, and lands once one of them takes it, instead of waiting the hanging attempt
+    out until the call's deadline."""
+    leader = cluster.node(cluster.leader())
+    follower = cluster.node(followers(cluster)[0])
+    hanging = LossyProxy(("127.0.0.1", leader.grpc))
+    refusing = LossyProxy(("127.0.0.1", follower.grpc))
+    seen: list[rowcall.Attempted] = []
+    opens = threading.Timer(1.0, lambda: setattr(refusing, "refuse", False))
+    try:
+        with rowcall.Client(
+            [hanging.address, refusing.address],
+            credential=admin_key,
+            write_timeout=60,
+            write_hedge_after=0.05,
+            deadline=20,
+            on_attempt=seen.append,
+        ) as client:
+            client.status()  # the connection through the first proxy is up; no leader hint
+            hanging.drop_answers = True
+            refusing.refuse = True
+            opens.start()
+            k = key("ROUND_AGAIN")
+            written = client.put(static_row(k))
+            index = client.session_index
+        assert written.rows[0].created
+        puts = [a for a in seen if a.method.endswith("/Put")]
+        assert [a.node for a in puts if a.failure is None] == [refusing.address], seen
+        refused = [a for a in puts if a.node == refusing.address and a.failure is not None]
+        assert len(refused) >= 2, "the refusing node was not asked again within the round"
+    finally:
+        opens.cancel()
+        hanging.close()
+        refusing.close()
+    with rowcall.Client(cluster.grpc_addrs(), credential=admin_key, session_index=index) as check:
+        assert check.get(k).version == written.rows[0].version
+
+
 def test_an_invocation_whose_answer_was_lost_is_outcome_unknown_and_ran_once(
     cluster: Cluster, admin_key: str
 ) -> None:
