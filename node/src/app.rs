@@ -74,6 +74,8 @@ pub struct App {
     pub ranking_peers: crate::cluster::ranking::RankingPeers,
     /// Whether this node takes part in Raft ([`crate::raft::standing`]).
     pub standing: watch::Sender<crate::raft::standing::Standing>,
+    /// Asks, invocations and writes over the last minutes, for the console's charts.
+    pub activity: crate::activity::Activity,
 }
 
 /// One write counted in [`App::proposing`] until dropped.
@@ -154,8 +156,11 @@ impl App {
         let name = request.command.name();
         let started = Instant::now();
         let outcome = self.route_write(request, started + timeout).await;
-        metrics::histogram!(crate::metrics::WRITE_SECONDS, "op" => name)
-            .record(started.elapsed().as_secs_f64());
+        let took = started.elapsed();
+        metrics::histogram!(crate::metrics::WRITE_SECONDS, "op" => name).record(took.as_secs_f64());
+        if outcome.is_ok() {
+            self.activity.write(took);
+        }
         outcome
     }
 

@@ -24,6 +24,7 @@
 //! every layer shares (receipts, share tokens, the clock) live in `model`, and what the
 //! cluster calls carry between nodes in `raft::calls`, below everything that uses them.
 
+pub mod activity;
 pub mod api;
 pub mod app;
 pub mod auth;

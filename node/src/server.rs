@@ -367,6 +367,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         proposing: std::sync::atomic::AtomicUsize::new(0),
         asks: Default::default(),
         ranking_peers: Default::default(),
+        activity: Default::default(),
         standing: watch::channel(if restarted {
             Standing::Verifying
         } else {

@@ -192,23 +192,105 @@ def main() -> int:
         wait_for(lambda: "Someone else changed this row" in text(a, "status"), step)
         shot(a, "conflict")
 
+        put = urllib.request.Request(
+            cluster.url(1) + "/api/directory", method="POST",
+            data=json.dumps({"key": "CONSOLE_WRITER", "type": "static", "content": "# WHAT: console writer probe\nx",
+                             "risk": "write", "auth": "public"}).encode(),
+            headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
+        urllib.request.urlopen(put, timeout=20).read()
+
         step = "run an ask and read its ranking"
         a.get(cluster.url(1) + "/console#ask")
         wait_for(lambda: visible(a, "ask"), step)
         a.find_element(By.ID, "ask-text").send_keys("what time is it")
         a.find_element(By.CSS_SELECTOR, "#ask-form button").click()
-        wait_for(lambda: len(a.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")) > 0, step)
-        first = a.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")[0].find_elements(By.TAG_NAME, "td")
+        wait_for(lambda: len(a.find_elements(By.CSS_SELECTOR, "#rankings tbody tr")) > 0, step)
+        # A node without a model ranks by words alone: one ranking, said so.
+        assert len(a.find_elements(By.CSS_SELECTOR, "#rankings table")) == 1
+        assert "ranks by words" in text(a, "ask-modes-note"), text(a, "ask-modes-note")
+        first = a.find_elements(By.CSS_SELECTOR, "#rankings tbody tr")[0].find_elements(By.TAG_NAME, "td")
         assert first[1].text == "TIME_NOW", [td.text for td in first]
         assert first[3].text, "no why for the first candidate"
+
+        step = "run a read-only row from the ranking"
+        first[4].find_element(By.TAG_NAME, "button").click()
+        wait_for(lambda: text(a, "status").startswith("Ran TIME_NOW, receipt inv_"), step)
+        assert '"ok": true' in text(a, "run-out"), text(a, "run-out")
         shot(a, "ask")
+
+        step = "a row that writes is not run from the ranking"
+        a.find_element(By.ID, "ask-text").clear()
+        a.find_element(By.ID, "ask-text").send_keys("console writer probe")
+        a.find_element(By.CSS_SELECTOR, "#ask-form button").click()
+        rows = wait_for(lambda: [r for r in a.find_elements(By.CSS_SELECTOR, "#rankings tbody tr")
+                                 if r.find_elements(By.TAG_NAME, "td")[1].text == "CONSOLE_WRITER"], step)
+        rows[0].find_elements(By.TAG_NAME, "td")[4].find_element(By.TAG_NAME, "button").click()
+        wait_for(lambda: "is not read-only (risk write)" in text(a, "status"), step)
+        assert get(cluster.url(1) + "/api/receipts?key=CONSOLE_WRITER", ADMIN)["receipts"] == [], "a writing row ran"
 
         step = "confirm a receipt"
         invoked = get(cluster.url(1) + "/api/dispatch?invoke=TIME_NOW")
         receipt = invoked["proof"]["invocation_id"]
         a.get(cluster.url(1) + "/console#receipts/" + receipt)
         wait_for(lambda: text(a, "status") == "Confirmed" and receipt in text(a, "receipt-out"), step)
+
+        step = "verify a receipt in the browser: its inclusion proof and the co-signed checkpoint"
+
+        def verified() -> bool:
+            # A checkpoint is co-signed within a second or so of the receipt; until then the
+            # node says none covers it yet.
+            a.find_element(By.ID, "verify").click()
+            return wait_for(lambda: text(a, "status").startswith(("Verified", "Not verified")), step, 5) \
+                and text(a, "status") == f"Verified {receipt} in this browser"
+        wait_for(verified, step)
+        steps = text(a, "verify-steps")
+        assert "inclusion path leads from leaf" in steps and "signed by" in steps, steps
+        signers = [r.find_elements(By.TAG_NAME, "td") for r in a.find_elements(By.CSS_SELECTOR, "#signers tbody tr")]
+        assert len(signers) == 3 and sum(td[1].text == "yes" for td in signers) >= 2, [[t.text for t in r] for r in signers]
+        assert "as this node lists them" in text(a, "keys-origin")
         shot(a, "receipts")
+
+        step = "pin the voter keys; the next receipt is checked against them and the log seen to grow"
+        a.find_element(By.ID, "pin-keys").click()
+        wait_for(lambda: "pinned in this browser" in text(a, "keys-origin"), step)
+        later = get(cluster.url(2) + "/api/dispatch?invoke=TIME_NOW")["proof"]["invocation_id"]
+        a.find_element(By.ID, "receipt-id").clear()
+        a.find_element(By.ID, "receipt-id").send_keys(later)
+        receipt = later
+
+        def verified_later() -> bool:
+            a.find_element(By.ID, "verify").click()
+            return wait_for(lambda: text(a, "status").startswith(("Verified", "Not verified")), step, 5) \
+                and text(a, "status") == f"Verified {later} in this browser"
+        wait_for(verified_later, step)
+        assert "pinned in this browser" in text(a, "keys-origin")
+        steps = text(a, "verify-steps")
+        assert "extends the checkpoint" in steps or "saw before" in steps, steps
+
+        step = "a tampered proof or signature is refused in the browser"
+        refused = a.execute_async_script(r"""
+            const done = arguments[arguments.length - 1];
+            (async () => {
+              const proof = await api("/api/receipts/proof?id=" + arguments[0]);
+              const leaf = fromB64(proof.leaf_hash), root = fromB64(proof.root);
+              const path = proof.path.map(fromB64);
+              const out = [];
+              await verifyInclusion(proof.leaf_index, proof.tree_size, leaf, path, root);
+              out.push("genuine proof verifies");
+              const bad = root.slice(); bad[0] ^= 1;
+              try { await verifyInclusion(proof.leaf_index, proof.tree_size, leaf, path, bad); out.push("tampered root verified"); }
+              catch (e) { out.push("refused: " + e.message); }
+              const cp = proof.checkpoint;
+              const keys = await Promise.all(cp.keys.map(parseKey));
+              const note = cp.note.replace("\n" + cp.size + "\n", "\n" + (cp.size + 1) + "\n");
+              try { await verifiedSigners(note, keys); out.push("forged note verified"); }
+              catch (e) { out.push("refused: " + e.message); }
+              return out;
+            })().then(done, (e) => done(["error: " + e.message]));
+        """, later)
+        assert refused[0] == "genuine proof verifies", refused
+        assert refused[1].startswith("refused: leaf") and "does not lead to the root" in refused[1], refused
+        assert refused[2].startswith("refused: ") and "signature does not verify" in refused[2], refused
 
         step = "see a member go missing when a node is stopped"
         leader = cluster.leader()
@@ -230,7 +312,45 @@ def main() -> int:
             rows = a.find_elements(By.CSS_SELECTOR, "#members tbody tr")
             return any(r.find_elements(By.TAG_NAME, "td")[0].text == str(gone) and ("behind by" in r.text or "missing" in r.text) for r in rows)
         wait_for(missing, step)
+
+        step = "the cluster page charts this node's asks, invocations and writes, and how each member ranks"
+        def charted() -> bool:
+            a.find_element(By.ID, "cluster-refresh").click()
+            figures = a.find_elements(By.CSS_SELECTOR, "#charts figure")
+            return len(figures) == 4 and all(f.find_elements(By.TAG_NAME, "polyline") for f in figures[:3])
+        wait_for(charted, step)
+        captions = [f.text for f in a.find_elements(By.CSS_SELECTOR, "#charts figcaption")]
+        assert [c.split(" (")[0] for c in captions] == ["Asks", "Invocations", "Replicated writes", "Write latency"], captions
+        # The peak of each count chart is what this node did: an ask, invocations, writes.
+        peaks = [f.find_element(By.TAG_NAME, "text").text for f in a.find_elements(By.CSS_SELECTOR, "#charts figure")]
+        assert all(not p.startswith("0.00 ") for p in peaks[:3]), peaks
+        ranks = [r.find_elements(By.TAG_NAME, "td")[6].text for r in a.find_elements(By.CSS_SELECTOR, "#members tbody tr")]
+        assert "lexical" in " ".join(ranks) and "as this node" in ranks, ranks
         shot(a, "cluster")
+
+        step = "an import the SSRF guard refuses says why"
+        a.get(cluster.url(leader) + "/console#catalogue")
+        wait_for(lambda: visible(a, "catalogue"), step)
+        a.find_element(By.CSS_SELECTOR, "#import summary").click()
+        a.find_element(By.ID, "i-url").send_keys("http://127.0.0.1:9/mcp")
+        a.find_element(By.CSS_SELECTOR, "#import-form button").click()
+        wait_for(lambda: "ROWCALL_HTTP_ALLOW" in text(a, "status"), step)
+        shot(a, "import")
+
+        step = "every control has a label, and pages fit a phone's width"
+        unlabelled = a.execute_script("""
+            return Array.from(document.querySelectorAll("input:not([type=hidden]), select, textarea, button"))
+              .filter((e) => !(e.closest("label") || e.getAttribute("aria-label") || (e.tagName === "BUTTON" && e.textContent.trim())))
+              .map((e) => e.id || e.outerHTML.slice(0, 60));
+        """)
+        assert unlabelled == [], unlabelled
+        a.set_window_size(390, 844)
+        for page in ["catalogue", "ask", "receipts", "cluster"]:
+            a.get(cluster.url(leader) + "/console#" + page)
+            wait_for(lambda: visible(a, page), step)
+            wide = a.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+            assert wide <= 1, f"{page} is {wide} px wider than a phone's screen"
+            shot(a, f"phone-{page}")
         print("console: all browser steps passed")
         return 0
     except Exception as e:

@@ -93,6 +93,8 @@ async fn the_console_is_served_from_the_binary_with_strict_headers() {
         );
         let text = asset.text().await.unwrap();
         assert!(!text.is_empty(), "{path}");
+        // SVG's namespace is a name the charts are made in, never fetched.
+        let text = text.replace("\"http://www.w3.org/2000/svg\"", "");
         assert!(
             !text.contains("http://") && !text.contains("https://"),
             "{path}"
@@ -269,4 +271,70 @@ async fn the_second_of_two_editors_gets_a_conflict_not_an_overwrite() {
         .await
         .unwrap();
     assert_eq!(refused.status(), StatusCode::CONFLICT);
+}
+
+/// Sums of the activity history's counts: (asks, invocations, writes).
+fn activity_sums(history: &Value) -> (u64, u64, u64) {
+    let intervals = history["intervals"].as_array().expect("intervals");
+    let sum = |field: &str| intervals.iter().map(|i| i[field].as_u64().unwrap()).sum();
+    (sum("asks"), sum("invocations"), sum("writes"))
+}
+
+#[tokio::test]
+async fn the_cluster_page_charts_what_this_node_did() {
+    let node = start(true).await;
+    let http = &node.http;
+    let activity = format!("{}/api/cluster/activity", node.url);
+    // No credential, like /metrics: counts and latencies, nothing about rows or callers.
+    let before: Value = http.get(&activity).fetch().await;
+    assert_eq!(before["interval_s"], 5);
+    let (asks, invocations, writes) = activity_sums(&before);
+
+    for ask in ["what time is it", "hash some text", "encode in base64"] {
+        let answer: Value = http
+            .get(format!("{}/api/dispatch", node.url))
+            .query(&[("ask", ask)])
+            .fetch()
+            .await;
+        assert!(answer["count"].as_u64().is_some(), "{answer}");
+    }
+    for _ in 0..2 {
+        let ran: Value = http
+            .get(format!("{}/api/dispatch?invoke=TIME_NOW", node.url))
+            .fetch()
+            .await;
+        assert_eq!(ran["ok"], true, "{ran}");
+    }
+    let put = http
+        .post(format!("{}/api/directory", node.url))
+        .bearer_auth(ADMIN)
+        .json(&json!({"key": "CHARTED", "type": "static", "content": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::CREATED);
+
+    let after: Value = http.get(&activity).fetch().await;
+    let (asked, invoked, wrote) = activity_sums(&after);
+    assert_eq!((asked, invoked), (asks + 3, invocations + 2), "{after}");
+    // The row's write, and the invocations' receipts, which are replicated writes too.
+    assert!(wrote > writes, "{after}");
+    let last = after["intervals"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        last["ended_ago_s"], 0,
+        "the last interval is the one under way"
+    );
+    let written = after["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["writes"].as_u64() > Some(0))
+        .expect("an interval with the write");
+    assert!(written["write_ms_mean"].as_f64().is_some_and(|ms| ms > 0.0));
+    assert!(written["write_ms_max"].as_f64() >= written["write_ms_mean"].as_f64());
 }

@@ -246,6 +246,7 @@ pub async fn invoke(
     metrics::counter!(crate::metrics::INVOCATIONS_TOTAL,
         "type" => row.kind.as_str(), "ok" => if outcome.is_ok() { "true" } else { "false" })
     .increment(1);
+    app.activity.invocation();
 
     let input_text = input.canonical();
     let output_text = match &outcome {

@@ -253,6 +253,7 @@ pub async fn rank(
         )
     };
     metrics::histogram!(crate::metrics::ASK_SECONDS).record(started.elapsed().as_secs_f64());
+    app.activity.ask();
     let best = hits.first().map(|(hit, row)| {
         let key = &row.key;
         let run_now = (row.auth == Auth::Public && runs_by_get(row))

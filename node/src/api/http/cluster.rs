@@ -22,6 +22,14 @@ pub async fn status(State(http): State<Http>, headers: HeaderMap) -> Json<Status
     Json(service::status(&http.app, &viewer))
 }
 
+/// What this node did over the last ten minutes, per five seconds: asks, invocations and
+/// replicated writes (rows, receipts) with their latency (no credential, like `/metrics`). The console charts it.
+#[utoipa::path(get, path = "/api/cluster/activity",
+    responses((status = 200, body = crate::activity::History)))]
+pub async fn activity(State(http): State<Http>) -> Json<crate::activity::History> {
+    Json(http.app.activity.history())
+}
+
 /// A node to add.
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

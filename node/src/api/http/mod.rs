@@ -162,6 +162,7 @@ pub fn router(app: Arc<App>, metrics: PrometheusHandle, stop: watch::Receiver<bo
         .route("/api/receipts/{id}", get(receipts::by_id))
         .route("/receipt/{id}", get(receipts::public_page))
         .route("/api/cluster", get(cluster::status))
+        .route("/api/cluster/activity", get(cluster::activity))
         .route("/api/cluster/snapshot", post(cluster::snapshot))
         .route("/api/cluster/digest", get(cluster::digest))
         .route("/api/cluster/backup", get(cluster::backup))
