@@ -564,7 +564,8 @@ class Session:
                 while pending:
                     now = time.monotonic()
                     waits: list[float] = []
-                    if hedge_delay is not None and len(pending) < 2:
+                    # Past the deadline nothing more is sent: wait for what is out.
+                    if hedge_delay is not None and len(pending) < 2 and now < deadline:
                         if upcoming:
                             oldest = min(started for (_, started, _) in pending.values())
                             waits.append(max(oldest + hedge_delay - now, 0.0))
