@@ -344,6 +344,14 @@ def main() -> int:
               .map((e) => e.id || e.outerHTML.slice(0, 60));
         """)
         assert unlabelled == [], unlabelled
+        # The new-row form checks a key against the rule before anything is sent.
+        a.get(cluster.url(leader) + "/console#new")
+        wait_for(lambda: visible(a, "row") and a.find_element(By.ID, "e-key").get_attribute("readonly") is None, step)
+        checked = a.execute_script("""
+            const k = document.getElementById("e-key");
+            return ["GOOD_KEY", "_X1", "lower", "1ST", "A".repeat(65), "A-B"].map((v) => { k.value = v; return k.checkValidity(); });
+        """)
+        assert checked == [True, True, False, False, False, False], checked
         a.set_window_size(390, 844)
         for page in ["catalogue", "ask", "receipts", "cluster"]:
             a.get(cluster.url(leader) + "/console#" + page)
