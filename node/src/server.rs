@@ -265,6 +265,9 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let storage =
         Durable::open_with_cache(&database, config.storage.sync, config.storage.cache_bytes())
             .context("opening the sled database")?;
+    // The log first: it settles whether this database still has the entries it was bound
+    // to, and clears its Raft state when not, before the identity reads it.
+    let mut log = LogStore::open(&storage, &node.data.join(crate::store::wal::DIR)).await?;
     // The identity is kept beside the Raft state, in the same database (`raft::identity`).
     let identity = Arc::new(
         LocalIdentity::open_as(&node.data, storage.db(), node.id, format)?.speaking(
@@ -273,7 +276,6 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
                 .unwrap_or(crate::raft::identity::PEER_PROTOCOL),
         ),
     );
-    let mut log = LogStore::open(&storage)?;
     let outbox = Outbox::open(&storage)?;
     let catalogue = SharedCatalogue::default();
     let semantic = load_model(&config, &storage).await?;

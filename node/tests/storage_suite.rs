@@ -1,5 +1,5 @@
-//! openraft's storage conformance suite run against rowcall's sled log store and state
-//! machine: every test gets a fresh sled database in its own temporary folder.
+//! openraft's storage conformance suite run against rowcall's log store (its write-ahead
+//! log and sled) and state machine: every test gets a fresh data folder of its own.
 
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::StorageError;
@@ -17,7 +17,9 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Sle
         let dir = tempfile::tempdir().expect("temporary folder");
         let storage =
             Durable::open(&dir.path().join("sled"), SyncMode::Fdatasync).expect("open sled");
-        let log = LogStore::open(&storage).expect("open log tree");
+        let log = LogStore::open(&storage, &dir.path().join("raft-log"))
+            .await
+            .expect("open the log");
         let snapshots = dir.path().join("snapshots");
         let sm = StateMachine::open(&storage, &snapshots, SharedCatalogue::default())?;
         Ok((dir, log, sm))

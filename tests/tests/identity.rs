@@ -98,6 +98,20 @@ async fn a_voter_that_lost_only_its_raft_state_cannot_elect_a_leader_that_lacks_
     .await;
 }
 
+/// The same, when only the Raft log's entries are lost (the `raft-log/` folder removed, the
+/// database with its vote and identity kept). Kept as it was, the vote would let the node
+/// come back as its old incarnation with an empty log, as above; the log's binding clears
+/// the database's Raft state instead, and the node is a new incarnation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_voter_that_lost_only_its_log_cannot_elect_a_leader_that_lacks_committed_writes() {
+    a_voter_that_lost_its_state_cannot_elect_a_leader_that_lacks_committed_writes(|c, id| {
+        let data = c.member_config(id).node.data;
+        std::fs::remove_dir_all(data.join("raft-log")).unwrap();
+        assert!(data.join("sled").exists() && data.join("identity.json").exists());
+    })
+    .await;
+}
+
 async fn a_voter_that_lost_its_state_cannot_elect_a_leader_that_lacks_committed_writes(
     lose: fn(&Cluster, u64),
 ) {

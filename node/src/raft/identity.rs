@@ -47,7 +47,11 @@ pub const SIGNING_KEY_FILE: &str = "signing.key";
 /// 2: the receipt log's Merkle tree (`x/` keys) and snapshot format 3. An older build would
 /// apply receipts without their leaves, and the tree would no longer match the cluster's
 /// when the folder came back to this build.
-pub const DATA_FORMAT: u32 = 2;
+///
+/// 3: the Raft log's entries on their own write-ahead log (`raft-log/`, [`crate::store::log`]).
+/// An older build would find no entries in the database and take the node's log for empty
+/// past its purge point, losing what it acknowledged.
+pub const DATA_FORMAT: u32 = 3;
 
 /// The peer protocol this build speaks: the envelope and payloads of the Raft messages
 /// between nodes. Builds one version apart interoperate, so a rolling upgrade moves one
@@ -430,10 +434,12 @@ fn accept(
 
 /// Whether the database holds any Raft state: a vote or log entries (the `log` tree, the
 /// identity record aside) or applied state (the state machine's `sm` tree).
-fn holds_raft_state(db: &sled::Db) -> Result<bool, sled::Error> {
+pub(crate) fn holds_raft_state(db: &sled::Db) -> Result<bool, sled::Error> {
     let log = db.open_tree(DB_TREE)?;
     for key in log.iter().keys() {
-        if key?.as_ref() != DB_KEY {
+        // Neither the identity nor the binding of the log's entries is Raft state itself.
+        let key = key?;
+        if key.as_ref() != DB_KEY && key.as_ref() != crate::store::log::BINDING {
             return Ok(true);
         }
     }

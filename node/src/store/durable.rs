@@ -199,6 +199,11 @@ impl Durable {
         })
     }
 
+    /// How writes are made durable.
+    pub fn mode(&self) -> SyncMode {
+        self.inner.mode
+    }
+
     /// The sled database.
     pub fn db(&self) -> &sled::Db {
         &self.inner.db

@@ -18,6 +18,7 @@ pub mod log;
 pub mod requests;
 pub mod snapshot;
 pub mod state_machine;
+pub mod wal;
 
 use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError};
 
