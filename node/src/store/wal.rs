@@ -167,9 +167,33 @@ fn config(dir: &Path) -> raft_log::Config {
 }
 
 /// Opens the log in `dir` (which must exist). Blocking: it replays every chunk.
+///
+/// The log is locked while open. A node restarted within one process (tests, and a node
+/// that leaves and rejoins) may find the lock still held for a moment by tasks of its
+/// previous run that are ending; it waits for them, a few seconds at most.
 pub fn open(dir: &Path) -> io::Result<Log> {
-    RaftLog::open(Arc::new(config(dir)))
+    let config = Arc::new(config(dir));
+    let mut waited = Duration::ZERO;
+    loop {
+        match RaftLog::open(config.clone()) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && waited < LOCK_WAIT => {
+                std::thread::sleep(LOCK_RETRY);
+                waited += LOCK_RETRY;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("{e}: another process (or node) has this data folder's log open"),
+                ))
+            }
+            opened => return opened,
+        }
+    }
 }
+
+/// How long [`open`] waits for the log's lock, and how often it tries.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+const LOCK_RETRY: Duration = Duration::from_millis(50);
 
 /// Creates the folder `dir` and in it an empty log bound to `binding`, durably (the
 /// folder's entry in its parent included). Blocking.
@@ -204,6 +228,19 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_still_open_for_a_moment_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = create(&dir.path().join(DIR), "w1", false).unwrap();
+        let closing = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(first);
+        });
+        let second = open(&dir.path().join(DIR)).unwrap();
+        assert_eq!(second.log_state().user_data.as_deref(), Some("w1"));
+        closing.join().unwrap();
+    }
 
     #[test]
     fn a_log_id_reads_back_and_a_short_one_is_a_torn_tail() {
