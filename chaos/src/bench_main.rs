@@ -13,6 +13,7 @@ use rowcall_chaos::bench_loop::{self, LoopOptions};
 use rowcall_chaos::bench_reads::{self, ReadsOptions};
 use rowcall_chaos::bench_regions::{self, RegionsOptions};
 use rowcall_chaos::bench_scale::{self, ScaleOptions};
+use rowcall_chaos::bench_soak::{self, SoakOptions};
 use rowcall_chaos::bench_tls::{self, TlsOptions};
 use rowcall_chaos::cluster::node_binary;
 
@@ -126,6 +127,29 @@ enum Bench {
         /// Seconds of asks per size.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// The rowcall-node binary [default: next to this executable].
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+    },
+    /// Disk and memory under a long load: rows inserted, then minutes of mixed load
+    /// (invocations mostly) on 3 nodes, each node's data folder and resident memory sampled
+    /// as it runs: bytes per row and per invocation, and the slope of memory once warm.
+    Soak {
+        /// Output folder: soak.json, soak.svg, data folders and logs.
+        #[arg(long)]
+        out: PathBuf,
+        /// Minutes of mixed load.
+        #[arg(long, default_value_t = 5.0)]
+        minutes: f64,
+        /// Rows inserted before it.
+        #[arg(long, default_value_t = 2_000)]
+        rows: usize,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        /// Seconds between samples.
+        #[arg(long, default_value_t = 10.0)]
+        sample_every: f64,
         /// The rowcall-node binary [default: next to this executable].
         #[arg(long)]
         node_bin: Option<PathBuf>,
@@ -280,6 +304,26 @@ async fn main() -> anyhow::Result<ExitCode> {
                     cell: Duration::from_secs_f64(seconds),
                 };
                 bench_scale::scale(&options).await?;
+            }
+            Bench::Soak {
+                out,
+                minutes,
+                rows,
+                clients,
+                sample_every,
+                node_bin,
+            } => {
+                check(minutes * 60.0, 1, &[clients, rows])?;
+                check(sample_every, 1, &[1])?;
+                let options = SoakOptions {
+                    node_bin: node_binary(node_bin.as_deref())?,
+                    out,
+                    mixed: Duration::from_secs_f64(minutes * 60.0),
+                    rows,
+                    clients,
+                    sample_every: Duration::from_secs_f64(sample_every),
+                };
+                bench_soak::soak(&options).await?;
             }
             Bench::Regions {
                 out,

@@ -32,6 +32,7 @@ pub mod bench_loop;
 pub mod bench_reads;
 pub mod bench_regions;
 pub mod bench_scale;
+pub mod bench_soak;
 pub mod bench_tls;
 pub mod check;
 pub mod cluster;
