@@ -191,7 +191,9 @@ async fn client(
                     .send()
                     .await
                     .is_ok_and(|r| r.status().is_success());
-                counts.invocations.fetch_add(u64::from(done), Ordering::Relaxed);
+                counts
+                    .invocations
+                    .fetch_add(u64::from(done), Ordering::Relaxed);
                 done
             }
         };
@@ -262,10 +264,17 @@ pub async fn soak(options: &SoakOptions) -> Result<SoakReport, ChaosError> {
         .await_leader(Duration::from_secs(10))
         .await
         .ok_or_else(|| ChaosError::setup("the soak cluster", "no leader within 10 s"))?;
-    let urls: Vec<String> = cluster.ids().iter().map(|&id| cluster.node(id).url()).collect();
+    let urls: Vec<String> = cluster
+        .ids()
+        .iter()
+        .map(|&id| cluster.node(id).url())
+        .collect();
     let http = control_client();
     if !insert(&http, &urls[0], INVOKED).await {
-        return Err(ChaosError::setup("the soak cluster", format!("could not write {INVOKED}")));
+        return Err(ChaosError::setup(
+            "the soak cluster",
+            format!("could not write {INVOKED}"),
+        ));
     }
     let counts = Arc::new(Counts::default());
     let started = Instant::now();
@@ -297,15 +306,7 @@ pub async fn soak(options: &SoakOptions) -> Result<SoakReport, ChaosError> {
     let mixed_from = Instant::now();
     let until = mixed_from + options.mixed;
     let clients: Vec<_> = (0..options.clients)
-        .map(|c| {
-            tokio::spawn(client(
-                http.clone(),
-                urls.clone(),
-                c,
-                until,
-                counts.clone(),
-            ))
-        })
+        .map(|c| tokio::spawn(client(http.clone(), urls.clone(), c, until, counts.clone())))
         .collect();
     while Instant::now() < until {
         tokio::time::sleep(options.sample_every.min(until - Instant::now())).await;
@@ -430,8 +431,12 @@ pub fn chart(report: &SoakReport) -> String {
     /// One node's figure in a sample.
     type Figure = fn(&Sample, usize) -> f64;
     let panels: [(&str, Figure); 2] = [
-        ("data folder on disk, MiB", |s, i| s.disk_bytes[i] as f64 / 1048576.0),
-        ("resident memory, MiB", |s, i| s.rss_bytes[i] as f64 / 1048576.0),
+        ("data folder on disk, MiB", |s, i| {
+            s.disk_bytes[i] as f64 / 1048576.0
+        }),
+        ("resident memory, MiB", |s, i| {
+            s.rss_bytes[i] as f64 / 1048576.0
+        }),
     ];
     for (p, (title, value)) in panels.iter().enumerate() {
         let top = p as f64 * (h + 20.0) + 20.0;
