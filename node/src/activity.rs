@@ -198,7 +198,9 @@ mod tests {
         );
         assert_eq!(last3[2].write_ms_mean, Some(4.0));
         assert_eq!(last3[2].write_ms_max, Some(5.0));
+        // A quiet interval has no latency at all, not a latency of zero.
         assert_eq!(last3[1].write_ms_mean, None);
+        assert_eq!(last3[1].write_ms_max, None);
     }
 
     #[test]

@@ -86,23 +86,44 @@ async fn a_forwarded_writes_request_id_is_in_both_logs_in_the_answer_and_in_the_
         nodes.push((process.url.clone(), log));
         processes.push(process);
     }
-    let status = get_json(&http, &format!("{}/api/cluster", nodes[0].0)).await;
-    let leader = status["leader"].as_u64().expect("a leader") as usize;
-    let (leader_url, leader_log) = &nodes[leader - 1];
-    let (follower_url, follower_log) = nodes
-        .iter()
-        .find(|(url, _)| url != leader_url)
-        .expect("a follower");
-
-    let (answered, invoked) = invoke(&http, follower_url, Some("checkout-7f3a")).await;
-    assert_eq!(answered, "checkout-7f3a");
+    // The write must go through a follower: if leadership moves while the invocation is on
+    // its way (a loaded machine, just after the cluster formed), the node it reached may
+    // have led by then and forwarded nothing; try again with another id (bounded).
+    let mut tried = 0;
+    let (request_id, follower_log, leader_log, invoked) = loop {
+        tried += 1;
+        assert!(tried <= 5, "leadership kept moving while the test invoked");
+        let status = get_json(&http, &format!("{}/api/cluster", nodes[0].0)).await;
+        let (Some(leader), Some(term)) = (status["leader"].as_u64(), status["term"].as_u64())
+        else {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            continue;
+        };
+        let (leader_url, leader_log) = &nodes[leader as usize - 1];
+        let (follower_url, follower_log) = nodes
+            .iter()
+            .find(|(url, _)| url != leader_url)
+            .expect("a follower");
+        let request_id = format!("checkout-7f3a-{tried}");
+        let (answered, invoked) = invoke(&http, follower_url, Some(&request_id)).await;
+        assert_eq!(answered, request_id);
+        let after = get_json(&http, &format!("{follower_url}/api/cluster")).await;
+        if after["leader"].as_u64() == Some(leader) && after["term"].as_u64() == Some(term) {
+            break (
+                request_id,
+                follower_log.clone(),
+                leader_log.clone(),
+                invoked,
+            );
+        }
+    };
     let kept = receipt(&http, &invoked).await;
-    assert_eq!(kept["request_id"], "checkout-7f3a", "{kept}");
+    assert_eq!(kept["request_id"], request_id.as_str(), "{kept}");
     assert!(
-        !lines_naming(follower_log, "checkout-7f3a").is_empty(),
+        !lines_naming(&follower_log, &request_id).is_empty(),
         "the follower's log names the request"
     );
-    let forwarded = lines_naming(leader_log, "checkout-7f3a");
+    let forwarded = lines_naming(&leader_log, &request_id);
     assert!(
         forwarded.iter().any(|l| l["spans"]
             .as_array()
@@ -113,7 +134,7 @@ async fn a_forwarded_writes_request_id_is_in_both_logs_in_the_answer_and_in_the_
     );
 
     // No id given: one is made, and it is the same in the answer and in the receipt.
-    let (made, invoked) = invoke(&http, follower_url, None).await;
+    let (made, invoked) = invoke(&http, &nodes[0].0, None).await;
     assert_eq!(made.len(), 32, "{made}");
     let kept = receipt(&http, &invoked).await;
     assert_eq!(kept["request_id"], made.as_str(), "{kept}");
