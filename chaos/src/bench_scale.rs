@@ -98,17 +98,22 @@ pub struct ScaleReport {
     pub rows: Vec<ScaleRow>,
 }
 
-/// Resident memory of process `pid`, MiB (Linux `/proc`).
-fn rss_mib(pid: u32) -> Option<f64> {
+/// Resident memory of process `pid`, bytes (Linux `/proc`).
+pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: f64 = status
+    let kib: u64 = status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))?
         .split_whitespace()
         .next()?
         .parse()
         .ok()?;
-    Some(kib / 1024.0)
+    Some(kib * 1024)
+}
+
+/// Resident memory of process `pid`, MiB.
+fn rss_mib(pid: u32) -> Option<f64> {
+    rss_bytes(pid).map(|b| b as f64 / 1048576.0)
 }
 
 /// Bytes in the files of `dir` (not recursive); `None` when it has none.

@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::bench::machine;
+use crate::bench_scale::rss_bytes;
 use crate::cluster::{control_client, Cluster, ClusterOptions, ADMIN_KEY};
 use crate::error::ChaosError;
 
@@ -91,17 +92,6 @@ pub fn disk_bytes(dir: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
-}
-
-/// Resident memory of process `pid`, bytes (Linux `/proc`).
-fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
-            kib.split_whitespace().next()?.parse::<u64>().ok()
-        })
-        .map_or(0, |kib| kib * 1024)
 }
 
 /// The least-squares slope of `ys` over `xs` (0 with fewer than two points).
@@ -217,7 +207,7 @@ fn sample(cluster: &Cluster, started: Instant, counts: &Counts) -> Sample {
             .collect(),
         rss_bytes: ids
             .iter()
-            .map(|&id| cluster.node(id).pid().map_or(0, rss_bytes))
+            .map(|&id| cluster.node(id).pid().and_then(rss_bytes).unwrap_or(0))
             .collect(),
     }
 }

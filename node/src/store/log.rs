@@ -147,13 +147,17 @@ impl LogStore {
             wal: Arc::new(Mutex::new(log)),
             durable: Arc::new(AtomicU64::new(0)),
         };
-        store.settle().await?;
+        store.settle(dir).await?;
         Ok(store)
     }
 
     /// Finishes what a crash may have cut short: entries of the layout before still in
     /// sled, and a purge the log did not take.
-    async fn settle(&self) -> Result<(), OpenError> {
+    async fn settle(&self, dir: &Path) -> Result<(), OpenError> {
+        let wal_err = |source| OpenError::Wal {
+            path: dir.to_owned(),
+            source,
+        };
         let mut stale = sled::Batch::default();
         let mut any = false;
         for key in self.tree.scan_prefix(ENTRY).keys() {
@@ -174,19 +178,12 @@ impl LogStore {
             (None, _) => false,
         };
         if let Some(purged) = purged.filter(|_| behind) {
-            log.purge(WalLogId(purged))
-                .map_err(|source| OpenError::Wal {
-                    path: std::path::PathBuf::from(wal::DIR),
-                    source,
-                })?;
+            log.purge(WalLogId(purged)).map_err(wal_err)?;
         }
         // What the log replayed may have been written and not synced when the process
         // died (it is in the page cache, not yet on the disk): sync it before counting it
         // as durable. The purge above goes with it.
-        wal::blocking_flush(&mut log, self.synced()).map_err(|source| OpenError::Wal {
-            path: std::path::PathBuf::from(wal::DIR),
-            source,
-        })?;
+        wal::blocking_flush(&mut log, self.synced()).map_err(wal_err)?;
         let last = log.log_state().last().map_or(0, |l| l.0.index);
         self.durable.store(last, Ordering::SeqCst);
         Ok(())
@@ -253,23 +250,15 @@ impl LogStore {
         &self,
         entries: impl IntoIterator<Item = Entry>,
     ) -> Result<(), StorageError> {
-        let mut records = encode(entries)?;
-        {
-            let fail = |e: std::io::Error| io_error(ErrorSubject::Logs, ErrorVerb::Write, &e);
-            let mut log = self.log();
-            self.overwrite(&mut log, &mut records).map_err(fail)?;
-            log.append(records).map_err(fail)?;
-        }
+        let records = encode(entries)?;
+        self.put(&mut self.log(), records)
+            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, &e))?;
         self.flush_log(ErrorSubject::Logs).await
     }
 
-    /// Makes room for `records` in `log` ([`prepare`]); what it cut is no longer durable.
-    fn overwrite(
-        &self,
-        log: &mut wal::Log,
-        records: &mut Vec<(WalLogId, Payload)>,
-    ) -> std::io::Result<()> {
-        if let Some(cut) = prepare(log, records)? {
+    /// Writes `records` into `log` ([`put`]); what it cut is no longer durable.
+    fn put(&self, log: &mut wal::Log, records: Vec<(WalLogId, Payload)>) -> std::io::Result<()> {
+        if let Some(cut) = put(log, records)? {
             self.durable
                 .fetch_min(cut.saturating_sub(1), Ordering::SeqCst);
         }
@@ -316,6 +305,16 @@ fn prepare(
         log.purge(WalLogId(before))?;
     }
     Ok(None)
+}
+
+/// Writes `records` into `log` after readying it ([`prepare`]); returns the index it
+/// truncated at, if it did. Not flushed.
+fn put(log: &mut wal::Log, mut records: Vec<(WalLogId, Payload)>) -> std::io::Result<Option<u64>> {
+    let cut = prepare(log, &mut records)?;
+    if !records.is_empty() {
+        log.append(records)?;
+    }
+    Ok(cut)
 }
 
 /// The entries as the log's records.
@@ -392,16 +391,11 @@ async fn create(
         batch.push((WalLogId(entry.log_id), Payload(bytes.to_vec())));
         if batch.len() == 1024 {
             moved += batch.len();
-            prepare(&mut log, &mut batch).map_err(wal_err(&making))?;
-            log.append(std::mem::take(&mut batch))
-                .map_err(wal_err(&making))?;
+            put(&mut log, std::mem::take(&mut batch)).map_err(wal_err(&making))?;
         }
     }
     moved += batch.len();
-    if !batch.is_empty() {
-        prepare(&mut log, &mut batch).map_err(wal_err(&making))?;
-        log.append(batch).map_err(wal_err(&making))?;
-    }
+    put(&mut log, batch).map_err(wal_err(&making))?;
     wal::blocking_flush(&mut log, sync).map_err(wal_err(&making))?;
     drop(log);
     std::fs::rename(&making, dir).map_err(wal_err(dir))?;
@@ -512,7 +506,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut records = encode(entries)?;
+        let records = encode(entries)?;
         let Some(upto) = records.last().map(|(id, _)| id.0.index) else {
             callback.log_io_completed(Ok(()));
             return Ok(());
@@ -520,8 +514,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let sync = self.synced();
         let fail = |e: std::io::Error| io_error(ErrorSubject::Logs, ErrorVerb::Write, &e);
         let mut log = self.log();
-        self.overwrite(&mut log, &mut records).map_err(fail)?;
-        log.append(records).map_err(fail)?;
+        self.put(&mut log, records).map_err(fail)?;
         // Readable now; durable when the writer calls back, after the fdatasync that
         // covers them (and whatever else was handed over meanwhile).
         log.flush(

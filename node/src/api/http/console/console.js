@@ -6,7 +6,7 @@
 
 const KEY = "rowcall-key";
 const $ = (id) => document.getElementById(id);
-const state = { cursor: null, admin: false, row: null };
+const state = { cursor: null, admin: false, row: null, modes: null };
 
 function key() { return sessionStorage.getItem(KEY); }
 
@@ -222,10 +222,13 @@ async function ask(event) {
   event.preventDefault();
   const out = $("rankings");
   out.textContent = "";
-  let modes = [""];
   try {
-    const status = await api("/api/cluster");
-    if (status.resolver && status.resolver.mode === "hybrid") modes = ["lexical", "dense", "fused"];
+    // How the node ranks changes only when it restarts: asked once per page.
+    if (!state.modes) {
+      const status = await api("/api/cluster");
+      state.modes = status.resolver && status.resolver.mode === "hybrid" ? ["lexical", "dense", "fused"] : [""];
+    }
+    const modes = state.modes;
     $("ask-modes-note").textContent = modes.length > 1
       ? "This node ranks by words and meaning: words alone, meaning alone, and both fused (what agents get)."
       : "This node ranks by words (no model configured).";
