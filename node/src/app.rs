@@ -7,6 +7,7 @@
 //! retried safely, and is told apart from one that was never proposed
 //! ([`WriteError::Unavailable`]).
 
+use crate::raft::WatchReceiver as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -127,7 +128,7 @@ impl App {
 
     /// The leader this node knows of.
     pub fn leader(&self) -> Option<NodeId> {
-        self.raft.metrics().borrow().current_leader
+        self.raft.metrics().borrow_watched().current_leader
     }
 
     /// How long a write may wait for its outcome (`limits.write_timeout_ms`).
@@ -221,7 +222,7 @@ impl App {
             ));
             // Nor past the election of its successor: a paused leader holds the connection
             // open and answers nothing, while the cluster has already moved on.
-            let term = self.raft.metrics().borrow().current_term;
+            let term = self.raft.metrics().borrow_watched().current_term;
             let forwarded = tokio::select! {
                 biased;
                 forwarded = self.network.forward(forward_to, &node, &request, attempt) => forwarded,
@@ -328,7 +329,22 @@ impl App {
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
                 Err(Proposal::Forward(forward.leader_id))
             }
+            // Its leader lost the term with the entry in its log: a new leader may hold and
+            // commit it, or not.
+            Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(forward)))) => {
+                let reason = format!(
+                    "leadership moved (to {:?}) before the write was known to commit",
+                    forward.leader_id
+                );
+                Err(Proposal::Failed(match request_id {
+                    Some(request_id) => WriteError::OutcomeUnknown { request_id, reason },
+                    None => WriteError::Unavailable { reason },
+                }))
+            }
             Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+                Err(Proposal::Failed(WriteError::Fatal(e.to_string())))
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::PreconditionFailed(e)))) => {
                 Err(Proposal::Failed(WriteError::Fatal(e.to_string())))
             }
             Ok(Err(RaftError::Fatal(fatal))) => {
@@ -436,7 +452,7 @@ impl App {
     /// Waits, at most `within`, for a leader other than `failed`, or for `failed` to lead
     /// again at a newer term.
     async fn await_successor(&self, failed: NodeId, within: Duration) {
-        let term = self.raft.metrics().borrow().current_term;
+        let term = self.raft.metrics().borrow_watched().current_term;
         let wait = self.raft.wait(Some(within));
         // Not cut short when this node feels cut off: with its leader gone it is, until the
         // successor's first message (a node cut off when the write arrived refused it then).

@@ -603,11 +603,11 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
 /// What the log store holds: the term of its vote and the end of its log (purged entries
 /// included). A fresh store holds the default.
 async fn held_progress(log: &mut LogStore) -> anyhow::Result<Progress> {
-    use openraft::storage::RaftLogStorage;
+    use openraft::storage::{RaftLogReader, RaftLogStorage};
     let vote = log.read_vote().await?;
     let state = log.get_log_state().await?;
     Ok(Progress {
-        term: vote.map_or(0, |v| v.leader_id().get_term()),
+        term: vote.map_or(0, |v| v.leader_id.term),
         index: state.last_log_id.map(|id| id.index),
     })
 }

@@ -9,11 +9,11 @@
 //! them) and little more.
 
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 use rowcall_node::catalogue::SharedCatalogue;
 use rowcall_node::config::SyncMode;
 use rowcall_node::model::receipt::Receipt;
-use rowcall_node::raft::{Command, Request, TypeConfig};
+use rowcall_node::raft::{log_id, Entry, EntryPayload};
+use rowcall_node::raft::{Command, Request};
 use rowcall_node::store::{Durable, StateMachine};
 
 /// A `kB` line of /proc/self/status, in bytes.
@@ -69,16 +69,16 @@ async fn building_a_snapshot_of_a_large_receipt_log_never_holds_it_whole() {
     // For comparison: what writing the same receipts into sled by applies takes.
     let before = reset_peak();
     for chunk in (1..=RECEIPTS).collect::<Vec<_>>().chunks(1_000) {
-        let entries: Vec<Entry<TypeConfig>> = chunk
+        let entries: Vec<Entry> = chunk
             .iter()
             .map(|&i| Entry {
-                log_id: LogId::new(CommittedLeaderId::new(1, 1), i),
+                log_id: log_id(1, 1, i),
                 payload: EntryPayload::Normal(Request::new(Command::AppendReceipt {
                     receipt: Box::new(receipt(i)),
                 })),
             })
             .collect();
-        leader.apply(entries).await.unwrap();
+        leader.apply_entries(entries).await.unwrap();
     }
 
     let apply_peak = peak_above(before);

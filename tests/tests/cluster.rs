@@ -4,6 +4,7 @@
 //! learner each behave as promised, and nothing acknowledged is lost.
 
 use crate::common;
+use rowcall_node::raft::WatchReceiver as _;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -394,7 +395,7 @@ async fn successor_before_timer(
                         .app
                         .raft
                         .metrics()
-                        .borrow()
+                        .borrow_watched()
                         .current_leader
                 })
                 .collect();
@@ -542,7 +543,7 @@ async fn a_leader_stopped_gracefully_hands_leadership_over_before_it_goes() {
         .copied()
         .filter(|&id| {
             let handle = cluster.member(id).handle.as_ref().expect("running");
-            handle.app.raft.metrics().borrow().current_leader == Some(id)
+            handle.app.raft.metrics().borrow_watched().current_leader == Some(id)
         })
         .collect();
     assert_eq!(
@@ -611,7 +612,7 @@ async fn an_operator_moves_leadership_to_a_named_voter_from_any_node() {
     // Read at once: the call returns once the target has taken over.
     let handle = cluster.member(target).handle.as_ref().expect("running");
     assert_eq!(
-        handle.app.raft.metrics().borrow().current_leader,
+        handle.app.raft.metrics().borrow_watched().current_leader,
         Some(target),
         "node {target} leads as the call returns"
     );
@@ -675,7 +676,7 @@ async fn a_node_that_missed_a_compacted_log_catches_up_by_snapshot() {
             .app
             .raft
             .metrics()
-            .borrow()
+            .borrow_watched()
             .purged;
         async move { purged.is_some_and(|p| p.index > 0) }
     })

@@ -6,6 +6,7 @@
 //! cluster is refused.
 
 use crate::common;
+use rowcall_node::raft::WatchReceiver as _;
 
 use std::time::Duration;
 
@@ -55,7 +56,7 @@ fn member_of(status: &Value, id: u64) -> Value {
 
 fn term(cluster: &Cluster, id: u64) -> u64 {
     let handle = cluster.member(id).handle.as_ref().expect("running");
-    handle.app.raft.metrics().borrow().current_term
+    handle.app.raft.metrics().borrow_watched().current_term
 }
 
 /// A raw client of node `id`'s Raft service, for messages no real peer would send, with a
@@ -70,7 +71,7 @@ async fn raft_client(
 
 fn leads(cluster: &Cluster, id: u64) -> bool {
     let handle = cluster.member(id).handle.as_ref().expect("running");
-    handle.app.raft.metrics().borrow().current_leader == Some(id)
+    handle.app.raft.metrics().borrow_watched().current_leader == Some(id)
 }
 
 /// The scenario a Jepsen reader finds: X is committed on {L, A} while B lags; A loses its

@@ -9,6 +9,7 @@
 //! leader checks a forwarded write as the HTTP rules would, even from an authenticated member.
 
 use crate::common;
+use rowcall_node::raft::WatchReceiver as _;
 
 use common::cluster::{Cluster, CLUSTER_SECRET};
 use common::tls::TestCa;
@@ -338,7 +339,7 @@ async fn a_peer_speaks_only_for_the_node_its_certificate_names() {
         .unwrap();
     let term = || {
         let handle = cluster.member(leader).handle.as_ref().expect("running");
-        handle.app.raft.metrics().borrow().current_term
+        handle.app.raft.metrics().borrow_watched().current_term
     };
     let term_before = term();
     let mut others = cluster.ids().into_iter().filter(|&i| i != leader);

@@ -6,6 +6,7 @@
 //! the leader's message arrived, so a stall on its own side cannot make it read fresh.
 
 use crate::common;
+use rowcall_node::raft::WatchReceiver as _;
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use serde_json::json;
 
 fn leader_seen_by(cluster: &Cluster, id: u64) -> Option<u64> {
     let handle = cluster.member(id).handle.as_ref().expect("running");
-    handle.app.raft.metrics().borrow().current_leader
+    handle.app.raft.metrics().borrow_watched().current_leader
 }
 
 fn stale(cluster: &Cluster, id: u64) -> bool {
@@ -162,8 +163,8 @@ async fn a_follower_whose_disk_stalls_on_a_leaders_message_counts_contact_from_i
     // What C would send F next: its vote, nothing new, and F's own last entry (which C has,
     // all of it committed) as the point to continue from.
     let (vote, last) = {
-        let c = app(successor).raft.metrics().borrow().vote;
-        let f = app(follower).raft.metrics().borrow().last_applied;
+        let c = app(successor).raft.metrics().borrow_watched().vote;
+        let f = app(follower).raft.metrics().borrow_watched().last_applied;
         (json!(c), json!(f))
     };
     let append = json!({"vote": vote, "prev_log_id": last, "leader_commit": last, "entries": []});

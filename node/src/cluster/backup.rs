@@ -203,7 +203,7 @@ pub async fn restore(
     // is wrong in an operator's terms, before anything is received.
     check_snapshot(path, read_header(path)?.1)?;
     let mut received = state_machine
-        .begin_receiving_snapshot()
+        .receive_file()
         .await
         .map_err(|e| BackupError::Store(e.to_string()))?;
     // The snapshot lines, as a leader would have sent them.
@@ -224,11 +224,11 @@ pub async fn restore(
     let membership = Membership::new(
         vec![BTreeSet::from([node_id])],
         BTreeMap::from([(node_id, me)]),
-    );
+    )
+    .map_err(|e| BackupError::Store(e.to_string()))?;
     let meta = openraft::SnapshotMeta {
         last_log_id: Some(header.log_id),
         last_membership: StoredMembership::new(Some(header.log_id), membership),
-        snapshot_id: format!("restore-{}-{}", header.index(), header.taken_at_ms),
     };
     state_machine
         .install_snapshot(&meta, received)

@@ -13,6 +13,7 @@
 //! data folder asks to rejoin (and is refused until its old self is removed) rather than
 //! founding a second cluster that would take writes and lose them.
 
+use crate::raft::WatchReceiver as _;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -281,9 +282,9 @@ async fn join_through(
 /// What this node's Raft state holds now: its vote's term and the end of its log.
 fn held(app: &App) -> Progress {
     let metrics = app.raft.metrics();
-    let metrics = metrics.borrow();
+    let metrics = metrics.borrow_watched();
     Progress {
-        term: metrics.vote.leader_id().get_term(),
+        term: metrics.vote.leader_id.term,
         index: metrics.last_log_index,
     }
 }

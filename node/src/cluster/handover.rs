@@ -7,7 +7,7 @@
 //!    leader) and lets those already under way reach raft;
 //! 2. it picks the voter with the highest matched index and waits until that index reaches
 //!    its own last log index;
-//! 3. it asks that voter (`TimeoutNow`) to `trigger().elect()`. The old leader grants the
+//! 3. it asks that voter (`TimeoutNow`) to `trigger().elect(false)`. The old leader grants the
 //!    vote, since the candidate's log is as long as its own, and steps down. A third voter
 //!    refuses while it still hears the old leader, but in a 3-node cluster the two votes
 //!    are a majority. Larger clusters wait out that lease; they still skip the election
@@ -16,6 +16,7 @@
 //! A handover that cannot finish in its bound (no voter catches up, the vote is refused)
 //! changes nothing: the node stops, and the cluster elects a leader the usual way.
 
+use crate::raft::WatchReceiver as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +24,7 @@ use tokio::sync::watch;
 
 use crate::app::App;
 use crate::raft::calls::MembershipError;
-use crate::raft::{NodeId, NodeInfo};
+use crate::raft::{NodeId, TypeConfig};
 
 /// Why a handover did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -158,7 +159,7 @@ impl App {
         let target = match to {
             Some(to) => to,
             None => {
-                let m = metrics.borrow();
+                let m = metrics.borrow_watched();
                 m.membership_config
                     .membership()
                     .voter_ids()
@@ -229,7 +230,7 @@ impl App {
     pub async fn stand_for_election(&self, asked_by: NodeId) -> Result<(), MembershipError> {
         let (leader, voter) = {
             let m = self.raft.metrics();
-            let m = m.borrow();
+            let m = m.borrow_watched();
             let voter = m
                 .membership_config
                 .membership()
@@ -256,7 +257,7 @@ impl App {
         );
         self.raft
             .trigger()
-            .elect()
+            .elect(false)
             .await
             .map_err(|e| MembershipError::Unavailable {
                 reason: e.to_string(),
@@ -271,7 +272,7 @@ impl App {
 }
 
 /// The last log index the leader knows `voter` holds (none before it has replicated).
-fn matched_index(metrics: &openraft::RaftMetrics<NodeId, NodeInfo>, voter: NodeId) -> Option<u64> {
+fn matched_index(metrics: &openraft::RaftMetrics<TypeConfig>, voter: NodeId) -> Option<u64> {
     let replication = metrics.replication.as_ref()?;
     replication.get(&voter)?.as_ref().map(|log_id| log_id.index)
 }

@@ -15,6 +15,7 @@ pub mod ranking;
 pub mod space;
 pub mod verify;
 
+use crate::raft::WatchReceiver as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -26,9 +27,9 @@ use crate::app::App;
 use crate::raft::calls::{Hello, JoinRequest, MembershipError};
 use crate::raft::network::Dest;
 use crate::raft::standing::JoinJudgement;
-use crate::raft::{NodeId, NodeInfo};
+use crate::raft::{NodeId, NodeInfo, TypeConfig};
 
-fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) -> MembershipError {
+fn membership_error(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> MembershipError {
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => MembershipError::NotLeader {
             leader: f.leader_id,
@@ -44,6 +45,15 @@ fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) ->
                 reason: e.to_string(),
             }
         }
+        // The leader lost its term with the change in its log: it may still commit.
+        RaftError::APIError(ClientWriteError::LogEntryDiscarded(e)) => {
+            MembershipError::Unavailable {
+                reason: e.to_string(),
+            }
+        }
+        RaftError::APIError(ClientWriteError::PreconditionFailed(e)) => MembershipError::Rejected {
+            reason: e.to_string(),
+        },
         RaftError::Fatal(e) => MembershipError::Unavailable {
             reason: e.to_string(),
         },
@@ -68,7 +78,7 @@ impl App {
     /// ([`crate::raft::liveness`]). `None`: no leader, or never.
     fn contact_age(&self) -> Option<Duration> {
         let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
+        let metrics = metrics.borrow_watched();
         let at = match metrics.current_leader? {
             leader if leader == self.node_id => {
                 let voters = metrics.membership_config.membership().voter_ids();
@@ -101,7 +111,7 @@ impl App {
     /// The leader and how to reach it, if known.
     pub fn leader_node(&self) -> Option<(NodeId, NodeInfo)> {
         let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
+        let metrics = metrics.borrow_watched();
         let leader = metrics.current_leader?;
         let node = metrics
             .membership_config
@@ -112,7 +122,7 @@ impl App {
     }
 
     fn is_leader(&self) -> bool {
-        self.raft.metrics().borrow().current_leader == Some(self.node_id)
+        self.raft.metrics().borrow_watched().current_leader == Some(self.node_id)
     }
 
     /// Who this node is, for a peer that asks.
@@ -126,7 +136,7 @@ impl App {
         let identity = self.identity.get();
         let (member, leader, quorum_age) = {
             let metrics = self.raft.metrics();
-            let metrics = metrics.borrow();
+            let metrics = metrics.borrow_watched();
             let membership = metrics.membership_config.membership();
             let member = membership.nodes().next().is_some();
             let quorum_age = (metrics.current_leader == Some(self.node_id))
@@ -157,7 +167,7 @@ impl App {
     pub fn membership(&self) -> openraft::Membership<NodeId, NodeInfo> {
         self.raft
             .metrics()
-            .borrow()
+            .borrow_watched()
             .membership_config
             .membership()
             .clone()
@@ -438,7 +448,7 @@ impl App {
                     }
                 }
                 HandoverError::NotLeader => MembershipError::NotLeader {
-                    leader: self.raft.metrics().borrow().current_leader,
+                    leader: self.raft.metrics().borrow_watched().current_leader,
                 },
                 HandoverError::Busy
                 | HandoverError::Behind { .. }
@@ -474,7 +484,7 @@ impl App {
         // applied (and may have answered with) is issued even before `last_log_index` says so.
         let past_end = || {
             let metrics = self.raft.metrics();
-            let metrics = metrics.borrow();
+            let metrics = metrics.borrow_watched();
             metrics.current_leader == Some(self.node_id)
                 && metrics.last_log_index.is_none_or(|last| index > last)
                 && index > self.applied_index()
@@ -486,17 +496,20 @@ impl App {
 
     /// On the leader: the read index confirmed by a quorum.
     pub async fn leader_read_index(&self, timeout: Duration) -> Result<u64, MembershipError> {
-        let read = tokio::time::timeout(timeout, self.raft.get_read_log_id())
-            .await
-            .map_err(|_| MembershipError::Unavailable {
-                reason: "no quorum confirmed leadership in time".into(),
-            })?;
+        let read = tokio::time::timeout(
+            timeout,
+            self.raft.get_read_log_id(openraft::ReadPolicy::ReadIndex),
+        )
+        .await
+        .map_err(|_| MembershipError::Unavailable {
+            reason: "no quorum confirmed leadership in time".into(),
+        })?;
         match read {
-            Ok((read_log_id, _applied)) => Ok(read_log_id.map_or(0, |l| l.index)),
+            Ok((read_log_id, _applied)) => Ok(read_log_id.log_id().index),
             Err(RaftError::APIError(e)) => Err(MembershipError::NotLeader {
                 leader: match e {
-                    openraft::error::CheckIsLeaderError::ForwardToLeader(f) => f.leader_id,
-                    openraft::error::CheckIsLeaderError::QuorumNotEnough(_) => None,
+                    openraft::error::LinearizableReadError::ForwardToLeader(f) => f.leader_id,
+                    openraft::error::LinearizableReadError::QuorumNotEnough(_) => None,
                 },
             }),
             Err(RaftError::Fatal(e)) => Err(MembershipError::Unavailable {

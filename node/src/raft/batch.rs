@@ -26,7 +26,7 @@ use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::raft::ClientWriteResponse;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::{Command, CommandResult, NodeId, NodeInfo, Raft, Request, TypeConfig};
+use super::{Command, CommandResult, Raft, Request, TypeConfig};
 
 /// Batches proposed and not yet answered, at most.
 const IN_FLIGHT: usize = 2;
@@ -37,7 +37,7 @@ pub const MAX_ROWS: usize = 512;
 
 /// What `client_write` answers.
 pub type Outcome =
-    Result<ClientWriteResponse<TypeConfig>, RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>>;
+    Result<ClientWriteResponse<TypeConfig>, RaftError<TypeConfig, ClientWriteError<TypeConfig>>>;
 
 /// A write waiting for a batch.
 struct Pending {

@@ -53,6 +53,7 @@
 //! heartbeat apart, so two of them do not split a term between them; a first one with the
 //! shorter log is refused, and the rules above bring the better one in at once.
 
+use crate::raft::WatchReceiver as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,7 +63,7 @@ use tokio::sync::watch;
 
 use super::calls::Hello;
 use super::liveness::Contact;
-use super::{NodeId, Raft};
+use super::{NodeId, Raft, TypeConfig};
 
 /// Why this node stands early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,18 +113,18 @@ impl EarlyElections {
     pub fn answered(
         &self,
         peer: NodeId,
-        request: &VoteRequest<NodeId>,
-        response: &VoteResponse<NodeId>,
+        request: &VoteRequest<TypeConfig>,
+        response: &VoteResponse<TypeConfig>,
     ) {
         if is_split_we_cannot_lose(peer, request, response) {
-            note(&self.split_vote, request.vote.leader_id().term);
+            note(&self.split_vote, request.vote.leader_id.term);
         }
     }
 
     /// Looks at this node's answer to a candidate's vote `request` (this node votes).
-    pub fn refused(&self, request: &VoteRequest<NodeId>, response: &VoteResponse<NodeId>) {
+    pub fn refused(&self, request: &VoteRequest<TypeConfig>, response: &VoteResponse<TypeConfig>) {
         if is_refused_for_a_shorter_log(request, response) {
-            note(&self.shorter_log_candidate, request.vote.leader_id().term);
+            note(&self.shorter_log_candidate, request.vote.leader_id.term);
         }
     }
 
@@ -157,7 +158,7 @@ impl EarlyElections {
             tokio::time::sleep(settle + jitter).await;
             let (leader, current) = {
                 let metrics = raft.metrics();
-                let m = metrics.borrow();
+                let m = metrics.borrow_watched();
                 (m.current_leader, m.current_term)
             };
             // A candidate knows no leader; a voter still names the one that went silent.
@@ -172,7 +173,7 @@ impl EarlyElections {
             tracing::info!(term, reason = reason.label(), "standing for election early");
             metrics::counter!(crate::metrics::EARLY_CAMPAIGNS_TOTAL, "reason" => reason.label())
                 .increment(1);
-            if let Err(e) = raft.trigger().elect().await {
+            if let Err(e) = raft.trigger().elect(false).await {
                 tracing::debug!(error = %e, "could not stand for election");
             }
         }
@@ -254,7 +255,7 @@ impl EarlyElections {
             }
             let (me, leader, term, voters) = {
                 let metrics = raft.metrics();
-                let m = metrics.borrow();
+                let m = metrics.borrow_watched();
                 let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
                 (m.id, m.current_leader, m.current_term, voters)
             };
@@ -287,7 +288,7 @@ impl EarlyElections {
             // question: a leader heard from again meanwhile, or whose quorum came back, stays.
             let unchanged = {
                 let metrics = raft.metrics();
-                let m = metrics.borrow();
+                let m = metrics.borrow_watched();
                 m.current_leader == Some(leader) && m.current_term == term
             };
             let reason =
@@ -306,7 +307,7 @@ impl EarlyElections {
             );
             metrics::counter!(crate::metrics::EARLY_CAMPAIGNS_TOTAL, "reason" => reason.label())
                 .increment(1);
-            if let Err(e) = raft.trigger().elect().await {
+            if let Err(e) = raft.trigger().elect(false).await {
                 tracing::debug!(error = %e, "could not stand for election");
             }
         }
@@ -355,14 +356,14 @@ fn note(seen: &watch::Sender<u64>, term: u64) {
 /// a shorter log than the one `request` offers: a candidacy this node will never back.
 fn is_split_we_cannot_lose(
     peer: NodeId,
-    request: &VoteRequest<NodeId>,
-    response: &VoteResponse<NodeId>,
+    request: &VoteRequest<TypeConfig>,
+    response: &VoteResponse<TypeConfig>,
 ) -> bool {
-    let ours = request.vote.leader_id();
-    let theirs = response.vote.leader_id();
+    let ours = &request.vote.leader_id;
+    let theirs = &response.vote.leader_id;
     !response.vote_granted
         && theirs.term == ours.term
-        && theirs.voted_for() == Some(peer)
+        && theirs.node_id == peer
         && response.last_log_id < request.last_log_id
 }
 
@@ -370,26 +371,26 @@ fn is_split_we_cannot_lose(
 /// term before the candidate's. Its leader's lease may have refused it too (the lease is
 /// checked first): [`EarlyElections::run`] stands only once that leader has gone silent.
 fn is_refused_for_a_shorter_log(
-    request: &VoteRequest<NodeId>,
-    response: &VoteResponse<NodeId>,
+    request: &VoteRequest<TypeConfig>,
+    response: &VoteResponse<TypeConfig>,
 ) -> bool {
     !response.vote_granted
-        && request.vote.leader_id().term > response.vote.leader_id().term
+        && request.vote.leader_id.term > response.vote.leader_id.term
         && request.last_log_id < response.last_log_id
 }
 
 #[cfg(test)]
 mod tests {
-    use openraft::testing::log_id;
+    use crate::raft::log_id;
     use openraft::Vote;
 
     use super::*;
 
-    fn request(term: u64, candidate: NodeId, last_index: u64) -> VoteRequest<NodeId> {
+    fn request(term: u64, candidate: NodeId, last_index: u64) -> VoteRequest<TypeConfig> {
         VoteRequest::new(Vote::new(term, candidate), Some(log_id(1, 1, last_index)))
     }
 
-    fn answer(term: u64, voted_for: NodeId, granted: bool, last: u64) -> VoteResponse<NodeId> {
+    fn answer(term: u64, voted_for: NodeId, granted: bool, last: u64) -> VoteResponse<TypeConfig> {
         VoteResponse::new(
             Vote::new(term, voted_for),
             Some(log_id(1, 1, last)),

@@ -64,25 +64,56 @@ impl fmt::Display for NodeInfo {
 }
 
 openraft::declare_raft_types!(
-    /// rowcall's Raft types: commands in, results out, nodes addressed by [`NodeInfo`].
+    /// rowcall's Raft types: commands in, results out, nodes addressed by [`NodeInfo`]. Terms,
+    /// leader ids (one leader per term and node: openraft's "advanced" leader id, as in 0.9)
+    /// and votes keep openraft's defaults, whose serde form is the one 0.9 wrote.
     pub TypeConfig:
         D = Request,
         R = CommandResult,
         NodeId = NodeId,
         Node = NodeInfo,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = crate::store::snapshot::file::SnapshotFile,
         AsyncRuntime = openraft::TokioRuntime,
+        ErrorSource = openraft::AnyError,
 );
 
 /// The Raft handle of a rowcall node.
-pub type Raft = openraft::Raft<TypeConfig>;
+pub type Raft = openraft::Raft<TypeConfig, crate::store::StateMachine>;
 /// A stored or replicated log entry.
-pub type Entry = openraft::Entry<TypeConfig>;
+pub type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
 /// A log id.
-pub type LogId = openraft::LogId<NodeId>;
-/// Storage errors as openraft wants them.
-pub type StorageError = openraft::StorageError<NodeId>;
+pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+/// The leader id a log id names (term and node).
+pub type CommittedLeaderId = openraft::type_config::alias::CommittedLeaderIdOf<TypeConfig>;
+/// A leader id (term and node) as a vote holds it.
+pub type LeaderId = openraft::type_config::alias::LeaderIdOf<TypeConfig>;
+/// A node's vote: the leader it voted for, and whether a quorum granted it.
+pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+/// A membership: the voter sets of a (joint) configuration and every member's address.
+pub type Membership = openraft::Membership<NodeId, NodeInfo>;
+/// A membership and the log id of the entry that carried it.
+pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+/// What a snapshot is of: its last log id, membership and id.
+pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
+/// A snapshot: its meta data and its file.
+pub type Snapshot = openraft::type_config::alias::SnapshotOf<
+    TypeConfig,
+    crate::store::snapshot::file::SnapshotFile,
+>;
+/// What an entry carries.
+pub type EntryPayload = openraft::type_config::alias::EntryPayloadOf<TypeConfig>;
+/// The log id of the entry at `index` proposed by leader `node_id` in `term`.
+pub fn log_id(term: u64, node_id: NodeId, index: u64) -> LogId {
+    LogId::new(CommittedLeaderId { term, node_id }, index)
+}
+
+/// A watch on openraft's metrics of this node (read with [`WatchReceiver`]'s
+/// `borrow_watched` and `changed`).
+pub type Metrics =
+    openraft::type_config::alias::WatchReceiverOf<TypeConfig, openraft::RaftMetrics<TypeConfig>>;
+pub use openraft::async_runtime::watch::WatchReceiver;
+/// Storage errors as the store builds them (openraft's trait methods take them as
+/// `io::Error`, which they convert into).
+pub type StorageError = openraft::StorageError<TypeConfig>;
 
 /// The id of one write request: the client's `Idempotency-Key`, or one the node makes. The
 /// state machine remembers recent ids and answers a repeat with the first outcome, so a

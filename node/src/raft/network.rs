@@ -10,24 +10,23 @@
 //! a warning, at most every few seconds per peer. An optional [`Faults`] layer drops or
 //! delays messages per directed link, for tests; successful replies feed [`Liveness`].
 
+use crate::raft::WatchReceiver as _;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
 };
-use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::network::{Backoff, RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::RaftMetrics;
+use openraft::{OptionalSend, RaftNetworkV2};
 use rowcall_proto::raft::raft_service_client::RaftServiceClient;
 use rowcall_proto::raft::RaftMessage;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use super::auth::ClusterSecret;
@@ -38,7 +37,8 @@ use super::identity::LocalIdentity;
 use super::liveness::Liveness;
 use super::standing::Witness;
 use super::tls::{host_of, PeerTls};
-use super::{NodeId, NodeInfo, Request, TypeConfig};
+use super::{NodeId, NodeInfo, Request, Snapshot, SnapshotMeta, StorageError, TypeConfig, Vote};
+use crate::store::snapshot::file::SnapshotFile;
 
 /// Largest gRPC message between nodes (snapshot chunks, bulk writes).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -136,7 +136,7 @@ pub struct Network {
     liveness: Arc<Liveness>,
     refusals_logged: Arc<Mutex<HashMap<String, Instant>>>,
     /// The local Raft's metrics (for the voter set), once Raft is started.
-    raft: Arc<OnceLock<watch::Receiver<RaftMetrics<NodeId, NodeInfo>>>>,
+    raft: Arc<OnceLock<super::Metrics>>,
     /// Peer TLS, if configured; channels are rebuilt when its files change.
     tls: Option<Arc<PeerTls>>,
     /// The TLS generation the cached channels were built with.
@@ -202,7 +202,7 @@ impl Network {
 
     /// How long ago a quorum of voters last acknowledged this node as leader.
     fn quorum_age(&self) -> Option<Duration> {
-        let metrics = self.raft.get()?.borrow();
+        let metrics = self.raft.get()?.borrow_watched();
         let voters = metrics.membership_config.membership().voter_ids();
         self.liveness.quorum_age(self.me, voters)
     }
@@ -590,19 +590,42 @@ pub struct Peer {
     node: NodeInfo,
 }
 
+/// One piece of a snapshot on its way to a follower: the snapshot's file is sent in pieces
+/// of at most `raft.snapshot_chunk_bytes`, in order, the last one `done`. The follower
+/// writes them into a file of its own and installs the snapshot when the last one arrives
+/// (`super::service`). The fields are those of openraft 0.9's chunked install request.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct SnapshotChunk {
+    /// The sender's vote: a leader's.
+    pub vote: Vote,
+    /// What the snapshot is of.
+    pub meta: SnapshotMeta,
+    /// Where in the file this piece goes.
+    pub offset: u64,
+    /// The piece.
+    pub data: Vec<u8>,
+    /// Whether it is the last piece.
+    pub done: bool,
+}
+
+/// What a follower answers to a snapshot's piece: its vote (a higher one tells the sender
+/// it is no longer leader), or why it could not take the piece.
+pub type SnapshotChunkReply = Result<SnapshotResponse<TypeConfig>, String>;
+
 impl Peer {
     /// Sends one Raft message; messages a leader sends (appends, snapshot chunks) say how
-    /// recent its quorum is.
+    /// recent its quorum is. A Raft error the peer answers with (it is shutting down) counts
+    /// as an unreachable peer.
     async fn raft_call<Req, Resp, E>(
         &mut self,
         method: Method,
         request: &Req,
         option: &RPCOption,
-    ) -> Result<Resp, RPCError<NodeId, NodeInfo, E>>
+    ) -> Result<Resp, RPCError<TypeConfig>>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
+        E: std::error::Error + DeserializeOwned + 'static,
     {
         let quorum_age = match method {
             Method::AppendEntries | Method::InstallSnapshot => self.network.quorum_age(),
@@ -618,20 +641,19 @@ impl Peer {
                 quorum_age,
             )
             .await
-            .map_err(|e| match e {
-                // A peer that refuses us cannot be helped by retrying at once: back off.
-                TransportError::Unreachable { .. } | TransportError::Refused { .. } => {
-                    RPCError::Unreachable(Unreachable::new(&e))
-                }
-                TransportError::Protocol { .. } => RPCError::Network(NetworkError::new(&e)),
-            })?;
-        reply.map_err(|e| {
-            RPCError::RemoteError(RemoteError::new_with_node(
-                self.target,
-                self.node.clone(),
-                e,
-            ))
-        })
+            .map_err(transport_to_rpc)?;
+        reply.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
+    }
+}
+
+/// A transport failure as openraft takes it.
+fn transport_to_rpc(e: TransportError) -> RPCError<TypeConfig> {
+    match e {
+        // A peer that refuses us cannot be helped by retrying at once: back off.
+        TransportError::Unreachable { .. } | TransportError::Refused { .. } => {
+            RPCError::Unreachable(Unreachable::new(&e))
+        }
+        TransportError::Protocol { .. } => RPCError::Network(NetworkError::new(&e)),
     }
 }
 
@@ -649,9 +671,9 @@ impl Peer {
     fn witness_append(
         &self,
         rpc: &AppendEntriesRequest<TypeConfig>,
-        response: &AppendEntriesResponse<NodeId>,
+        response: &AppendEntriesResponse<TypeConfig>,
     ) {
-        let term = rpc.vote.leader_id().get_term();
+        let term = rpc.vote.leader_id.term;
         match response {
             AppendEntriesResponse::Success => match rpc.entries.last() {
                 Some(last) => self.network.witness.saw_ack(
@@ -665,19 +687,93 @@ impl Peer {
             AppendEntriesResponse::PartialSuccess(_) | AppendEntriesResponse::Conflict => {
                 self.witness_term(term)
             }
-            AppendEntriesResponse::HigherVote(vote) => {
-                self.witness_term(vote.leader_id().get_term())
+            AppendEntriesResponse::HigherVote(vote) => self.witness_term(vote.leader_id.term),
+        }
+    }
+
+    /// Sends `snapshot` piece by piece (see [`SnapshotChunk`]).
+    async fn send_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        option: &RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        use tokio::io::AsyncReadExt as _;
+        let chunk_bytes = option.snapshot_chunk_size().unwrap_or(1 << 20).max(1);
+        let Snapshot {
+            meta,
+            snapshot: mut file,
+        } = snapshot;
+        let mut offset = 0u64;
+        loop {
+            let mut data = vec![0u8; chunk_bytes];
+            let mut filled = 0;
+            while filled < data.len() {
+                let read = file.read(&mut data[filled..]).await.map_err(|e| {
+                    StorageError::read_snapshot(Some(meta.signature()), openraft::AnyError::new(&e))
+                })?;
+                if read == 0 {
+                    break;
+                }
+                filled += read;
             }
+            data.truncate(filled);
+            let done = filled < chunk_bytes;
+            let len = data.len() as u64;
+            let chunk = SnapshotChunk {
+                vote,
+                meta: meta.clone(),
+                offset,
+                data,
+                done,
+            };
+            let sent = Instant::now();
+            let reply: SnapshotResponse<TypeConfig> = self
+                .raft_call::<_, _, RemoteRefusal>(
+                    Method::InstallSnapshot,
+                    &SnapshotChunkEnvelope(&chunk),
+                    option,
+                )
+                .await
+                .map_err(|e| match e {
+                    RPCError::Network(e) => StreamingError::Network(e),
+                    RPCError::Timeout(e) => StreamingError::Timeout(e),
+                    RPCError::Unreachable(e) => StreamingError::Unreachable(e),
+                    RPCError::RemoteError(e) => StreamingError::Unreachable(Unreachable::new(&e)),
+                })?;
+            self.witness_term(reply.vote.leader_id.term);
+            if reply.vote != vote {
+                // It holds a higher vote: this node is no longer its leader.
+                return Ok(reply);
+            }
+            self.network.liveness.acknowledged(self.target, sent);
+            if done {
+                return Ok(reply);
+            }
+            offset += len;
         }
     }
 }
 
-impl RaftNetwork<TypeConfig> for Peer {
+/// The wire form of a [`SnapshotChunk`] (borrowed, so the piece is not copied to be sent).
+#[derive(Serialize)]
+#[serde(transparent)]
+struct SnapshotChunkEnvelope<'a>(&'a SnapshotChunk);
+
+/// Why a peer refused a piece of a snapshot, as it said.
+#[derive(Debug, thiserror::Error, serde::Deserialize)]
+#[error("{0}")]
+#[serde(transparent)]
+struct RemoteRefusal(String);
+
+impl RaftNetworkV2<TypeConfig> for Peer {
+    type SnapshotData = SnapshotFile;
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let sent = Instant::now();
         let mut in_flight = AppendInFlight {
             liveness: self.network.liveness.clone(),
@@ -686,7 +782,9 @@ impl RaftNetwork<TypeConfig> for Peer {
             bound: option.hard_ttl(),
             answered: false,
         };
-        let response = self.raft_call(Method::AppendEntries, &rpc, &option).await?;
+        let response = self
+            .raft_call::<_, _, RaftError<TypeConfig>>(Method::AppendEntries, &rpc, &option)
+            .await?;
         in_flight.answered = true;
         self.witness_append(&rpc, &response);
         // Anything but a higher vote means the follower still takes us for its leader.
@@ -696,34 +794,30 @@ impl RaftNetwork<TypeConfig> for Peer {
         Ok(response)
     }
 
-    async fn install_snapshot(
+    async fn full_snapshot(
         &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl std::future::Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, NodeInfo, RaftError<NodeId, InstallSnapshotError>>,
-    > {
-        let sent = Instant::now();
-        let response: InstallSnapshotResponse<NodeId> = self
-            .raft_call(Method::InstallSnapshot, &rpc, &option)
-            .await?;
-        if response.vote == rpc.vote {
-            self.network.liveness.acknowledged(self.target, sent);
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        tokio::select! {
+            closed = cancel => Err(StreamingError::Closed(closed)),
+            sent = self.send_snapshot(vote, snapshot, &option) => sent,
         }
-        self.witness_term(response.vote.leader_id().get_term());
-        Ok(response)
     }
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<NodeId>,
+        rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         let sent = Instant::now();
-        let response: VoteResponse<NodeId> = self.raft_call(Method::Vote, &rpc, &option).await?;
+        let response: VoteResponse<TypeConfig> = self
+            .raft_call::<_, _, RaftError<TypeConfig>>(Method::Vote, &rpc, &option)
+            .await?;
         // Its vote is durable before it answers (granted or not).
-        self.witness_term(response.vote.leader_id().get_term());
+        self.witness_term(response.vote.leader_id.term);
         self.network
             .early_elections
             .answered(self.target, &rpc, &response);
@@ -736,8 +830,8 @@ impl RaftNetwork<TypeConfig> for Peer {
 
     /// How long replication to this peer pauses after each failed call in a row (reset by
     /// the first success): [`backoff_schedule`].
-    fn backoff(&self) -> Backoff {
-        Backoff::new(backoff_schedule())
+    fn backoff(&self) -> Option<Backoff> {
+        Some(Backoff::new(backoff_schedule()))
     }
 }
 

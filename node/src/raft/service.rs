@@ -16,27 +16,103 @@ use serde::Serialize;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest,
-};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest};
+use tokio::io::AsyncWriteExt as _;
 
 use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
 use super::identity::protocols_talk;
+use super::network::{SnapshotChunk, SnapshotChunkReply};
 use super::standing::Standing;
-use super::{validate, NodeId, TypeConfig};
+use super::{validate, NodeId, Snapshot, SnapshotMeta, TypeConfig, Vote, WatchReceiver as _};
 use crate::app::{App, Proposal};
 use crate::model::time::now_ms;
+use crate::store::snapshot::file::{Folder, SnapshotFile};
 use crate::trace::TraceId;
 
 /// Serves the local node to its peers.
 pub struct RaftGrpc {
     app: Arc<App>,
+    /// The snapshot a leader is sending this node, piece by piece.
+    inbound: tokio::sync::Mutex<Option<Inbound>>,
+}
+
+/// A snapshot being received: whose, of what, into which file, and where the next piece
+/// goes.
+struct Inbound {
+    vote: Vote,
+    meta: SnapshotMeta,
+    file: SnapshotFile,
+    next: u64,
 }
 
 impl RaftGrpc {
     /// A service for `app`.
     pub fn new(app: Arc<App>) -> Self {
-        Self { app }
+        Self {
+            app,
+            inbound: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Takes one piece of a leader's snapshot ([`SnapshotChunk`]): written into a file of
+    /// this node's snapshot folder; the last one installs the snapshot through openraft.
+    /// A piece that does not continue the snapshot being received is refused, and the
+    /// leader sends the snapshot again from its start.
+    async fn receive_chunk(&self, chunk: SnapshotChunk) -> SnapshotChunkReply {
+        let ours = self.app.raft.metrics().borrow_watched().vote;
+        if ours.partial_cmp(&chunk.vote) == Some(std::cmp::Ordering::Greater) {
+            // A stale leader: our vote tells it so, and nothing is written.
+            return Ok(SnapshotResponse::new(ours));
+        }
+        let fail = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
+        let mut inbound = self.inbound.lock().await;
+        if chunk.offset == 0 {
+            let folder = Folder::open(&self.app.config.node.data.join("snapshots"))
+                .map_err(|e| fail("open the snapshot folder", &e))?;
+            let file = folder
+                .receive_file()
+                .await
+                .map_err(|e| fail("make a file to receive the snapshot into", &e))?;
+            *inbound = Some(Inbound {
+                vote: chunk.vote,
+                meta: chunk.meta.clone(),
+                file,
+                next: 0,
+            });
+        }
+        let receiving = inbound
+            .as_mut()
+            .filter(|i| i.vote == chunk.vote && i.meta == chunk.meta && i.next == chunk.offset);
+        let Some(receiving) = receiving else {
+            return Err(format!(
+                "node {} is not receiving a snapshot that the piece at offset {} continues",
+                self.app.node_id, chunk.offset
+            ));
+        };
+        receiving
+            .file
+            .write_all(&chunk.data)
+            .await
+            .map_err(|e| fail("write the snapshot", &e))?;
+        receiving.next += chunk.data.len() as u64;
+        if !chunk.done {
+            return Ok(SnapshotResponse::new(chunk.vote));
+        }
+        let Some(Inbound { meta, mut file, .. }) = inbound.take() else {
+            unreachable!("a snapshot is being received");
+        };
+        file.sync()
+            .await
+            .map_err(|e| fail("sync the received snapshot", &e))?;
+        let snapshot = Snapshot {
+            meta,
+            snapshot: file,
+        };
+        self.app
+            .raft
+            .install_full_snapshot(chunk.vote, snapshot)
+            .await
+            .map_err(|e| fail("install the snapshot", &e))
     }
 }
 
@@ -243,16 +319,11 @@ impl RaftGrpc {
     /// are checked when read, against the leader this node then follows). Counted from its
     /// arrival, not from now: handling it (a vote save, an append, their syncs) may have
     /// taken long, and the leader's quorum aged meanwhile ([`super::liveness`]).
-    fn leader_contacted(
-        &self,
-        vote: openraft::Vote<NodeId>,
-        received: Instant,
-        quorum_age_ms: Option<u64>,
-    ) {
-        if let (true, Some(age)) = (vote.is_committed(), quorum_age_ms) {
+    fn leader_contacted(&self, vote: super::Vote, received: Instant, quorum_age_ms: Option<u64>) {
+        if let (true, Some(age)) = (vote.committed, quorum_age_ms) {
             self.app.liveness.leader_contacted(
-                vote.leader_id().node_id,
-                vote.leader_id().get_term(),
+                vote.leader_id.node_id,
+                vote.leader_id.term,
                 received,
                 Duration::from_millis(age),
             );
@@ -343,9 +414,9 @@ impl RaftService for RaftGrpc {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         self.taking_part()?;
         let message = self.admit(request, Admission::Raft)?;
-        let vote: VoteRequest<NodeId> = decode(&message)?;
-        payload_from_sender(&message, vote.vote.leader_id().node_id)?;
-        self.witness_sender(&message, vote.vote.leader_id().get_term());
+        let vote: VoteRequest<TypeConfig> = decode(&message)?;
+        payload_from_sender(&message, vote.vote.leader_id.node_id)?;
+        self.witness_sender(&message, vote.vote.leader_id.term);
         let result = self.app.raft.vote(vote.clone()).await;
         if let Ok(answer) = &result {
             self.app.network.early_elections().refused(&vote, answer);
@@ -362,9 +433,9 @@ impl RaftService for RaftGrpc {
         let message = self.admit(request, Admission::Raft)?;
         let quorum_age = message.leader_quorum_age_ms;
         let append: AppendEntriesRequest<TypeConfig> = decode(&message)?;
-        payload_from_sender(&message, append.vote.leader_id().node_id)?;
+        payload_from_sender(&message, append.vote.leader_id.node_id)?;
         let vote = append.vote;
-        self.witness_sender(&message, vote.leader_id().get_term());
+        self.witness_sender(&message, vote.leader_id.term);
         let result = self.app.raft.append_entries(append).await;
         if let Ok(response) = &result {
             if !matches!(response, AppendEntriesResponse::HigherVote(_)) {
@@ -382,10 +453,10 @@ impl RaftService for RaftGrpc {
         self.taking_part()?;
         let message = self.admit(request, Admission::Raft)?;
         let quorum_age = message.leader_quorum_age_ms;
-        let chunk: InstallSnapshotRequest<TypeConfig> = decode(&message)?;
-        payload_from_sender(&message, chunk.vote.leader_id().node_id)?;
+        let chunk: SnapshotChunk = decode(&message)?;
+        payload_from_sender(&message, chunk.vote.leader_id.node_id)?;
         let vote = chunk.vote;
-        let result = self.app.raft.install_snapshot(chunk).await;
+        let result = self.receive_chunk(chunk).await;
         if result.as_ref().is_ok_and(|r| r.vote == vote) {
             self.leader_contacted(vote, received, quorum_age);
         }

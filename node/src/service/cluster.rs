@@ -1,6 +1,7 @@
 //! The cluster as operators see it: status, readiness, convergence digests, membership
 //! changes and snapshots. Any node answers; membership changes go to the leader.
 
+use crate::raft::WatchReceiver as _;
 use std::collections::BTreeMap;
 
 use openraft::ServerState;
@@ -140,7 +141,7 @@ fn role(state: ServerState) -> &'static str {
 /// This node, the leader, the term, the indexes and every member, as `viewer` may see them
 /// (see [`Viewer::status`]).
 pub fn status(app: &App, viewer: &Viewer) -> Status {
-    let metrics = app.raft.metrics().borrow().clone();
+    let metrics = app.raft.metrics().borrow_watched().clone();
     let membership = metrics.membership_config.membership();
     let voters: Vec<u64> = membership.voter_ids().collect();
     let members = membership
@@ -233,7 +234,7 @@ pub async fn readiness(app: &App) -> Readiness {
     let applied = app.applied_index();
     let committed = app
         .raft
-        .with_raft_state(|state| state.committed.map_or(0, |c| c.index))
+        .with_raft_state(|state| state.local_committed().map_or(0, |c| c.index))
         .await
         .unwrap_or(u64::MAX);
     let stale = app.is_stale();
@@ -246,7 +247,7 @@ pub async fn readiness(app: &App) -> Readiness {
         })
         .collect();
     // Raft stopped (its storage failed, or the node is stopping): nothing here is current.
-    let running = app.raft.metrics().borrow().running_state.is_ok();
+    let running = app.raft.metrics().borrow_watched().running_state.is_ok();
     Readiness {
         ready: running && leader.is_some() && !stale && applied >= committed,
         leader,
@@ -291,7 +292,7 @@ pub async fn promote(app: &App, _admin: &Admin, id: NodeId) -> Result<(), Servic
     let node = app
         .raft
         .metrics()
-        .borrow()
+        .borrow_watched()
         .membership_config
         .membership()
         .get_node(&id)

@@ -51,8 +51,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
-use openraft::{ErrorSubject, ErrorVerb, OptionalSend, Vote};
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::{ErrorSubject, ErrorVerb, OptionalSend};
 use raft_log::api::raft_log_writer::RaftLogWriter as _;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -61,7 +61,7 @@ use super::durable::Durable;
 use super::io_error;
 use super::wal::{self, Flushed, Payload, WalLogId};
 use crate::config::SyncMode;
-use crate::raft::{Entry, LogId, NodeId, StorageError, TypeConfig};
+use crate::raft::{Entry, LogId, StorageError, TypeConfig, Vote};
 
 const VOTE: &[u8] = b"m/vote";
 const COMMITTED: &[u8] = b"m/committed";
@@ -220,7 +220,7 @@ impl LogStore {
         Ok(())
     }
 
-    async fn sync(&self, subject: ErrorSubject<NodeId>) -> Result<(), StorageError> {
+    async fn sync(&self, subject: ErrorSubject<TypeConfig>) -> Result<(), StorageError> {
         self.storage
             .sync()
             .await
@@ -228,7 +228,7 @@ impl LogStore {
     }
 
     /// Hands everything appended so far to the log's writer and waits until it is durable.
-    async fn flush_log(&self, subject: ErrorSubject<NodeId>) -> Result<(), StorageError> {
+    async fn flush_log(&self, subject: ErrorSubject<TypeConfig>) -> Result<(), StorageError> {
         let fail = |e: std::io::Error| io_error(subject.clone(), ErrorVerb::Write, &e);
         let (sender, receiver) = tokio::sync::oneshot::channel();
         self.log()
@@ -419,7 +419,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
-    ) -> Result<Vec<Entry>, StorageError> {
+    ) -> Result<Vec<Entry>, std::io::Error> {
         let start = match range.start_bound() {
             Bound::Included(i) => *i,
             Bound::Excluded(i) => i.saturating_add(1),
@@ -438,14 +438,19 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 serde_json::from_slice(&bytes)
                     .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, &e))
             })
-            .collect()
+            .collect::<Result<_, StorageError>>()
+            .map_err(Into::into)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, std::io::Error> {
+        Ok(self.read_meta(VOTE)?)
     }
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
-    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, std::io::Error> {
         let last_purged_log_id: Option<LogId> = self.read_meta(PURGED)?;
         let in_log = {
             let log = self.log();
@@ -467,16 +472,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.clone()
     }
 
-    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), std::io::Error> {
         self.write_meta(VOTE, vote)?;
-        self.sync(ErrorSubject::Vote).await
+        Ok(self.sync(ErrorSubject::Vote).await?)
     }
 
-    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
-        self.read_meta(VOTE)
-    }
-
-    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), std::io::Error> {
         // Durable before openraft applies up to it: apply does not sync (see the state
         // machine's "Apply"), so after a power loss the node re-applies from the log up to
         // the saved commit index before it serves anything. Were this value older than
@@ -490,31 +491,30 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
         }
         self.write_meta(COMMITTED, &committed)?;
-        self.sync(ErrorSubject::Store).await
+        Ok(self.sync(ErrorSubject::Store).await?)
     }
 
-    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+    async fn read_committed(&mut self) -> Result<Option<LogId>, std::io::Error> {
         Ok(self.read_meta::<Option<LogId>>(COMMITTED)?.flatten())
     }
 
     async fn append<I>(
         &mut self,
         entries: I,
-        callback: LogFlushed<TypeConfig>,
-    ) -> Result<(), StorageError>
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), std::io::Error>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
         let records = encode(entries)?;
         let Some(upto) = records.last().map(|(id, _)| id.0.index) else {
-            callback.log_io_completed(Ok(()));
+            callback.io_completed(Ok(()));
             return Ok(());
         };
         let sync = self.synced();
-        let fail = |e: std::io::Error| io_error(ErrorSubject::Logs, ErrorVerb::Write, &e);
         let mut log = self.log();
-        self.put(&mut log, records).map_err(fail)?;
+        self.put(&mut log, records)?;
         // Readable now; durable when the writer calls back, after the fdatasync that
         // covers them (and whatever else was handed over meanwhile).
         log.flush(
@@ -525,29 +525,28 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 durable: self.durable.clone(),
             }),
         )
-        .map_err(fail)
     }
 
-    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+    async fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), std::io::Error> {
+        // Everything after `last` goes; with no `last`, everything does.
+        let from = last.map_or(0, |l| l.index + 1);
         let holds = self
             .log()
             .log_state()
             .last()
-            .is_some_and(|last| last.0.index >= log_id.index);
+            .is_some_and(|held| held.0.index >= from);
         if !holds {
             return Ok(());
         }
-        self.log()
-            .truncate(log_id.index)
-            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Delete, &e))?;
+        self.log().truncate(from)?;
         // Entries from here on are gone; those appended again are durable only when
         // their own flush says so.
         self.durable
-            .fetch_min(log_id.index.saturating_sub(1), Ordering::SeqCst);
-        self.flush_log(ErrorSubject::Logs).await
+            .fetch_min(from.saturating_sub(1), Ordering::SeqCst);
+        Ok(self.flush_log(ErrorSubject::Logs).await?)
     }
 
-    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+    async fn purge(&mut self, log_id: LogId) -> Result<(), std::io::Error> {
         // The purge point in sled first (see the module's documentation), then the log;
         // the log's flush deletes the chunk files nothing unpurged is left in.
         self.write_meta(PURGED, &log_id)?;
@@ -555,14 +554,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.log()
             .purge(WalLogId(log_id))
             .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Delete, &e))?;
-        self.flush_log(ErrorSubject::Logs).await
+        Ok(self.flush_log(ErrorSubject::Logs).await?)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use openraft::testing::log_id;
-    use openraft::{EntryPayload, RaftLogId};
+    use crate::raft::log_id;
+    use crate::raft::EntryPayload;
 
     use super::*;
     use crate::config::SyncMode;
@@ -625,7 +624,7 @@ mod tests {
 
     async fn indexes(store: &mut LogStore, range: std::ops::Range<u64>) -> Vec<u64> {
         let read = store.try_get_log_entries(range).await.unwrap();
-        read.iter().map(|e| e.get_log_id().index).collect()
+        read.iter().map(|e| e.log_id.index).collect()
     }
 
     #[tokio::test]
@@ -654,7 +653,7 @@ mod tests {
         assert_eq!(last(&mut store).await, (Some(25), Some(27)));
         assert_eq!(indexes(&mut store, 20..30).await, [26, 27]);
         // A conflicting tail is cut, and the log goes on from there.
-        store.truncate(log_id(1, 1, 27)).await.unwrap();
+        store.truncate_after(Some(log_id(1, 1, 26))).await.unwrap();
         assert_eq!(last(&mut store).await, (Some(25), Some(26)));
         drop(store);
         let mut reopened = folder.open(&storage).await;

@@ -20,9 +20,9 @@ pub mod snapshot;
 pub mod state_machine;
 pub mod wal;
 
-use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError};
+use openraft::{AnyError, ErrorSubject, ErrorVerb};
 
-use crate::raft::{NodeId, StorageError};
+use crate::raft::{StorageError, TypeConfig};
 
 pub use self::durable::{Durable, SyncError};
 pub use self::log::LogStore;
@@ -30,11 +30,11 @@ pub use self::state_machine::StateMachine;
 
 /// Wraps a storage failure for openraft.
 pub(crate) fn io_error(
-    subject: ErrorSubject<NodeId>,
+    subject: ErrorSubject<TypeConfig>,
     verb: ErrorVerb,
     source: &(impl std::error::Error + 'static),
 ) -> StorageError {
-    StorageIOError::new(subject, verb, AnyError::new(source)).into()
+    StorageError::new(subject, verb, AnyError::new(source))
 }
 
 /// Big-endian index bytes, so sled's key order is the index order.

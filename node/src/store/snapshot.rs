@@ -57,8 +57,8 @@ pub(crate) mod format;
 use std::io::{BufWriter, Write};
 use std::sync::Arc;
 
-use openraft::storage::{RaftSnapshotBuilder, Snapshot, SnapshotMeta};
-use openraft::{ErrorSubject, ErrorVerb, StoredMembership};
+use openraft::storage::RaftSnapshotBuilder;
+use openraft::{ErrorSubject, ErrorVerb};
 use serde::{Deserialize, Serialize};
 
 use self::file::{Folder, SnapshotFile};
@@ -68,11 +68,10 @@ use super::{io_error, requests};
 use crate::catalogue::row::Row;
 use crate::model::receipt::Receipt;
 use crate::model::share::ShareSecret;
-use crate::model::time::now_ms;
-use crate::raft::{LogId, NodeId, NodeInfo, StorageError, TypeConfig};
+use crate::raft::{LogId, Snapshot, StorageError, TypeConfig};
 
-pub(crate) type Membership = StoredMembership<NodeId, NodeInfo>;
-pub(crate) type Meta = SnapshotMeta<NodeId, NodeInfo>;
+pub(crate) type Membership = crate::raft::StoredMembership;
+pub(crate) type Meta = crate::raft::SnapshotMeta;
 
 /// The current snapshot: its meta and the name of its file ([`Current`]).
 pub(crate) const CURRENT: &[u8] = b"s/file";
@@ -153,7 +152,7 @@ pub(crate) fn current_name(tree: &sled::Tree) -> Result<Option<Current>, Storage
 pub(crate) async fn current(
     tree: &sled::Tree,
     folder: &Folder,
-) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+) -> Result<Option<Snapshot>, StorageError> {
     loop {
         let Some(named) = current_name(tree)? else {
             return Ok(None);
@@ -162,7 +161,7 @@ pub(crate) async fn current(
             Ok(file) => {
                 return Ok(Some(Snapshot {
                     meta: named.meta,
-                    snapshot: Box::new(file),
+                    snapshot: file,
                 }))
             }
             // A newer snapshot replaced it (and removed its file) since we read the name.
@@ -484,7 +483,17 @@ impl Drop for Registered {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+    type SnapshotData = SnapshotFile;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, std::io::Error> {
+        Ok(self.build().await?)
+    }
+}
+
+impl SnapshotBuilder {
+    /// Writes the snapshot's file and makes it the current snapshot, unless a newer one was
+    /// installed meanwhile.
+    async fn build(&mut self) -> Result<Snapshot, StorageError> {
         let upto = self.last_applied.map_or(0, |l| l.index);
         let share = self.share.clone().map_err(|e| fail(ErrorVerb::Write)(&e))?;
         let header = Header {
@@ -508,15 +517,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         })
         .await
         .map_err(|e| fail(ErrorVerb::Write)(&e))??;
-        let snapshot_id = match self.last_applied {
-            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, now_ms()),
-            None => format!("0-0-{}", now_ms()),
-        };
         let current = Current {
             meta: Meta {
                 last_log_id: self.last_applied,
                 last_membership: self.membership.clone(),
-                snapshot_id,
             },
             file: name,
         };
@@ -544,7 +548,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         tracing::debug!(upto, collected, file = %current.file, "snapshot built");
         Ok(Snapshot {
             meta: current.meta,
-            snapshot: Box::new(data),
+            snapshot: data,
         })
     }
 }

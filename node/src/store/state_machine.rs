@@ -54,8 +54,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use openraft::storage::{RaftStateMachine, Snapshot};
-use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, StoredMembership};
+use futures_util::{Stream, TryStreamExt as _};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{ErrorSubject, ErrorVerb, OptionalSend};
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -71,7 +72,8 @@ use crate::model::receipt::Receipt;
 use crate::model::share::{ShareKeys, ShareSecret};
 use crate::model::time::{format_ms, parse_ms};
 use crate::raft::{
-    Command, CommandResult, Entry, LogId, PutOutcome, Request, RequestId, StorageError, TypeConfig,
+    Command, CommandResult, Entry, EntryPayload, LogId, PutOutcome, Request, RequestId, Snapshot,
+    StorageError, StoredMembership, TypeConfig,
 };
 
 /// The sled tree of the state machine.
@@ -429,7 +431,7 @@ impl SnapshotReader {
     }
 
     /// The current snapshot, if there is one.
-    pub async fn current(&self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+    pub async fn current(&self) -> Result<Option<Snapshot>, StorageError> {
         snapshot::current(&self.tree, &self.folder).await
     }
 }
@@ -913,7 +915,7 @@ impl StateMachine {
         self.applied_tx.send_replace(index);
     }
 
-    async fn sync(&self, subject: ErrorSubject<crate::raft::NodeId>) -> Result<(), StorageError> {
+    async fn sync(&self, subject: ErrorSubject<TypeConfig>) -> Result<(), StorageError> {
         self.storage
             .sync()
             .await
@@ -932,17 +934,56 @@ fn stored_row(input: RowInput, index: u64, at_ms: u64, existing: Option<&Row>) -
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotFile;
     type SnapshotBuilder = SnapshotBuilder;
 
-    async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership), StorageError> {
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership), std::io::Error> {
         Ok((self.last_applied, self.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandResult>, StorageError>
+    async fn apply<Strm>(&mut self, entries: Strm) -> Result<(), std::io::Error>
     where
-        I: IntoIterator<Item = Entry> + OptionalSend,
-        I::IntoIter: OptionalSend,
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, std::io::Error>>
+            + Unpin
+            + OptionalSend,
     {
+        // One batch for all openraft hands over at once; each proposer is answered after
+        // the batch is published, so an answered write is visible on this node.
+        let (entries, responders): (Vec<_>, Vec<_>) =
+            entries.try_collect::<Vec<_>>().await?.into_iter().unzip();
+        let results = self.apply_entries(entries).await?;
+        for (responder, result) in responders.into_iter().zip(results) {
+            if let Some(responder) = responder {
+                responder.send(result);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.snapshot_builder()
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &Meta,
+        snapshot: SnapshotFile,
+    ) -> Result<(), std::io::Error> {
+        Ok(self.install(meta, snapshot).await?)
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, std::io::Error> {
+        Ok(snapshot::current(&self.tree, &self.snapshots).await?)
+    }
+}
+
+impl StateMachine {
+    /// Applies `entries` as one batch: one sled batch, published at once; returns each
+    /// entry's result, in order.
+    pub async fn apply_entries(
+        &mut self,
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Result<Vec<CommandResult>, StorageError> {
         let mut stage = Stage::default();
         let mut results = Vec::new();
         let mut last = None;
@@ -989,7 +1030,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(results)
     }
 
-    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+    /// A new file in the snapshot folder to receive a snapshot into (a leader's, or a
+    /// backup's), for [`RaftStateMachine::install_snapshot`]. Any earlier file left
+    /// unfinished is removed.
+    pub async fn receive_file(&self) -> Result<SnapshotFile, StorageError> {
+        self.snapshots
+            .receive_file()
+            .await
+            .map_err(|e| snapshot::fail(ErrorVerb::Write)(&e))
+    }
+
+    fn snapshot_builder(&self) -> SnapshotBuilder {
         // Capture what is in memory now: building runs concurrently with later applies
         // (see `snapshot` for why the rest may be read later).
         SnapshotBuilder {
@@ -1008,27 +1059,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 .holds
                 .register(self.last_applied.map_or(0, |l| l.index)),
         }
-    }
-
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
-        let file = self
-            .snapshots
-            .receive_file()
-            .await
-            .map_err(|e| snapshot::fail(ErrorVerb::Write)(&e))?;
-        Ok(Box::new(file))
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        meta: &Meta,
-        snapshot: Box<SnapshotFile>,
-    ) -> Result<(), StorageError> {
-        self.install(meta, *snapshot).await
-    }
-
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        snapshot::current(&self.tree, &self.snapshots).await
     }
 }
 

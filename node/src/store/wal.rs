@@ -25,12 +25,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::storage::LogFlushed;
-use openraft::CommittedLeaderId;
+use openraft::storage::IOFlushed;
+
 use raft_log::codeq::{Decode, Encode};
 use raft_log::RaftLog;
 
-use crate::raft::{LogId, TypeConfig};
+use crate::raft::{CommittedLeaderId, LogId, TypeConfig};
 
 /// The folder, inside the data folder, that holds the log's chunk files.
 pub const DIR: &str = "raft-log";
@@ -87,10 +87,7 @@ impl Decode for WalLogId {
             r.read_exact(&mut bytes).map(|()| u64::from_be_bytes(bytes))
         };
         let (term, node_id, index) = (next()?, next()?, next()?);
-        Ok(Self(LogId::new(
-            CommittedLeaderId::new(term, node_id),
-            index,
-        )))
+        Ok(Self(LogId::new(CommittedLeaderId { term, node_id }, index)))
     }
 }
 
@@ -116,7 +113,7 @@ pub enum Flushed {
     /// Tell openraft that the appended entries, up to index `upto`, are on disk, and record
     /// that in `durable`.
     Append {
-        flushed: LogFlushed<TypeConfig>,
+        flushed: IOFlushed<TypeConfig>,
         upto: u64,
         durable: Arc<AtomicU64>,
     },
@@ -138,7 +135,7 @@ impl raft_log::Callback for Flushed {
                 if result.is_ok() {
                     durable.fetch_max(upto, Ordering::SeqCst);
                 }
-                flushed.log_io_completed(result);
+                flushed.io_completed(result);
             }
             Self::Wake(sender) => {
                 let _ = sender.send(result);
@@ -244,7 +241,13 @@ mod tests {
 
     #[test]
     fn a_log_id_reads_back_and_a_short_one_is_a_torn_tail() {
-        let id = WalLogId(LogId::new(CommittedLeaderId::new(7, 3), 1_000_001));
+        let id = WalLogId(LogId::new(
+            CommittedLeaderId {
+                term: 7,
+                node_id: 3,
+            },
+            1_000_001,
+        ));
         let mut bytes = Vec::new();
         assert_eq!(id.encode(&mut bytes).unwrap(), 24);
         assert_eq!(WalLogId::decode(&bytes[..]).unwrap(), id);

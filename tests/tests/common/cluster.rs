@@ -6,6 +6,7 @@
 //! and show the cluster secret [`CLUSTER_SECRET`]: `.ci/run` runs the cluster tests both
 //! ways.
 
+use rowcall_node::raft::WatchReceiver as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -249,7 +250,7 @@ impl Cluster {
                     .members
                     .iter()
                     .filter_map(|m| m.handle.as_ref())
-                    .map(|h| h.app.raft.metrics().borrow().current_leader)
+                    .map(|h| h.app.raft.metrics().borrow_watched().current_leader)
                     .collect();
                 let first = seen.first().copied().flatten();
                 let agreed = first.is_some()

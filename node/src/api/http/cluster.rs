@@ -1,6 +1,7 @@
 //! Cluster status, health, readiness, metrics, membership and the snapshot trigger, over
 //! [`crate::service::cluster`].
 
+use crate::raft::WatchReceiver as _;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -249,7 +250,7 @@ pub async fn metrics(State(http): State<Http>) -> Response {
         metrics::gauge!(crate::metrics::STORAGE_ALARMS, "node" => node.clone())
             .set(alarms.len() as f64);
     }
-    let raft = app.raft.metrics().borrow().clone();
+    let raft = app.raft.metrics().borrow_watched().clone();
     // Counted only when an append goes unanswered: the series of each member is made at 0
     // first, so that a rule's `rate()` sees it rise from there (and a healthy cluster has it).
     for (peer, _) in raft.membership_config.membership().nodes() {

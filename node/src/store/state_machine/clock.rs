@@ -119,39 +119,34 @@ fn log_time(
 mod tests {
     use std::collections::BTreeMap;
 
-    use openraft::{CommittedLeaderId, EntryPayload};
-
     use super::super::{Durable, SharedCatalogue, StateMachine};
     use crate::config::SyncMode;
     use crate::model::receipt::Receipt;
     use crate::model::time::format_ms;
-    use crate::raft::{Command, CommandResult, Entry, LogId, NodeId, NodeInfo, Request};
-    use openraft::storage::RaftStateMachine;
+    use crate::raft::{
+        log_id, Command, CommandResult, Entry, EntryPayload, NodeId, NodeInfo, Request,
+    };
 
     const MINUTE: u64 = 60_000;
     const DAY: u64 = 24 * 60 * MINUTE;
     /// The real time of the test's story.
     const NOW: u64 = 10 * DAY;
 
-    fn entry(index: u64, payload: EntryPayload<crate::raft::TypeConfig>) -> Entry {
+    fn entry(index: u64, payload: EntryPayload) -> Entry {
         Entry {
-            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            log_id: log_id(1, 1, index),
             payload,
         }
     }
 
-    fn voters_1_to_3() -> EntryPayload<crate::raft::TypeConfig> {
+    fn voters_1_to_3() -> EntryPayload {
         let nodes: BTreeMap<NodeId, NodeInfo> =
             (1..=3).map(|id| (id, NodeInfo::default())).collect();
         let voters = nodes.keys().copied().collect();
-        EntryPayload::Membership(openraft::Membership::new(vec![voters], nodes))
+        EntryPayload::Membership(openraft::Membership::new(vec![voters], nodes).unwrap())
     }
 
-    fn receipt(
-        n: u64,
-        served_by: NodeId,
-        started_ms: u64,
-    ) -> EntryPayload<crate::raft::TypeConfig> {
+    fn receipt(n: u64, served_by: NodeId, started_ms: u64) -> EntryPayload {
         EntryPayload::Normal(Request::new(Command::AppendReceipt {
             receipt: Box::new(Receipt {
                 started_at: format_ms(started_ms),
@@ -206,8 +201,8 @@ mod tests {
         // receipts staged in its own batch).
         let mut entries = story();
         let prune = entries.split_off(entries.len() - 1);
-        sm.apply(entries).await.unwrap();
-        let results = sm.apply(prune).await.unwrap();
+        sm.apply_entries(entries).await.unwrap();
+        let results = sm.apply_entries(prune).await.unwrap();
         assert_eq!(
             results.last(),
             Some(&CommandResult::Pruned {
@@ -225,7 +220,7 @@ mod tests {
         // Entry by entry, as a follower may apply them: the same receipts go.
         let mut other = machine(&dir.path().join("one-by-one"));
         for entry in story() {
-            other.apply([entry]).await.unwrap();
+            other.apply_entries([entry]).await.unwrap();
         }
         assert_eq!(kept(&mut other), kept_batched);
     }

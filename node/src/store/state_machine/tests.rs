@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use openraft::storage::RaftSnapshotBuilder;
-use openraft::{CommittedLeaderId, EntryPayload};
 
 use super::*;
 use crate::config::SyncMode;
@@ -13,7 +12,7 @@ use crate::model::time::MAX_MS;
 
 fn entry(index: u64, request: Request) -> Entry {
     Entry {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        log_id: crate::raft::log_id(1, 1, index),
         payload: EntryPayload::Normal(request),
     }
 }
@@ -114,7 +113,7 @@ async fn a_repeated_request_id_is_answered_with_the_first_outcome_and_applied_on
     let mut create = input("ONCE", "# WHAT: first\n");
     create.if_version = Some(0);
     let first = sm
-        .apply([entry(
+        .apply_entries([entry(
             1,
             Request::with_id(id("k-1"), put(1_000, vec![create.clone()])),
         )])
@@ -122,7 +121,7 @@ async fn a_repeated_request_id_is_answered_with_the_first_outcome_and_applied_on
         .unwrap();
     // The retry comes through another node: another clock, same rows, same key.
     let again = sm
-        .apply([entry(
+        .apply_entries([entry(
             2,
             Request::with_id(id("k-1"), put(9_000, vec![create.clone()])),
         )])
@@ -144,7 +143,7 @@ async fn a_repeated_request_id_is_answered_with_the_first_outcome_and_applied_on
 
     // The same key for a different request is refused, and changes nothing.
     let other = sm
-        .apply([entry(
+        .apply_entries([entry(
             3,
             Request::with_id(
                 id("k-1"),
@@ -164,7 +163,7 @@ async fn a_repeated_request_id_is_answered_with_the_first_outcome_and_applied_on
 
     // Two attempts in one batch: the second sees the first.
     let both = sm
-        .apply([
+        .apply_entries([
             entry(
                 4,
                 Request::with_id(id("k-2"), put(10, vec![input("TWICE", "")])),
@@ -187,7 +186,7 @@ async fn a_repeated_request_id_is_answered_with_the_first_outcome_and_applied_on
 async fn remembered_request_ids_travel_in_snapshots() {
     let dir = tempfile::tempdir().unwrap();
     let (mut sm, _, _) = machine(&dir.path().join("a"));
-    sm.apply([entry(
+    sm.apply_entries([entry(
         1,
         Request::with_id(
             id("snap-key"),
@@ -211,7 +210,7 @@ async fn remembered_request_ids_travel_in_snapshots() {
         .await
         .unwrap();
     let again = other
-        .apply([entry(
+        .apply_entries([entry(
             2,
             Request::with_id(
                 id("snap-key"),
@@ -238,7 +237,7 @@ async fn later_entries_of_a_batch_see_earlier_ones() {
     let mut update = input("BATCHED", "# WHAT: v2\n");
     update.if_version = Some(1);
     let results = sm
-        .apply([
+        .apply_entries([
             entry(1, Request::new(put(1, vec![create]))),
             entry(2, Request::new(put(2, vec![update]))),
             entry(
@@ -282,7 +281,7 @@ async fn a_batch_is_shown_with_its_index_without_waiting_for_a_sync() {
     storage.slow_down(Duration::from_secs(3600));
     tokio::time::timeout(
         Duration::from_secs(60),
-        sm.apply([
+        sm.apply_entries([
             entry(1, Request::new(put(1, vec![input("EARLY", "")]))),
             entry(2, Request::new(put(2, vec![input("LATE", "")]))),
         ]),
@@ -301,7 +300,7 @@ async fn a_batch_is_shown_with_its_index_without_waiting_for_a_sync() {
 async fn updated_at_never_goes_backwards() {
     let dir = tempfile::tempdir().unwrap();
     let (mut sm, catalogue, _) = machine(dir.path());
-    sm.apply([entry(
+    sm.apply_entries([entry(
         1,
         Request::new(put(5_000, vec![input("CLOCKS", "")])),
     )])
@@ -309,7 +308,7 @@ async fn updated_at_never_goes_backwards() {
     .unwrap();
     // A proposer whose clock is two seconds behind writes the row again.
     let results = sm
-        .apply([entry(
+        .apply_entries([entry(
             2,
             Request::new(put(3_000, vec![input("CLOCKS", "# WHAT: again\n")])),
         )])
@@ -335,7 +334,7 @@ async fn a_different_receipt_under_a_taken_id_is_refused_not_dropped() {
     let (mut sm, _, _) = machine(dir.path());
     let first = receipt("inv_0000000001", "one");
     let results = sm
-        .apply([
+        .apply_entries([
             entry(1, Request::new(append(first.clone()))),
             // The same receipt again (an outbox retry), and another one under its id, both
             // in the same batch and in a later one.
@@ -345,7 +344,7 @@ async fn a_different_receipt_under_a_taken_id_is_refused_not_dropped() {
         .await
         .unwrap();
     let later = sm
-        .apply([entry(
+        .apply_entries([entry(
             4,
             Request::new(append(receipt("inv_0000000001", "three"))),
         )])
@@ -418,13 +417,13 @@ async fn no_command_makes_apply_panic_or_fail() {
         .zip(1..)
         .map(|(command, index)| entry(index, Request::new(command)))
         .collect();
-    let results = sm.apply(entries).await.unwrap();
+    let results = sm.apply_entries(entries).await.unwrap();
     assert_eq!(results.len() as u64, count);
     assert_eq!(catalogue.index(), count);
     let row = catalogue.read().get("ÜBER").unwrap();
     assert_eq!(row.updated_at, "9999-12-31T23:59:59.999Z");
     // And the machine keeps applying, and snapshots what it holds.
-    sm.apply([entry(
+    sm.apply_entries([entry(
         count + 1,
         Request::new(put(1, vec![input("AFTER", "")])),
     )])
@@ -448,10 +447,10 @@ async fn the_first_share_secret_wins_and_travels_with_revocations_in_snapshots()
         })
     };
     // Two proposals in one batch and a third later: the first applied stays.
-    sm.apply([entry(1, set(&first)), entry(2, set(&second))])
+    sm.apply_entries([entry(1, set(&first)), entry(2, set(&second))])
         .await
         .unwrap();
-    sm.apply([
+    sm.apply_entries([
         entry(3, set(&second)),
         entry(
             4,
@@ -500,7 +499,7 @@ async fn storage_alarms_are_raised_and_cleared_per_member_and_travel_in_snapshot
     let dir = tempfile::tempdir().unwrap();
     let (mut sm, _, _) = machine(&dir.path().join("a"));
     let alarm = |node: u64, alarm| Request::new(Command::Alarm { node, alarm });
-    sm.apply([
+    sm.apply_entries([
         // The key is the member the entry names, whatever its body says.
         entry(1, alarm(3, Some(storage_alarm(9, 150)))),
         entry(2, alarm(2, Some(storage_alarm(2, 120)))),
@@ -521,7 +520,7 @@ async fn storage_alarms_are_raised_and_cleared_per_member_and_travel_in_snapshot
     // gets it.
     let (mut other, _, _) = machine(&dir.path().join("b"));
     other
-        .apply([entry(1, alarm(5, Some(storage_alarm(5, 500))))])
+        .apply_entries([entry(1, alarm(5, Some(storage_alarm(5, 500))))])
         .await
         .unwrap();
     other
@@ -531,7 +530,7 @@ async fn storage_alarms_are_raised_and_cleared_per_member_and_travel_in_snapshot
     assert_eq!(other.receipts().alarms().unwrap(), held);
 
     // Cleared after the snapshot: the next one holds none.
-    sm.apply([entry(5, alarm(2, None)), entry(6, alarm(3, None))])
+    sm.apply_entries([entry(5, alarm(2, None)), entry(6, alarm(3, None))])
         .await
         .unwrap();
     assert!(sm.receipts().alarms().unwrap().is_empty());
@@ -559,7 +558,7 @@ async fn a_rotation_replaces_the_secret_and_keeps_the_old_one_only_when_asked() 
             keep_previous,
         })
     };
-    sm.apply([
+    sm.apply_entries([
         entry(
             1,
             Request::new(Command::SetShareSecret {
@@ -573,7 +572,7 @@ async fn a_rotation_replaces_the_secret_and_keeps_the_old_one_only_when_asked() 
     let keys = sm.receipts().share_keys().unwrap().unwrap();
     assert_eq!((keys.current, keys.previous), (second.clone(), Some(first)));
     // A later first-secret proposal changes nothing; a rotation without keep drops the old.
-    sm.apply([
+    sm.apply_entries([
         entry(
             3,
             Request::new(Command::SetShareSecret {
@@ -587,7 +586,9 @@ async fn a_rotation_replaces_the_secret_and_keeps_the_old_one_only_when_asked() 
     let keys = sm.receipts().share_keys().unwrap().unwrap();
     assert_eq!((keys.current.clone(), keys.previous), (third.clone(), None));
 
-    sm.apply([entry(5, rotate(&second, true))]).await.unwrap();
+    sm.apply_entries([entry(5, rotate(&second, true))])
+        .await
+        .unwrap();
     let snapshot = sm
         .get_snapshot_builder()
         .await
@@ -620,7 +621,7 @@ async fn pruning_drops_by_age_then_per_key_surplus_in_bounded_steps() {
         .zip(1..)
         .map(|(r, index)| entry(index, Request::new(append(r.clone()))))
         .collect();
-    sm.apply(entries).await.unwrap();
+    sm.apply_entries(entries).await.unwrap();
     let prune = |before_ms, keep_per_key, limit| {
         Request::new(Command::PruneReceipts {
             before_ms,
@@ -631,7 +632,7 @@ async fn pruning_drops_by_age_then_per_key_surplus_in_bounded_steps() {
     };
     // Older than 2 500 ms: receipts 1 and 2, one per entry.
     let results = sm
-        .apply([entry(7, prune(2_500, 0, 1)), entry(8, prune(2_500, 0, 1))])
+        .apply_entries([entry(7, prune(2_500, 0, 1)), entry(8, prune(2_500, 0, 1))])
         .await
         .unwrap();
     assert_eq!(
@@ -648,7 +649,10 @@ async fn pruning_drops_by_age_then_per_key_surplus_in_bounded_steps() {
             },
         ]
     );
-    let results = sm.apply([entry(9, prune(2_500, 0, 10))]).await.unwrap();
+    let results = sm
+        .apply_entries([entry(9, prune(2_500, 0, 10))])
+        .await
+        .unwrap();
     assert_eq!(
         results,
         [CommandResult::Pruned {
@@ -660,7 +664,10 @@ async fn pruning_drops_by_age_then_per_key_surplus_in_bounded_steps() {
     assert!(reader.get("inv_0000000001").unwrap().is_none());
     assert!(reader.get("inv_0000000002").unwrap().is_none());
     // Keep one per key: receipt 3 (ODD) goes, 4 (EVEN) goes; 5 and 6 stay.
-    let results = sm.apply([entry(10, prune(0, 1, 10))]).await.unwrap();
+    let results = sm
+        .apply_entries([entry(10, prune(0, 1, 10))])
+        .await
+        .unwrap();
     assert_eq!(
         results,
         [CommandResult::Pruned {
@@ -682,7 +689,7 @@ async fn a_build_that_finishes_after_a_newer_install_never_replaces_it() {
     let dir = tempfile::tempdir().unwrap();
     let (mut follower, catalogue, _) = machine(&dir.path().join("follower"));
     follower
-        .apply([entry(1, Request::new(put(1, vec![input("OLD", "")])))])
+        .apply_entries([entry(1, Request::new(put(1, vec![input("OLD", "")])))])
         .await
         .unwrap();
     // A snapshot at index 1 is current, and another build starts there ...
@@ -692,7 +699,7 @@ async fn a_build_that_finishes_after_a_newer_install_never_replaces_it() {
     // ... while the leader's snapshot at index 3 is installed.
     let (mut leader, _, _) = machine(&dir.path().join("leader"));
     leader
-        .apply([
+        .apply_entries([
             entry(1, Request::new(put(1, vec![input("OLD", "")]))),
             entry(2, Request::new(put(2, vec![input("NEW", "")]))),
             entry(3, Request::new(append(receipt("inv_0000000003", "r")))),
@@ -730,7 +737,7 @@ async fn a_build_that_finishes_after_a_newer_install_never_replaces_it() {
 
     // A newer build does replace it.
     follower
-        .apply([entry(4, Request::new(put(4, vec![input("NEWEST", "")])))])
+        .apply_entries([entry(4, Request::new(put(4, vec![input("NEWEST", "")])))])
         .await
         .unwrap();
     let _ = follower
@@ -756,7 +763,7 @@ async fn receipts_show_only_up_to_the_published_index() {
         .insert(receipt_key(&early.id), serde_json::to_vec(&early).unwrap())
         .unwrap();
     assert!(reader.get(&early.id).unwrap().is_none());
-    sm.apply((1..=9).map(|i| {
+    sm.apply_entries((1..=9).map(|i| {
         entry(
             i,
             Request::new(Command::DeleteRow {
@@ -774,7 +781,7 @@ async fn receipts_show_only_up_to_the_published_index() {
 
 /// Applies `count` receipts at indexes `from..`, ids `inv_<index>`.
 async fn receipts_at(sm: &mut StateMachine, from: u64, count: u64) {
-    sm.apply((from..from + count).map(|i| {
+    sm.apply_entries((from..from + count).map(|i| {
         entry(
             i,
             Request::new(append(receipt(&format!("inv_{i:010}"), &"o".repeat(64)))),
@@ -784,7 +791,7 @@ async fn receipts_at(sm: &mut StateMachine, from: u64, count: u64) {
     .unwrap();
 }
 
-async fn build(sm: &mut StateMachine) -> Snapshot<TypeConfig> {
+async fn build(sm: &mut StateMachine) -> Snapshot {
     sm.get_snapshot_builder()
         .await
         .build_snapshot()
@@ -796,7 +803,7 @@ async fn build(sm: &mut StateMachine) -> Snapshot<TypeConfig> {
 async fn a_restarted_machine_serves_its_snapshot_from_its_file_and_keeps_only_the_current_one() {
     let dir = tempfile::tempdir().unwrap();
     let (mut sm, _, _) = machine(dir.path());
-    sm.apply([entry(1, Request::new(put(1, vec![input("KEPT", "")])))])
+    sm.apply_entries([entry(1, Request::new(put(1, vec![input("KEPT", "")])))])
         .await
         .unwrap();
     receipts_at(&mut sm, 2, 3).await;
@@ -804,7 +811,7 @@ async fn a_restarted_machine_serves_its_snapshot_from_its_file_and_keeps_only_th
     receipts_at(&mut sm, 5, 2).await;
     let built = build(&mut sm).await;
     assert_eq!(built.meta.last_log_id.map(|l| l.index), Some(6));
-    assert_ne!(first.meta.snapshot_id, built.meta.snapshot_id);
+    assert_ne!(first.meta.last_log_id, built.meta.last_log_id);
     // The first snapshot's file went once the second was current.
     let files = snapshot_files(dir.path());
     assert_eq!(files.len(), 1, "{files:?}");
@@ -870,7 +877,7 @@ async fn a_crash_between_writing_a_snapshot_file_and_its_rename_leaves_the_old_o
 async fn a_data_folder_with_the_snapshot_in_one_sled_value_opens_and_moves_it_to_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let (mut sm, _, _) = machine(dir.path());
-    sm.apply([entry(
+    sm.apply_entries([entry(
         1,
         Request::with_id(id("old-layout"), put(1, vec![input("OLDROW", "")])),
     )])
@@ -881,7 +888,6 @@ async fn a_data_folder_with_the_snapshot_in_one_sled_value_opens_and_moves_it_to
     let meta = Meta {
         last_log_id: sm.last_applied,
         last_membership: Membership::default(),
-        snapshot_id: "1-4-1700000000000".into(),
     };
     let body = serde_json::json!({
         "rows": sm.catalogue.read().all_rows().iter().map(|r| (**r).clone()).collect::<Vec<_>>(),
@@ -929,12 +935,12 @@ async fn an_install_cut_short_by_a_crash_is_finished_at_the_next_open() {
     // Both applied index 1; the follower then fell behind while the leader went on past
     // more than one install batch of receipts.
     for sm in [&mut leader, &mut follower] {
-        sm.apply([entry(1, Request::new(put(1, vec![input("FIRST", "")])))])
+        sm.apply_entries([entry(1, Request::new(put(1, vec![input("FIRST", "")])))])
             .await
             .unwrap();
     }
     leader
-        .apply([entry(2, Request::new(put(2, vec![input("SECOND", "")])))])
+        .apply_entries([entry(2, Request::new(put(2, vec![input("SECOND", "")])))])
         .await
         .unwrap();
     receipts_at(&mut leader, 3, 2_500).await;
@@ -970,7 +976,7 @@ async fn an_install_keeps_stored_receipts_the_snapshot_holds_and_drops_pruned_on
     let (mut follower, _, _) = machine(&dir.path().join("follower"));
     // Receipt ids are not in index order: the first one sorts after all others.
     for sm in [&mut leader, &mut follower] {
-        sm.apply([entry(
+        sm.apply_entries([entry(
             1,
             Request::new(append(receipt("inv_zzzzzzzzzz", "first"))),
         )])
@@ -981,7 +987,7 @@ async fn an_install_keeps_stored_receipts_the_snapshot_holds_and_drops_pruned_on
     // The leader's history goes on: receipts pruned to the newest two (ids ending 3 and 4;
     // the follower's "…zzz" and "…2" must go), then one more.
     leader
-        .apply([entry(
+        .apply_entries([entry(
             5,
             Request::new(Command::PruneReceipts {
                 before_ms: 0,
@@ -1018,7 +1024,7 @@ async fn an_install_keeps_stored_receipts_the_snapshot_holds_and_drops_pruned_on
 async fn sender(dir: &std::path::Path, receipts: u64) -> StateMachine {
     let (mut leader, _, _) = machine(dir);
     leader
-        .apply([entry(1, Request::new(put(1, vec![input("SENT", "")])))])
+        .apply_entries([entry(1, Request::new(put(1, vec![input("SENT", "")])))])
         .await
         .unwrap();
     receipts_at(&mut leader, 2, receipts).await;
@@ -1040,14 +1046,10 @@ async fn a_snapshot_sent_by_a_leader_of_the_older_version_installs() {
     let meta = Meta {
         last_log_id: leader.last_applied,
         last_membership: Membership::default(),
-        snapshot_id: "1-3-1700000000000".into(),
     };
     let (mut follower, catalogue, _) = machine(&dir.path().join("follower"));
     let data = SnapshotFile::open(&path).await.unwrap();
-    follower
-        .install_snapshot(&meta, Box::new(data))
-        .await
-        .unwrap();
+    follower.install_snapshot(&meta, data).await.unwrap();
     assert!(catalogue.read().get("SENT").is_some());
     assert_eq!(
         follower.receipts().digest().unwrap(),
@@ -1071,11 +1073,11 @@ async fn a_damaged_snapshot_is_refused_before_anything_is_replaced() {
     let follower = dir.path().join("follower");
     {
         let (mut sm, catalogue, _storage) = machine(&follower);
-        sm.apply([entry(1, Request::new(put(1, vec![input("KEPT", "")])))])
+        sm.apply_entries([entry(1, Request::new(put(1, vec![input("KEPT", "")])))])
             .await
             .unwrap();
         let data = SnapshotFile::open(&cut).await.unwrap();
-        let refused = sm.install_snapshot(&sent.meta, Box::new(data)).await;
+        let refused = sm.install_snapshot(&sent.meta, data).await;
         let error = refused
             .expect_err("a damaged snapshot is refused")
             .to_string();
@@ -1096,9 +1098,7 @@ async fn a_damaged_snapshot_is_refused_before_anything_is_replaced() {
         "the damaged file is gone"
     );
     let data = SnapshotFile::open(sent.snapshot.path()).await.unwrap();
-    sm.install_snapshot(&sent.meta, Box::new(data))
-        .await
-        .unwrap();
+    sm.install_snapshot(&sent.meta, data).await.unwrap();
     assert!(catalogue.read().get("SENT").is_some());
     assert!(catalogue.read().get("KEPT").is_none());
 }
@@ -1137,8 +1137,10 @@ mod receipt_log {
             .collect();
         let voters: BTreeSet<u64> = nodes.keys().copied().collect();
         Entry {
-            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-            payload: EntryPayload::Membership(openraft::Membership::new(vec![voters], nodes)),
+            log_id: crate::raft::log_id(1, 1, index),
+            payload: EntryPayload::Membership(
+                openraft::Membership::new(vec![voters], nodes).unwrap(),
+            ),
         }
     }
 
@@ -1159,7 +1161,7 @@ mod receipt_log {
     }
 
     async fn apply_one(sm: &mut StateMachine, index: u64, command: Command) -> CommandResult {
-        sm.apply([entry(index, Request::new(command))])
+        sm.apply_entries([entry(index, Request::new(command))])
             .await
             .unwrap()
             .remove(0)
@@ -1217,7 +1219,7 @@ mod receipt_log {
     async fn a_checkpoint_needs_a_majority_of_voters_each_signing_this_trees_root() {
         let dir = tempfile::tempdir().unwrap();
         let (mut sm, _, _) = machine(dir.path());
-        sm.apply([members(1)]).await.unwrap();
+        sm.apply_entries([members(1)]).await.unwrap();
         receipts_at(&mut sm, 2, 5).await;
         let root = sm.log().root(5).unwrap();
         let other_root = sm.log().root(4).unwrap();
@@ -1277,7 +1279,7 @@ mod receipt_log {
     async fn the_log_travels_in_snapshots_and_an_install_checks_its_root() {
         let dir = tempfile::tempdir().unwrap();
         let (mut leader, _, _) = machine(&dir.path().join("leader"));
-        leader.apply([members(1)]).await.unwrap();
+        leader.apply_entries([members(1)]).await.unwrap();
         receipts_at(&mut leader, 2, 6).await;
         let root = leader.log().root(6).unwrap();
         apply_one(&mut leader, 8, cosign(1, 1, 6, &root)).await;
@@ -1317,7 +1319,7 @@ mod receipt_log {
         let (mut third, _, _) = machine(&dir.path().join("third"));
         let file = SnapshotFile::open(&path).await.unwrap();
         let refused = third
-            .install_snapshot(&built.meta, Box::new(file))
+            .install_snapshot(&built.meta, file)
             .await
             .unwrap_err()
             .to_string();
@@ -1367,7 +1369,7 @@ async fn a_request_id_used_twice_in_one_batched_entry_applies_once() {
     let write =
         |content: &str| Request::with_id(id("twice"), put(1_000, vec![input("TWICE", content)]));
     let results = sm
-        .apply([entry(
+        .apply_entries([entry(
             1,
             Request {
                 request_id: None,
@@ -1420,7 +1422,10 @@ async fn a_prune_applied_while_a_snapshot_is_built_leaves_the_snapshot_at_its_cu
     });
     // The build's cut is index 5; the prune at 6 applies before the build reads sled.
     let mut builder = leader.get_snapshot_builder().await;
-    let pruned = leader.apply([entry(6, prune.clone())]).await.unwrap();
+    let pruned = leader
+        .apply_entries([entry(6, prune.clone())])
+        .await
+        .unwrap();
     assert_eq!(
         pruned[0],
         CommandResult::Pruned {
@@ -1446,7 +1451,7 @@ async fn a_prune_applied_while_a_snapshot_is_built_leaves_the_snapshot_at_its_cu
         .install_snapshot(&snapshot.meta, snapshot.snapshot)
         .await
         .unwrap();
-    follower.apply([entry(6, prune)]).await.unwrap();
+    follower.apply_entries([entry(6, prune)]).await.unwrap();
     assert_eq!(
         follower.receipts().digest().unwrap(),
         leader.receipts().digest().unwrap()
@@ -1629,7 +1634,7 @@ mod totality {
                 })
                 .collect();
             let count = entries.len();
-            let results = sm.apply(entries).await.expect("apply never fails");
+            let results = sm.apply_entries(entries).await.expect("apply never fails");
             assert_eq!(results.len(), count);
             assert_eq!(catalogue.index(), index);
             for query in &queries {
@@ -1692,7 +1697,7 @@ mod totality {
 async fn a_stored_row_that_does_not_decode_is_skipped_at_open_not_a_crash_loop() {
     let dir = tempfile::tempdir().unwrap();
     let (mut sm, _, storage) = machine(dir.path());
-    sm.apply([entry(
+    sm.apply_entries([entry(
         1,
         Request::new(put(1, vec![input("KEPT", "# WHAT: kept\n")])),
     )])
@@ -1724,10 +1729,13 @@ async fn an_idempotency_key_is_recognised_only_for_the_caller_that_sent_it() {
     let write = |caller: &str, key: &str| {
         Request::with_id(id("shared-key"), put(1_000, vec![input(key, "")])).by(caller)
     };
-    let first = sm.apply([entry(1, write("ci", "CI_ROW"))]).await.unwrap();
+    let first = sm
+        .apply_entries([entry(1, write("ci", "CI_ROW"))])
+        .await
+        .unwrap();
     // Another credential picks the same key for its own, different write.
     let other = sm
-        .apply([entry(2, write("deploy", "DEPLOY_ROW"))])
+        .apply_entries([entry(2, write("deploy", "DEPLOY_ROW"))])
         .await
         .unwrap();
     assert!(
@@ -1736,7 +1744,10 @@ async fn an_idempotency_key_is_recognised_only_for_the_caller_that_sent_it() {
     );
     assert!(catalogue.read().get("DEPLOY_ROW").is_some());
     // The first caller's retry still replays its own outcome.
-    let retry = sm.apply([entry(3, write("ci", "CI_ROW"))]).await.unwrap();
+    let retry = sm
+        .apply_entries([entry(3, write("ci", "CI_ROW"))])
+        .await
+        .unwrap();
     assert_eq!(
         retry[0],
         CommandResult::Replayed {
@@ -1745,14 +1756,14 @@ async fn an_idempotency_key_is_recognised_only_for_the_caller_that_sent_it() {
         }
     );
     // A record from before callers were carried is still recognised by a scoped retry.
-    sm.apply([entry(
+    sm.apply_entries([entry(
         4,
         Request::with_id(id("old-key"), put(1_000, vec![input("OLD", "")])),
     )])
     .await
     .unwrap();
     let again = sm
-        .apply([entry(
+        .apply_entries([entry(
             5,
             Request::with_id(id("old-key"), put(2_000, vec![input("OLD", "")])).by("admin"),
         )])
@@ -1791,10 +1802,10 @@ async fn a_prune_drops_the_same_receipts_however_the_entries_before_it_were_batc
     let (mut one_by_one, _, _) = machine(&dir.path().join("one"));
     let mut last = Vec::new();
     for e in entries() {
-        last = one_by_one.apply([e]).await.unwrap();
+        last = one_by_one.apply_entries([e]).await.unwrap();
     }
     let (mut batched, _, _) = machine(&dir.path().join("batched"));
-    let all = batched.apply(entries()).await.unwrap();
+    let all = batched.apply_entries(entries()).await.unwrap();
     assert_eq!(last.last(), all.last(), "the prune's outcome");
     let (count, digest) = one_by_one.receipts().digest().unwrap();
     assert_eq!(count, 2, "1-3 by age, then 4 (EVEN keeps 6), ODD keeps 5");
