@@ -18,6 +18,8 @@ pub mod service;
 pub mod standing;
 pub mod tls;
 pub mod validate;
+#[cfg(test)]
+mod wire_compat;
 
 use std::collections::HashMap;
 use std::fmt;
