@@ -56,7 +56,11 @@ pub const DATA_FORMAT: u32 = 3;
 /// The peer protocol this build speaks: the envelope and payloads of the Raft messages
 /// between nodes. Builds one version apart interoperate, so a rolling upgrade moves one
 /// version at a time; a message from a build further away is refused, saying so.
-pub const PEER_PROTOCOL: u32 = 1;
+///
+/// 2: openraft 0.10 (its messages read and write as 0.9's did, see `wire_compat`) and
+/// appends streamed to each follower (`StreamAppend`); a leader of protocol 2 sends a
+/// follower of protocol 1 its appends one at a time, as before.
+pub const PEER_PROTOCOL: u32 = 2;
 
 /// Whether a node speaking `ours` takes messages from one speaking `theirs` (0 is a build
 /// from before versions: protocol 1).

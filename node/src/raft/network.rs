@@ -15,12 +15,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::error::{
     NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
 };
-use openraft::network::{Backoff, RPCOption, RaftNetworkFactory};
+use openraft::network::{stream_append_sequential, Backoff, RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendError,
+    StreamAppendResult, VoteRequest, VoteResponse,
 };
 use openraft::{OptionalSend, RaftNetworkV2};
 use rowcall_proto::raft::raft_service_client::RaftServiceClient;
@@ -60,6 +62,10 @@ enum Method {
     TimeoutNow,
     MoveLeader,
 }
+
+/// How long a peer found not to serve streamed appends (a build of peer protocol 1, during a
+/// rolling upgrade) is sent appends one at a time before a stream is tried again.
+const UNSTREAMED_FOR: Duration = Duration::from_secs(30);
 
 /// How long a refusing peer stays quiet in the log after a warning about it.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
@@ -147,6 +153,8 @@ pub struct Network {
     early_elections: EarlyElections,
     /// What each peer's incarnation promised this node (see [`super::standing`]).
     witness: Arc<Witness>,
+    /// Peers found not to serve streamed appends (builds of peer protocol 1), and when.
+    unstreamed: Arc<Mutex<HashMap<NodeId, Instant>>>,
 }
 
 impl Network {
@@ -170,7 +178,17 @@ impl Network {
             secret: None,
             early_elections: EarlyElections::default(),
             witness: Arc::default(),
+            unstreamed: Arc::default(),
         }
+    }
+
+    /// Whether appends to `peer` go on a stream: unless it was found, lately, not to serve
+    /// streams.
+    fn streams_to(&self, peer: NodeId) -> bool {
+        let unstreamed = self.unstreamed.lock().unwrap_or_else(|p| p.into_inner());
+        unstreamed
+            .get(&peer)
+            .is_none_or(|at| at.elapsed() >= UNSTREAMED_FOR)
     }
 
     /// What each peer's incarnation promised this node.
@@ -404,25 +422,7 @@ impl Network {
                     addr: addr.to_owned(),
                     reason: format!("no answer within {} ms", timeout.as_millis()),
                 })?;
-        let reply = reply.map_err(|status| match status.code() {
-            tonic::Code::Unavailable
-            | tonic::Code::Cancelled
-            | tonic::Code::DeadlineExceeded
-            | tonic::Code::Unknown => TransportError::Unreachable {
-                addr: addr.to_owned(),
-                reason: status.message().to_owned(),
-            },
-            tonic::Code::FailedPrecondition
-            | tonic::Code::PermissionDenied
-            | tonic::Code::Unauthenticated => {
-                self.log_refusal(to, status.message());
-                TransportError::Refused {
-                    addr: addr.to_owned(),
-                    reason: status.message().to_owned(),
-                }
-            }
-            _ => protocol(status.to_string()),
-        })?;
+        let reply = reply.map_err(|status| self.status_error(to, &status))?;
         self.pass(to.id, self.me, addr, "reply").await?;
         if self
             .faults
@@ -435,6 +435,29 @@ impl Network {
             });
         }
         serde_json::from_slice(&reply.into_inner().payload).map_err(|e| protocol(e.to_string()))
+    }
+
+    /// What a peer's error status means for the caller: the peer is out of reach for now,
+    /// it refused this node (logged), or it broke the protocol.
+    fn status_error(&self, to: Dest<'_>, status: &tonic::Status) -> TransportError {
+        let addr = to.addr.to_owned();
+        let reason = status.message().to_owned();
+        match status.code() {
+            tonic::Code::Unavailable
+            | tonic::Code::Cancelled
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::Unknown => TransportError::Unreachable { addr, reason },
+            tonic::Code::FailedPrecondition
+            | tonic::Code::PermissionDenied
+            | tonic::Code::Unauthenticated => {
+                self.log_refusal(to, &reason);
+                TransportError::Refused { addr, reason }
+            }
+            _ => TransportError::Protocol {
+                addr,
+                reason: status.to_string(),
+            },
+        }
     }
 
     /// Asks whoever answers at `addr` who it is and whether it belongs to a cluster.
@@ -766,8 +789,290 @@ struct SnapshotChunkEnvelope<'a>(&'a SnapshotChunk);
 #[serde(transparent)]
 struct RemoteRefusal(String);
 
+/// An append sent on a stream and not answered yet.
+struct Sent {
+    at: Instant,
+    term: u64,
+    /// The index of its last entry (none: a heartbeat).
+    last: Option<u64>,
+}
+
+/// The appends of one stream not answered yet, oldest first; the follower answers in order.
+#[derive(Default)]
+struct InFlight {
+    sent: Mutex<std::collections::VecDeque<Sent>>,
+    /// Wakes a reader waiting with nothing in flight when an append is sent.
+    more: tokio::sync::Notify,
+}
+
+impl InFlight {
+    fn push(&self, sent: Sent) {
+        self.sent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(sent);
+        self.more.notify_one();
+    }
+
+    fn pop(&self) -> Option<Sent> {
+        self.sent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+    }
+
+    fn oldest(&self) -> Option<Instant> {
+        let sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+        sent.front().map(|s| s.at)
+    }
+}
+
+/// The answers of one follower's stream, read in order against what was sent.
+struct Answers {
+    inbound: tonic::Streaming<RaftMessage>,
+    in_flight: Arc<InFlight>,
+    peer: Peer,
+    /// How long the oldest append in flight may wait for its answer.
+    bound: Duration,
+}
+
+/// What an append stream yields to openraft.
+type AppendAnswer = Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>;
+
+impl Answers {
+    /// The next answer; `None` once the follower ended the stream. An append unanswered
+    /// within the bound ends it with an error (openraft opens a new one, from what the
+    /// follower acknowledged), as a unary append's deadline did.
+    async fn next(&mut self) -> Option<AppendAnswer> {
+        let message = loop {
+            let read = match self.in_flight.oldest() {
+                Some(at) => {
+                    let deadline = tokio::time::Instant::from_std(at + self.bound);
+                    match tokio::time::timeout_at(deadline, self.inbound.message()).await {
+                        Ok(read) => read,
+                        Err(_) => {
+                            note_unanswered(
+                                &self.peer.network.liveness,
+                                self.peer.target,
+                                self.bound,
+                            );
+                            return Some(Err(self.unreachable(format!(
+                                "no answer to a streamed append within {} ms",
+                                self.bound.as_millis()
+                            ))));
+                        }
+                    }
+                }
+                None => tokio::select! {
+                    read = self.inbound.message() => read,
+                    () = self.in_flight.more.notified() => continue,
+                },
+            };
+            break read;
+        };
+        let network = &self.peer.network;
+        let addr = self.peer.node.grpc_addr.clone();
+        let message = match message {
+            Ok(Some(message)) => message,
+            Ok(None) => return None,
+            Err(status) => {
+                let dest = Dest::member(self.peer.target, &self.peer.node);
+                return Some(Err(transport_to_rpc(network.status_error(dest, &status))));
+            }
+        };
+        if let Err(e) = network
+            .pass(self.peer.target, network.me, &addr, "reply")
+            .await
+        {
+            return Some(Err(transport_to_rpc(e)));
+        }
+        if network
+            .faults
+            .as_ref()
+            .is_some_and(|f| f.answers_lost(network.me))
+        {
+            return Some(Err(self.unreachable(
+                "reply lost by fault injection after it was handled".into(),
+            )));
+        }
+        let answer: Result<StreamAppendResult<TypeConfig>, String> =
+            match serde_json::from_slice(&message.payload) {
+                Ok(answer) => answer,
+                Err(e) => {
+                    let e = TransportError::Protocol {
+                        addr,
+                        reason: e.to_string(),
+                    };
+                    return Some(Err(RPCError::Network(NetworkError::new(&e))));
+                }
+            };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(remote) => return Some(Err(self.unreachable(remote))),
+        };
+        if let Some(sent) = self.in_flight.pop() {
+            self.peer.witness_streamed(&sent, &answer);
+        }
+        Some(Ok(answer))
+    }
+
+    fn unreachable(&self, reason: String) -> RPCError<TypeConfig> {
+        let e = TransportError::Unreachable {
+            addr: self.peer.node.grpc_addr.clone(),
+            reason,
+        };
+        RPCError::Unreachable(Unreachable::new(&e))
+    }
+}
+
+impl Peer {
+    /// Opens a stream of appends to the follower (see [`RaftNetworkV2::stream_append`]).
+    async fn open_stream<S>(
+        &mut self,
+        input: S,
+        option: RPCOption,
+    ) -> Result<BoxStream<'static, AppendAnswer>, RPCError<TypeConfig>>
+    where
+        S: futures_util::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+    {
+        use futures_util::StreamExt as _;
+        let network = self.network.clone();
+        let (target, node) = (self.target, self.node.clone());
+        network
+            .pass(network.me, target, &node.grpc_addr, "request")
+            .await
+            .map_err(transport_to_rpc)?;
+        let mut client = network
+            .client(Dest::member(target, &node))
+            .map_err(transport_to_rpc)?;
+        let in_flight = Arc::new(InFlight::default());
+        let outbound = {
+            let (network, node, in_flight) = (network.clone(), node.clone(), in_flight.clone());
+            input
+                .then(move |append| {
+                    let (network, node, in_flight) =
+                        (network.clone(), node.clone(), in_flight.clone());
+                    async move {
+                        // A message the fault layer drops breaks the stream, as a lost
+                        // connection would.
+                        network
+                            .pass(network.me, target, &node.grpc_addr, "request")
+                            .await
+                            .ok()?;
+                        let payload = serde_json::to_vec(&append).ok()?;
+                        let mut envelope = network.envelope(payload, Dest::member(target, &node));
+                        envelope.leader_quorum_age_ms =
+                            network.quorum_age().map(|age| age.as_millis() as u64);
+                        in_flight.push(Sent {
+                            at: Instant::now(),
+                            term: append.vote.leader_id.term,
+                            last: append.entries.last().map(|e| e.log_id.index),
+                        });
+                        Some(envelope)
+                    }
+                })
+                .take_while(|envelope| std::future::ready(envelope.is_some()))
+                .filter_map(std::future::ready)
+        };
+        let mut request = tonic::Request::new(outbound);
+        if let Some(secret) = &network.secret {
+            secret.sign(&mut request);
+        }
+        let bound = option.hard_ttl();
+        let opened = tokio::time::timeout(bound, client.stream_append(request)).await;
+        let dest = Dest::member(target, &node);
+        let response = match opened {
+            Err(_) => {
+                return Err(transport_to_rpc(TransportError::Unreachable {
+                    addr: node.grpc_addr.clone(),
+                    reason: format!("no answer within {} ms", bound.as_millis()),
+                }))
+            }
+            Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+                tracing::info!(
+                    peer = target,
+                    "node {target} does not take streamed appends (an older build): appends go to it one at a time"
+                );
+                network
+                    .unstreamed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(target, Instant::now());
+                return Err(transport_to_rpc(network.status_error(dest, &status)));
+            }
+            Ok(Err(status)) => return Err(transport_to_rpc(network.status_error(dest, &status))),
+            Ok(Ok(response)) => response,
+        };
+        let answers = Answers {
+            inbound: response.into_inner(),
+            in_flight,
+            peer: Peer {
+                network,
+                target,
+                node,
+            },
+            bound,
+        };
+        let answers = futures_util::stream::unfold(Some(answers), |answers| async move {
+            let mut answers = answers?;
+            match answers.next().await? {
+                Ok(answer) => Some((Ok(answer), Some(answers))),
+                // An error ends the stream.
+                Err(e) => Some((Err(e), None)),
+            }
+        });
+        Ok(Box::pin(answers))
+    }
+
+    /// Records what the answer to a streamed append shows, as [`Peer::witness_append`] does
+    /// for one sent alone.
+    fn witness_streamed(&self, sent: &Sent, answer: &StreamAppendResult<TypeConfig>) {
+        match answer {
+            Ok(_) => {
+                match sent.last {
+                    Some(last) => self.network.witness.saw_ack(
+                        self.target,
+                        &self.node.incarnation,
+                        sent.term,
+                        last,
+                    ),
+                    None => self.witness_term(sent.term),
+                }
+                self.network.liveness.acknowledged(self.target, sent.at);
+            }
+            Err(StreamAppendError::Conflict(_)) => {
+                self.witness_term(sent.term);
+                self.network.liveness.acknowledged(self.target, sent.at);
+            }
+            Err(StreamAppendError::HigherVote(vote)) => self.witness_term(vote.leader_id.term),
+        }
+    }
+}
+
 impl RaftNetworkV2<TypeConfig> for Peer {
     type SnapshotData = SnapshotFile;
+
+    /// Appends on one gRPC stream per follower, several in flight; to a peer that does not
+    /// serve streams, one at a time.
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<'s, Result<BoxStream<'s, AppendAnswer>, RPCError<TypeConfig>>>
+    where
+        S: futures_util::Stream<Item = AppendEntriesRequest<TypeConfig>>
+            + OptionalSend
+            + Unpin
+            + 'static,
+    {
+        if !self.network.streams_to(self.target) {
+            return stream_append_sequential(self, input, option);
+        }
+        Box::pin(async move {
+            let answers: BoxStream<'s, AppendAnswer> = self.open_stream(input, option).await?;
+            Ok(answers)
+        })
+    }
 
     async fn append_entries(
         &mut self,
@@ -874,22 +1179,27 @@ impl Drop for AppendInFlight {
         if self.answered || waited < self.bound.mul_f64(0.9) {
             return;
         }
-        let peer = self.peer;
-        let count = self.liveness.append_unanswered(peer);
-        metrics::counter!(crate::metrics::APPENDS_UNANSWERED_TOTAL, "peer" => peer.to_string())
-            .increment(1);
-        if count.is_power_of_two() {
-            tracing::warn!(
-                peer,
-                count,
-                bound_ms = self.bound.as_millis() as u64,
-                "an AppendEntries to node {peer} went unanswered within the heartbeat interval \
-                 ({} ms) and is sent again: that node is down or cut off, or the round trip to \
-                 it is longer; then raise raft.heartbeat_ms above the round trip (and the \
-                 election timeouts with it)",
-                self.bound.as_millis()
-            );
-        }
+        note_unanswered(&self.liveness, self.peer, self.bound);
+    }
+}
+
+/// Counts an append to `peer` that went unanswered within `bound`, and logs the remedy (at
+/// the 1st, 2nd, 4th, 8th, ... time).
+fn note_unanswered(liveness: &Liveness, peer: NodeId, bound: Duration) {
+    let count = liveness.append_unanswered(peer);
+    metrics::counter!(crate::metrics::APPENDS_UNANSWERED_TOTAL, "peer" => peer.to_string())
+        .increment(1);
+    if count.is_power_of_two() {
+        tracing::warn!(
+            peer,
+            count,
+            bound_ms = bound.as_millis() as u64,
+            "an AppendEntries to node {peer} went unanswered within the heartbeat interval \
+             ({} ms) and is sent again: that node is down or cut off, or the round trip to \
+             it is longer; then raise raft.heartbeat_ms above the round trip (and the \
+             election timeouts with it)",
+            bound.as_millis()
+        );
     }
 }
 

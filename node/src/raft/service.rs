@@ -16,7 +16,9 @@ use serde::Serialize;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendError, VoteRequest,
+};
 use tokio::io::AsyncWriteExt as _;
 
 use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
@@ -29,11 +31,20 @@ use crate::model::time::now_ms;
 use crate::store::snapshot::file::{Folder, SnapshotFile};
 use crate::trace::TraceId;
 
-/// Serves the local node to its peers.
+/// Serves the local node to its peers; cheap to clone (clones share everything).
+#[derive(Clone)]
 pub struct RaftGrpc {
     app: Arc<App>,
     /// The snapshot a leader is sending this node, piece by piece.
-    inbound: tokio::sync::Mutex<Option<Inbound>>,
+    inbound: Arc<tokio::sync::Mutex<Option<Inbound>>>,
+}
+
+/// An append that arrived on a stream and is not answered yet: what its answer counts as
+/// contact with the leader needs.
+struct Arrival {
+    vote: Vote,
+    received: Instant,
+    quorum_age_ms: Option<u64>,
 }
 
 /// A snapshot being received: whose, of what, into which file, and where the next piece
@@ -50,7 +61,7 @@ impl RaftGrpc {
     pub fn new(app: Arc<App>) -> Self {
         Self {
             app,
-            inbound: tokio::sync::Mutex::new(None),
+            inbound: Arc::new(tokio::sync::Mutex::new(None)),
         }
     }
 
@@ -400,17 +411,110 @@ fn decode<T: DeserializeOwned>(message: &RaftMessage) -> Result<T, Status> {
 impl RaftGrpc {
     /// A reply carrying `value`, signed with this node's identity like every message.
     fn encode<T: Serialize>(&self, value: &T) -> Result<Response<RaftMessage>, Status> {
+        self.message(value).map(Response::new)
+    }
+
+    /// A message carrying `value`, signed with this node's identity.
+    fn message<T: Serialize>(&self, value: &T) -> Result<RaftMessage, Status> {
         let payload = serde_json::to_vec(value).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(RaftMessage {
+        Ok(RaftMessage {
             payload,
             from: Some(self.app.identity.sender()),
             ..RaftMessage::default()
-        }))
+        })
+    }
+
+    /// Admits one append that arrived on a stream as [`RaftService::append_entries`] admits
+    /// one alone: this node takes part, the connection's certificate names the sender, the
+    /// envelope passes, and the entries are sent in the sender's own name.
+    fn open_append(
+        &self,
+        message: &RaftMessage,
+        certificate: Option<&tokio_rustls::rustls::pki_types::CertificateDer<'static>>,
+    ) -> Result<AppendEntriesRequest<TypeConfig>, Status> {
+        self.taking_part()?;
+        speaks_for(certificate, message)
+            .and_then(|()| self.check(message, Admission::Raft))
+            .inspect_err(|refusal| tracing::debug!(%refusal, "refused a peer's append"))?;
+        let append: AppendEntriesRequest<TypeConfig> = decode(message)?;
+        payload_from_sender(message, append.vote.leader_id.node_id)?;
+        self.witness_sender(message, append.vote.leader_id.term);
+        Ok(append)
     }
 }
 
+/// The answers to a stream of appends, in order.
+type AppendAnswers = futures_util::stream::BoxStream<'static, Result<RaftMessage, Status>>;
+
 #[tonic::async_trait]
 impl RaftService for RaftGrpc {
+    type StreamAppendStream = AppendAnswers;
+
+    /// Appends from the leader on one stream, several in flight (openraft's pipelined
+    /// replication): each is admitted as [`RaftService::append_entries`] admits one, handed
+    /// to openraft in order, and answered in order once its entries are durable here. The
+    /// first message refused ends the stream with its refusal, after the answers to those
+    /// before it.
+    async fn stream_append(
+        &self,
+        request: Request<tonic::Streaming<RaftMessage>>,
+    ) -> Result<Response<AppendAnswers>, Status> {
+        use futures_util::StreamExt as _;
+        self.taking_part()?;
+        let certificate = super::tls::PeerConnectInfo::of(&request)
+            .and_then(|info| info.certs.as_ref())
+            .and_then(|certs| certs.first().cloned());
+        let arrivals = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let refusal = Arc::new(std::sync::Mutex::new(None::<Status>));
+        let appends = futures_util::stream::unfold(
+            (
+                request.into_inner(),
+                self.clone(),
+                arrivals.clone(),
+                refusal.clone(),
+            ),
+            move |(mut messages, this, arrivals, refusal)| {
+                let certificate = certificate.clone();
+                async move {
+                    // The end of the leader's stream, or its connection, ends the appends.
+                    let message = messages.message().await.ok().flatten()?;
+                    match this.open_append(&message, certificate.as_ref()) {
+                        Ok(append) => {
+                            lock(&arrivals).push_back(Arrival {
+                                vote: append.vote,
+                                received: Instant::now(),
+                                quorum_age_ms: message.leader_quorum_age_ms,
+                            });
+                            Some((append, (messages, this, arrivals, refusal)))
+                        }
+                        Err(status) => {
+                            *lock(&refusal) = Some(status);
+                            None
+                        }
+                    }
+                }
+            },
+        );
+        let this = self.clone();
+        let answers = self
+            .app
+            .raft
+            .stream_append(Box::pin(appends))
+            .map(move |answer| {
+                let arrival = lock(&arrivals).pop_front();
+                let answer = answer.map_err(|fatal| fatal.to_string());
+                let contact = !matches!(answer, Ok(Err(StreamAppendError::HigherVote(_))) | Err(_));
+                if let (true, Some(arrival)) = (contact, arrival) {
+                    this.leader_contacted(arrival.vote, arrival.received, arrival.quorum_age_ms);
+                }
+                this.message(&answer)
+            })
+            .chain(futures_util::stream::iter(std::iter::from_fn(move || {
+                lock(&refusal).take().map(Err)
+            })));
+        Ok(Response::new(answers.boxed()))
+    }
+
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         self.taking_part()?;
         let message = self.admit(request, Admission::Raft)?;
@@ -565,4 +669,12 @@ impl RaftService for RaftGrpc {
                 .hello_to(asker.map(|from| (from.node_id, from.incarnation.as_str()))),
         )
     }
+}
+
+/// Locks `mutex`; what it guards is changed whole under the lock, so a panic elsewhere
+/// leaves it consistent.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

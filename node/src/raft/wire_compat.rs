@@ -8,17 +8,15 @@
 //! a 0.9 build opens in this one, and builds of both lines replicate to each other during a
 //! rolling upgrade.
 
+use openraft::error::RaftError;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::error::RaftError;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::network::SnapshotChunk;
-use super::{
-    Entry, LogId, NodeInfo, Request, SnapshotMeta, StoredMembership, TypeConfig, Vote,
-};
+use super::{Entry, LogId, NodeInfo, Request, SnapshotMeta, StoredMembership, TypeConfig, Vote};
 
 const LOG_ID: &str = r#"{"leader_id":{"term":3,"node_id":2},"index":7}"#;
 const VOTE: &str = r#"{"leader_id":{"term":3,"node_id":2},"committed":true}"#;
@@ -34,8 +32,12 @@ fn fill(template: &str) -> String {
 
 /// `json` reads as `T` and writes back as `expected`.
 fn round_trip<T: Serialize + DeserializeOwned>(json: &str, expected: &str) -> T {
-    let value: T = serde_json::from_str(json)
-        .unwrap_or_else(|e| panic!("{json} does not read as {}: {e}", std::any::type_name::<T>()));
+    let value: T = serde_json::from_str(json).unwrap_or_else(|e| {
+        panic!(
+            "{json} does not read as {}: {e}",
+            std::any::type_name::<T>()
+        )
+    });
     assert_eq!(serde_json::to_string(&value).unwrap(), expected);
     value
 }
@@ -48,7 +50,14 @@ fn same<T: Serialize + DeserializeOwned>(template: &str) -> T {
 #[test]
 fn log_ids_votes_and_entries_read_and_write_as_openraft_0_9_did() {
     let log_id: LogId = same("{LOG_ID}");
-    assert_eq!((log_id.leader_id.term, log_id.leader_id.node_id, log_id.index), (3, 2, 7));
+    assert_eq!(
+        (
+            log_id.leader_id.term,
+            log_id.leader_id.node_id,
+            log_id.index
+        ),
+        (3, 2, 7)
+    );
     let vote: Vote = same("{VOTE}");
     assert!(vote.committed);
     same::<Entry>(r#"{"log_id":{LOG_ID},"payload":"Blank"}"#);
@@ -56,13 +65,20 @@ fn log_ids_votes_and_entries_read_and_write_as_openraft_0_9_did() {
     let openraft::EntryPayload::Membership(membership) = entry.payload else {
         panic!("a membership entry");
     };
-    assert_eq!(membership.get_node(&2).map(|n: &NodeInfo| n.incarnation.as_str()), Some("i2"));
+    assert_eq!(
+        membership
+            .get_node(&2)
+            .map(|n: &NodeInfo| n.incarnation.as_str()),
+        Some("i2")
+    );
     let request = serde_json::to_string(&Request::new(super::Command::DeleteRow {
         key: "K".into(),
         if_version: None,
     }))
     .unwrap();
-    same::<Entry>(&format!(r#"{{"log_id":{{LOG_ID}},"payload":{{"Normal":{request}}}}}"#));
+    same::<Entry>(&format!(
+        r#"{{"log_id":{{LOG_ID}},"payload":{{"Normal":{request}}}}}"#
+    ));
     same::<StoredMembership>(r#"{"log_id":{LOG_ID},"membership":{MEMBERSHIP}}"#);
 }
 
@@ -88,14 +104,15 @@ fn raft_messages_read_and_write_as_openraft_0_9_sent_them() {
         r#"{"Ok":{"HigherVote":{VOTE}}}"#,
         r#"{"Err":{"Fatal":"Stopped"}}"#,
     ] {
-        same::<Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>>(answer);
+        let _: Result<_, _> =
+            same::<Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>>(answer);
     }
     // 0.10 adds whether the vote is asked for a leadership transfer; 0.9 ignores the field
     // (serde's default for fields it does not know), and reads nothing else differently.
     let old = fill(r#"{"vote":{VOTE},"last_log_id":{LOG_ID}}"#);
     let now = format!(r#"{},"leadership_transfer":false}}"#, &old[..old.len() - 1]);
     round_trip::<VoteRequest<TypeConfig>>(&old, &now);
-    same::<Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>>>(
+    let _: Result<_, _> = same::<Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>>>(
         r#"{"Ok":{"vote":{VOTE},"vote_granted":true,"last_log_id":{LOG_ID}}}"#,
     );
     // A snapshot's piece as 0.9's chunked install sent it, and the answer it took.
@@ -103,6 +120,10 @@ fn raft_messages_read_and_write_as_openraft_0_9_sent_them() {
         r#"{"vote":{VOTE},"meta":{"last_log_id":{LOG_ID},"last_membership":{"log_id":{LOG_ID},"membership":{MEMBERSHIP}},"snapshot_id":"s1"},"offset":0,"data":[1,2],"done":true}"#,
     );
     let chunk: SnapshotChunk = round_trip(&old, &old.replace("\"s1\"", "\"\""));
-    assert_eq!((chunk.offset, chunk.data.as_slice(), chunk.done), (0, &[1u8, 2][..], true));
-    same::<Result<SnapshotResponse<TypeConfig>, String>>(r#"{"Ok":{"vote":{VOTE}}}"#);
+    assert_eq!(
+        (chunk.offset, chunk.data.as_slice(), chunk.done),
+        (0, &[1u8, 2][..], true)
+    );
+    let _: Result<_, _> =
+        same::<Result<SnapshotResponse<TypeConfig>, String>>(r#"{"Ok":{"vote":{VOTE}}}"#);
 }
