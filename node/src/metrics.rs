@@ -94,6 +94,11 @@ pub const RECEIPT_LOG_LEAVES: &str = "rowcall_receipt_log_leaves";
 pub const CHECKPOINT_LEAVES: &str = "rowcall_checkpoint_leaves";
 /// AppendEntries this node sent as leader that went unanswered within the heartbeat, by peer.
 pub const APPENDS_UNANSWERED_TOTAL: &str = "rowcall_raft_appends_unanswered_total";
+/// Streams of appends this node opened as leader, by peer.
+pub const APPEND_STREAMS_TOTAL: &str = "rowcall_raft_append_streams_total";
+/// Appends this node sent as leader one at a time, to a peer of an older build that serves
+/// no streams, by peer.
+pub const APPENDS_UNSTREAMED_TOTAL: &str = "rowcall_raft_appends_unstreamed_total";
 /// Peer messages this node refused, by reason (another cluster, a replaced incarnation, ...).
 pub const PEER_REFUSALS_TOTAL: &str = "rowcall_raft_peer_refusals_total";
 /// New leaders this node has seen (the first one included), as etcd's
@@ -268,6 +273,14 @@ fn describe() {
     describe_counter!(
         EARLY_CAMPAIGNS_TOTAL,
         "Elections stood for before the election timer, by reason (split_vote, shorter_log_candidate)."
+    );
+    describe_counter!(
+        APPEND_STREAMS_TOTAL,
+        "Streams of appends opened as leader, by peer: a new one after each stream ended (a fault, a lost leadership, an unanswered append)."
+    );
+    describe_counter!(
+        APPENDS_UNSTREAMED_TOTAL,
+        "Appends sent as leader one at a time to a peer of an older build (peer protocol 1) that serves no append streams, by peer."
     );
     describe_counter!(
         APPENDS_UNANSWERED_TOTAL,

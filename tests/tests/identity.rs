@@ -495,6 +495,98 @@ async fn a_rolling_upgrade_loses_nothing_and_the_older_build_refuses_the_upgrade
     cluster.shutdown().await;
 }
 
+/// From builds that send appends one at a time (peer protocol 1) onto builds that stream
+/// them, one node at a time under writes: nothing is lost, a leader sends a follower of the
+/// older build its appends one at a time, and once every node is upgraded the leader streams
+/// to each follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rolling_upgrade_onto_streamed_appends_loses_nothing_and_then_streams() {
+    let mut cluster = Cluster::start(3, 0).await;
+    let older = rowcall_node::StartOptions {
+        peer_protocol: Some(1),
+        ..cluster.options()
+    };
+    for id in 1..=3 {
+        cluster.stop(id).await;
+        cluster.restart_with(id, older.clone()).await;
+    }
+    let mut written = Vec::new();
+    for n in 0..5 {
+        let key = format!("ON_THE_OLDER_BUILD_{n}");
+        insert_somewhere(&cluster, &key).await;
+        written.push(key);
+    }
+    let network = |cluster: &Cluster, id: u64| {
+        cluster
+            .member(id)
+            .handle
+            .as_ref()
+            .unwrap()
+            .app
+            .network
+            .clone()
+    };
+    let leader = cluster.leader().await;
+    for peer in cluster.ids().into_iter().filter(|&p| p != leader) {
+        assert!(!network(&cluster, leader).streams_to(peer));
+        assert_eq!(network(&cluster, leader).append_streams_opened(peer), 0);
+    }
+
+    for id in 1..=3 {
+        cluster.stop(id).await;
+        cluster.restart_with(id, cluster.options()).await;
+        if id == 1 {
+            // The one upgraded node leads the two of the older build: it sends them its
+            // appends one at a time once it finds they serve no streams.
+            eventually(Duration::from_secs(30), "node 1 leads", || async {
+                let moved = cluster
+                    .http
+                    .post(format!("{}/api/cluster/leader", cluster.url(2)))
+                    .bearer_auth(ADMIN)
+                    .json(&serde_json::json!({"to": 1}))
+                    .send()
+                    .await;
+                moved.is_ok_and(|r| r.status().is_success())
+            })
+            .await;
+        }
+        let key = format!("AFTER_UPGRADING_{id}");
+        insert_somewhere(&cluster, &key).await;
+        written.push(key);
+        let leader = cluster.leader().await;
+        cluster.converge(cluster.applied(leader)).await;
+        if id == 1 && leader == 1 {
+            assert!(!network(&cluster, 1).streams_to(2));
+            assert!(!network(&cluster, 1).streams_to(3));
+        }
+    }
+
+    eventually(
+        Duration::from_secs(30),
+        "the leader streams its appends to every follower",
+        || async {
+            insert_somewhere(&cluster, "WHILE_STREAMING").await;
+            let leader = cluster.leader().await;
+            cluster
+                .ids()
+                .into_iter()
+                .filter(|&p| p != leader)
+                .all(|peer| network(&cluster, leader).append_streams_opened(peer) > 0)
+        },
+    )
+    .await;
+    written.push("WHILE_STREAMING".into());
+    let leader = cluster.leader().await;
+    cluster.converge(cluster.applied(leader)).await;
+    for id in cluster.ids() {
+        for key in &written {
+            let (status, _, _) = cluster.get(id, &format!("/api/directory/{key}")).await;
+            assert_eq!(status, 200, "{key} on node {id}");
+        }
+    }
+    cluster.shutdown().await;
+}
+
 /// Copies a stopped node's data folder (as a volume snapshot or a machine backup would).
 fn copy_folder(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();

@@ -155,6 +155,8 @@ pub struct Network {
     witness: Arc<Witness>,
     /// Peers found not to serve streamed appends (builds of peer protocol 1), and when.
     unstreamed: Arc<Mutex<HashMap<NodeId, Instant>>>,
+    /// Streams of appends opened to each peer.
+    streams_opened: Arc<Mutex<HashMap<NodeId, u64>>>,
 }
 
 impl Network {
@@ -179,16 +181,30 @@ impl Network {
             early_elections: EarlyElections::default(),
             witness: Arc::default(),
             unstreamed: Arc::default(),
+            streams_opened: Arc::default(),
         }
     }
 
-    /// Whether appends to `peer` go on a stream: unless it was found, lately, not to serve
-    /// streams.
-    fn streams_to(&self, peer: NodeId) -> bool {
+    /// Whether this node, as leader, sends `peer` its appends on a stream: unless this node
+    /// runs as a build of peer protocol 1 (a test's), or the peer was found not to serve
+    /// streams and has not answered as a newer build since, within [`UNSTREAMED_FOR`].
+    pub fn streams_to(&self, peer: NodeId) -> bool {
+        if self.identity.protocol() < 2 {
+            return false;
+        }
         let unstreamed = self.unstreamed.lock().unwrap_or_else(|p| p.into_inner());
         unstreamed
             .get(&peer)
             .is_none_or(|at| at.elapsed() >= UNSTREAMED_FOR)
+    }
+
+    /// How many streams of appends this node opened to `peer` as leader.
+    pub fn append_streams_opened(&self, peer: NodeId) -> u64 {
+        let opened = self
+            .streams_opened
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        opened.get(&peer).copied().unwrap_or(0)
     }
 
     /// What each peer's incarnation promised this node.
@@ -424,6 +440,14 @@ impl Network {
                 })?;
         let reply = reply.map_err(|status| self.status_error(to, &status))?;
         self.pass(to.id, self.me, addr, "reply").await?;
+        let reply = reply.into_inner();
+        // A peer found to lack streams that now answers as a newer build was upgraded.
+        if reply.from.as_ref().is_some_and(|from| from.protocol >= 2) {
+            self.unstreamed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&to.id);
+        }
         if self
             .faults
             .as_ref()
@@ -434,7 +458,7 @@ impl Network {
                 reason: "reply lost by fault injection after it was handled".into(),
             });
         }
-        serde_json::from_slice(&reply.into_inner().payload).map_err(|e| protocol(e.to_string()))
+        serde_json::from_slice(&reply.payload).map_err(|e| protocol(e.to_string()))
     }
 
     /// What a peer's error status means for the caller: the peer is out of reach for now,
@@ -1003,6 +1027,14 @@ impl Peer {
             Ok(Err(status)) => return Err(transport_to_rpc(network.status_error(dest, &status))),
             Ok(Ok(response)) => response,
         };
+        metrics::counter!(crate::metrics::APPEND_STREAMS_TOTAL, "peer" => target.to_string())
+            .increment(1);
+        *network
+            .streams_opened
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(target)
+            .or_default() += 1;
         let answers = Answers {
             inbound: response.into_inner(),
             in_flight,
@@ -1066,7 +1098,17 @@ impl RaftNetworkV2<TypeConfig> for Peer {
             + 'static,
     {
         if !self.network.streams_to(self.target) {
-            return stream_append_sequential(self, input, option);
+            // One at a time until the peer answers as a build that takes streams: then
+            // this session ends, and openraft's next one streams.
+            use futures_util::StreamExt as _;
+            let (network, peer) = (self.network.clone(), self.target);
+            let counted = input
+                .take_while(move |_| std::future::ready(!network.streams_to(peer)))
+                .inspect(move |_| {
+                    metrics::counter!(crate::metrics::APPENDS_UNSTREAMED_TOTAL, "peer" => peer.to_string())
+                        .increment(1);
+                });
+            return stream_append_sequential(self, counted, option);
         }
         Box::pin(async move {
             let answers: BoxStream<'s, AppendAnswer> = self.open_stream(input, option).await?;

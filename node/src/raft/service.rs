@@ -460,6 +460,13 @@ impl RaftService for RaftGrpc {
         request: Request<tonic::Streaming<RaftMessage>>,
     ) -> Result<Response<AppendAnswers>, Status> {
         use futures_util::StreamExt as _;
+        // Builds of peer protocol 1 had no streams (a test build speaking it serves none
+        // either): the leader then sends its appends one at a time.
+        if self.app.identity.protocol() < 2 {
+            return Err(Status::unimplemented(
+                "streamed appends need peer protocol 2",
+            ));
+        }
         self.taking_part()?;
         let certificate = super::tls::PeerConnectInfo::of(&request)
             .and_then(|info| info.certs.as_ref())
