@@ -418,7 +418,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         http::serve::serve(http_listener, router, &limits, https_serving, stop).await;
     }));
     let mut stop = shutdown.subscribe();
-    let service = raft_service(app.clone(), PeerAuth::new(secret));
+    let service = raft_service(app.clone(), PeerAuth::new(secret), shutdown.subscribe());
     // The public API beside Raft, its links pointing at this node's HTTP address. Peer TLS
     // does not ask public clients for a certificate; the Raft service's interceptor does.
     let base = crate::service::base_url(&app, Some(&me.http_addr));
@@ -661,8 +661,9 @@ async fn restore(
 pub fn raft_service(
     app: Arc<App>,
     auth: PeerAuth,
+    stop: watch::Receiver<bool>,
 ) -> InterceptedService<RaftServiceServer<RaftGrpc>, PeerAuth> {
-    let service = RaftServiceServer::new(RaftGrpc::new(app))
+    let service = RaftServiceServer::new(RaftGrpc::new(app, stop))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     InterceptedService::new(service, auth)

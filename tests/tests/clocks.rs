@@ -42,7 +42,7 @@ async fn a_write_stamped_by_a_clock_a_day_fast_is_taken_and_not_dated_in_the_fut
         to_incarnation: app(leader).identity.get().incarnation,
         leader_quorum_age_ms: None,
     };
-    let answer = RaftGrpc::new(app(leader).clone())
+    let answer = RaftGrpc::new(app(leader).clone(), tokio::sync::watch::channel(false).1)
         .forward(cluster.as_from_peer(fast, message))
         .await
         .expect("the leader answers");

@@ -486,6 +486,38 @@ async fn a_leader_whose_answers_are_lost_is_replaced_once_its_quorum_is_a_lease_
     cluster.shutdown().await;
 }
 
+/// A follower stops at once while the leader streams appends to it: its gRPC server's
+/// graceful shutdown does not wait on the leader's stream (which the leader never closes),
+/// and the leader, having kept its quorum, goes on leading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_stops_at_once_while_the_leader_streams_to_it() {
+    let mut cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let index = insert_eventually(&cluster, leader, &row("STREAMED", "before the stop")).await;
+    cluster.converge(index).await;
+    let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let network = cluster
+        .member(leader)
+        .handle
+        .as_ref()
+        .unwrap()
+        .app
+        .network
+        .clone();
+    assert!(
+        network.append_streams_opened(follower) > 0,
+        "the leader streams to {follower}"
+    );
+    // Far below the 120 s a stream kept open would hold it (the gRPC request bound).
+    tokio::time::timeout(Duration::from_secs(20), cluster.stop(follower))
+        .await
+        .expect("the follower stopped");
+    let after = insert_eventually(&cluster, leader, &row("AFTER_THE_STOP", "still led")).await;
+    assert!(after > index);
+    assert_eq!(cluster.leader().await, leader);
+    cluster.shutdown().await;
+}
+
 /// A leader stopped as SIGTERM stops it hands leadership to a voter level with its log
 /// before it goes: when its shutdown returns, a survivor already leads (without the handover
 /// the survivors would still be waiting out the old leader's lease, then an election), and

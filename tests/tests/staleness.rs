@@ -177,7 +177,7 @@ async fn a_follower_whose_disk_stalls_on_a_leaders_message_counts_contact_from_i
     };
     let lease = app(follower).liveness.stale_after();
     app(follower).storage.slow_down(lease * 3);
-    let service = RaftGrpc::new(app(follower).clone());
+    let service = RaftGrpc::new(app(follower).clone(), tokio::sync::watch::channel(false).1);
     let answer = service
         .append_entries(cluster.as_from_peer(successor, message))
         .await

@@ -37,6 +37,9 @@ pub struct RaftGrpc {
     app: Arc<App>,
     /// The snapshot a leader is sending this node, piece by piece.
     inbound: Arc<tokio::sync::Mutex<Option<Inbound>>>,
+    /// True once the node stops: open streams end, so the server's graceful shutdown
+    /// does not wait on a leader that never closes its stream.
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 /// An append that arrived on a stream and is not answered yet: what its answer counts as
@@ -57,11 +60,12 @@ struct Inbound {
 }
 
 impl RaftGrpc {
-    /// A service for `app`.
-    pub fn new(app: Arc<App>) -> Self {
+    /// A service for `app`, serving streams until `stop` turns true.
+    pub fn new(app: Arc<App>, stop: tokio::sync::watch::Receiver<bool>) -> Self {
         Self {
             app,
             inbound: Arc::new(tokio::sync::Mutex::new(None)),
+            stop,
         }
     }
 
@@ -503,10 +507,20 @@ impl RaftService for RaftGrpc {
             },
         );
         let this = self.clone();
+        let stopping = || {
+            let mut stop = self.stop.clone();
+            async move {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+            }
+        };
+        // Both ends stop with the node: the answers, and the reading of appends (openraft's
+        // task holds the request's body while it reads, and with it the HTTP/2 stream).
+        let appends = appends.take_until(stopping());
         let answers = self
             .app
             .raft
             .stream_append(Box::pin(appends))
+            .take_until(stopping())
             .map(move |answer| {
                 let arrival = lock(&arrivals).pop_front();
                 let answer = answer.map_err(|fatal| fatal.to_string());
