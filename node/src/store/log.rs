@@ -24,7 +24,16 @@
 //! # Durability, and the order of the two stores
 //!
 //! - `append` hands the entries to the log and returns; openraft is told they are durable
-//!   by the log's callback, after the `fdatasync` that covers them (group commit).
+//!   by the log's callback (`IOFlushed`), after the `fdatasync` that covers them (group
+//!   commit: one sync for everything handed over meanwhile). openraft 0.10 relies on this
+//!   split: a leader replicates entries as soon as `append` returns and counts its own
+//!   copy towards the quorum only at the callback; a follower acknowledges an append only
+//!   at the callback. So an entry is committed only once a majority has it on disk, the
+//!   leader's own copy included, and the leader's sync overlaps the followers' instead of
+//!   preceding them. The callback fires only after the sync returned; a failed write or
+//!   sync reports an error to every later callback and openraft stops (`super::wal`). What
+//!   a crash leaves of an unsynced tail was never acknowledged by this node; the torn last
+//!   record is cut at the next open.
 //! - `save_vote` returns once the vote is synced in sled.
 //! - `save_committed` first waits until the log is durable up to the commit index, then
 //!   syncs the index in sled: a restarted node re-applies from its log up to the saved
