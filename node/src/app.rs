@@ -23,9 +23,10 @@ use crate::raft::calls::{Forwarded, WriteError};
 use crate::raft::identity::LocalIdentity;
 use crate::raft::liveness::Liveness;
 use crate::raft::network::Network;
-use crate::raft::{Command, CommandResult, NodeId, Raft, Request};
+use crate::raft::{Command, CommandResult, NodeId, Request};
 use crate::store::state_machine::ReceiptReader;
 use crate::store::Durable;
+use crate::store::Raft;
 
 /// Shared node state.
 pub struct App {

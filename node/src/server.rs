@@ -34,7 +34,8 @@ use crate::raft::peers;
 use crate::raft::service::RaftGrpc;
 use crate::raft::standing::{Progress, Standing};
 use crate::raft::tls::incoming;
-use crate::raft::{Command, NodeInfo, Raft};
+use crate::raft::{Command, NodeInfo};
+use crate::store::Raft;
 use crate::store::{Durable, LogStore, StateMachine};
 use rowcall_proto::raft::peer_enrollment_server::PeerEnrollmentServer;
 

@@ -26,7 +26,8 @@ use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::raft::ClientWriteResponse;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::{Command, CommandResult, Raft, Request, TypeConfig};
+use super::{Command, CommandResult, Request, TypeConfig};
+use crate::store::Raft;
 
 /// Batches proposed and not yet answered, at most.
 const IN_FLIGHT: usize = 2;

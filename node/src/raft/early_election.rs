@@ -63,7 +63,8 @@ use tokio::sync::watch;
 
 use super::calls::Hello;
 use super::liveness::Contact;
-use super::{NodeId, Raft, TypeConfig};
+use super::{NodeId, TypeConfig};
+use crate::store::Raft;
 
 /// Why this node stands early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -78,8 +78,6 @@ openraft::declare_raft_types!(
         ErrorSource = openraft::AnyError,
 );
 
-/// The Raft handle of a rowcall node.
-pub type Raft = openraft::Raft<TypeConfig, crate::store::StateMachine>;
 /// A stored or replicated log entry.
 pub type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
 /// A log id.
@@ -94,13 +92,8 @@ pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
 pub type Membership = openraft::Membership<NodeId, NodeInfo>;
 /// A membership and the log id of the entry that carried it.
 pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
-/// What a snapshot is of: its last log id, membership and id.
+/// What a snapshot is of: its last log id and membership.
 pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
-/// A snapshot: its meta data and its file.
-pub type Snapshot = openraft::type_config::alias::SnapshotOf<
-    TypeConfig,
-    crate::store::snapshot::file::SnapshotFile,
->;
 /// What an entry carries.
 pub type EntryPayload = openraft::type_config::alias::EntryPayloadOf<TypeConfig>;
 /// The log id of the entry at `index` proposed by leader `node_id` in `term`.

@@ -39,8 +39,9 @@ use super::identity::LocalIdentity;
 use super::liveness::Liveness;
 use super::standing::Witness;
 use super::tls::{host_of, PeerTls};
-use super::{NodeId, NodeInfo, Request, Snapshot, SnapshotMeta, StorageError, TypeConfig, Vote};
+use super::{NodeId, NodeInfo, Request, SnapshotMeta, StorageError, TypeConfig, Vote};
 use crate::store::snapshot::file::SnapshotFile;
+use crate::store::Snapshot;
 
 /// Largest gRPC message between nodes (snapshot chunks, bulk writes).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -230,7 +231,7 @@ impl Network {
 
     /// Gives the transport the Raft it serves (created after the transport), so a leader
     /// can tell followers how recent its quorum is.
-    pub fn attach(&self, raft: &super::Raft) {
+    pub fn attach(&self, raft: &crate::store::Raft) {
         let _ = self.raft.set(raft.metrics());
     }
 

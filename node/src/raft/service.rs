@@ -25,10 +25,11 @@ use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
 use super::identity::protocols_talk;
 use super::network::{SnapshotChunk, SnapshotChunkReply};
 use super::standing::Standing;
-use super::{validate, NodeId, Snapshot, SnapshotMeta, TypeConfig, Vote, WatchReceiver as _};
+use super::{validate, NodeId, SnapshotMeta, TypeConfig, Vote, WatchReceiver as _};
 use crate::app::{App, Proposal};
 use crate::model::time::now_ms;
 use crate::store::snapshot::file::{Folder, SnapshotFile};
+use crate::store::Snapshot;
 use crate::trace::TraceId;
 
 /// Serves the local node to its peers; cheap to clone (clones share everything).

@@ -28,6 +28,12 @@ pub use self::durable::{Durable, SyncError};
 pub use self::log::LogStore;
 pub use self::state_machine::StateMachine;
 
+/// The Raft handle of a rowcall node: openraft over this store's state machine.
+pub type Raft = openraft::Raft<TypeConfig, StateMachine>;
+/// A snapshot: its meta data and its file.
+pub type Snapshot =
+    openraft::type_config::alias::SnapshotOf<TypeConfig, self::snapshot::file::SnapshotFile>;
+
 /// Wraps a storage failure for openraft.
 pub(crate) fn io_error(
     subject: ErrorSubject<TypeConfig>,

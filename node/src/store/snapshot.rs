@@ -64,11 +64,12 @@ use serde::{Deserialize, Serialize};
 use self::file::{Folder, SnapshotFile};
 use self::format::{Header, Writer, FORMAT};
 use super::durable::Durable;
+use super::Snapshot;
 use super::{io_error, requests};
 use crate::catalogue::row::Row;
 use crate::model::receipt::Receipt;
 use crate::model::share::ShareSecret;
-use crate::raft::{LogId, Snapshot, StorageError, TypeConfig};
+use crate::raft::{LogId, StorageError, TypeConfig};
 
 pub(crate) type Membership = crate::raft::StoredMembership;
 pub(crate) type Meta = crate::raft::SnapshotMeta;

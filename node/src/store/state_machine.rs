@@ -61,10 +61,10 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use super::durable::Durable;
-use super::io_error;
 use super::requests::{self, Record};
 use super::snapshot::file::{Folder, SnapshotFile};
 use super::snapshot::{self, Membership, Meta, Revocation, SnapshotBuilder};
+use super::{io_error, Snapshot};
 use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::SharedCatalogue;
 use crate::model::alarm::StorageAlarm;
@@ -72,7 +72,7 @@ use crate::model::receipt::Receipt;
 use crate::model::share::{ShareKeys, ShareSecret};
 use crate::model::time::{format_ms, parse_ms};
 use crate::raft::{
-    Command, CommandResult, Entry, EntryPayload, LogId, PutOutcome, Request, RequestId, Snapshot,
+    Command, CommandResult, Entry, EntryPayload, LogId, PutOutcome, Request, RequestId,
     StorageError, StoredMembership, TypeConfig,
 };
 
