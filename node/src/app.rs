@@ -35,7 +35,7 @@ pub struct App {
     /// Its data folder's identity: incarnation and cluster.
     pub identity: Arc<LocalIdentity>,
     /// The cluster's own CA (none with operator certificates): join tokens are minted with
-    /// it and enrollment hands it to their holders ([`crate::raft::peers`]).
+    /// it and enrollment hands it to their holders ([`crate::cluster::peers`]).
     pub peer_ca: Option<Arc<crate::raft::pki::ClusterCa>>,
     /// The Raft handle.
     pub raft: Raft,

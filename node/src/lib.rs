@@ -8,10 +8,10 @@
 //!   HTTP client ──► api::http ─┐
 //!   MCP client  ──► api::mcp  ─┴► service ─┬─ reads ──► catalogue (in-memory view: rows, counts, resolver)
 //!                                          │            store (receipts on sled)
-//!                                          └─ writes ─► app::App::write ──► openraft ──► store::LogStore (sled, synced)
+//!                                          └─ writes ─► app::App::write ──► openraft ──► store::LogStore (its own log, synced)
 //!                                                                               │
 //!   peers ◄── raft::network (tonic) ◄───────────────────────────────────────────┤ replicate
-//!   peers ──► raft::service (tonic) ──► openraft                                ▼
+//!   peers ──► api::peer (tonic)   ──► openraft                                ▼
 //!                                                                  store::StateMachine::apply
 //!                                                                  (sled batch + sync, then catalogue)
 //! ```

@@ -9,8 +9,12 @@
 //! (`raft::tls::incoming`) through [`no_delay`].
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 use tonic::transport::server::TcpIncoming;
 
 /// Sets TCP_NODELAY on an accepted connection. A socket that refuses it still works, only
@@ -69,5 +73,52 @@ mod tests {
             accepted.nodelay().unwrap(),
             "gRPC connection without TCP_NODELAY"
         );
+    }
+}
+
+/// The calls in flight on one connection, and since when it has had none.
+#[derive(Debug)]
+pub struct Activity {
+    opened: Instant,
+    in_flight: AtomicUsize,
+    /// When the last call ended (or the connection opened), in ms after `opened`.
+    quiet_since_ms: AtomicU64,
+}
+
+impl Activity {
+    pub(crate) fn new() -> Self {
+        Self {
+            opened: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            quiet_since_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// One call begins; it is in flight until the guard is dropped.
+    pub(crate) fn enter(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(self.clone())
+    }
+
+    /// When the connection counts as idle for `idle`, if no call is in flight now.
+    pub(crate) fn idle_at(&self, idle: Duration) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let quiet = Duration::from_millis(self.quiet_since_ms.load(Ordering::Acquire));
+        Some(self.opened + quiet + idle)
+    }
+}
+
+/// One call in flight on its connection, counted until dropped.
+pub struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // Quiet from now on, unless another call is in flight (then this is overwritten
+        // when the last one ends, and `idle_at` ignores it meanwhile).
+        let now = self.0.opened.elapsed().as_millis() as u64;
+        self.0.quiet_since_ms.fetch_max(now, Ordering::AcqRel);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }

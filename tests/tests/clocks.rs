@@ -9,9 +9,9 @@
 use crate::common;
 
 use common::cluster::Cluster;
+use rowcall_node::api::peer::RaftGrpc;
 use rowcall_node::catalogue::row::RowInput;
 use rowcall_node::model::time::{now_ms, parse_ms, CLOCK_LEAD_MS, MAX_SAMPLE_RTT_MS};
-use rowcall_node::raft::service::RaftGrpc;
 use rowcall_node::raft::{Command, Request};
 use rowcall_proto::raft::raft_service_server::RaftService;
 use rowcall_proto::raft::RaftMessage;

@@ -136,7 +136,7 @@ async fn a_follower_of_a_deposed_leader_turns_stale_once_the_majority_elects_ano
 /// interval, which hides the stall only as long as that interval stays short.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follower_whose_disk_stalls_on_a_leaders_message_counts_contact_from_its_arrival() {
-    use rowcall_node::raft::service::RaftGrpc;
+    use rowcall_node::api::peer::RaftGrpc;
     use rowcall_proto::raft::raft_service_server::RaftService;
     use rowcall_proto::raft::RaftMessage;
 

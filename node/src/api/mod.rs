@@ -6,6 +6,7 @@
 pub mod grpc;
 pub mod http;
 pub mod mcp;
+pub mod peer;
 
 use axum::http::{header, HeaderMap};
 

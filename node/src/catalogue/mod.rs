@@ -28,6 +28,7 @@ pub mod feed;
 pub mod resolver;
 pub mod row;
 pub mod semantic;
+pub mod setup;
 
 #[cfg(test)]
 mod properties;

@@ -325,6 +325,20 @@ pub fn valid_key(key: &str) -> bool {
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_')
 }
 
+/// Every builtin a row may name as its target.
+pub const BUILTINS: [&str; 10] = [
+    "now",
+    "echo",
+    "counts",
+    "sha256",
+    "base64_encode",
+    "base64_decode",
+    "uuid",
+    "random_int",
+    "word_count",
+    "node_status",
+];
+
 /// Checks the rows of one write (one, or a bulk write) as DESIGN §2.1 says: every row's
 /// rules, and no key twice. The error names the position of the row that broke one.
 pub fn validate_rows(rows: &[RowInput], builtins: &[&str]) -> Result<(), (usize, RowRuleError)> {

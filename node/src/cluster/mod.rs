@@ -11,6 +11,7 @@ pub mod backup;
 pub mod cosign;
 pub mod enter;
 pub mod handover;
+pub mod peers;
 pub mod ranking;
 pub mod space;
 pub mod verify;

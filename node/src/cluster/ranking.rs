@@ -16,15 +16,13 @@
 //! ([`crate::model::time`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::app::App;
-use crate::catalogue::embed::{QueryMode, Weights};
+pub use crate::catalogue::setup::RankingSetup;
 use crate::raft::calls::Hello;
 use crate::raft::NodeId;
 
@@ -36,25 +34,6 @@ const RETRY: Duration = Duration::from_secs(2);
 const LOOK: Duration = Duration::from_millis(500);
 /// How long one member may take to answer.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// What decides how a node ranks an ask, besides the replicated rows and receipts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RankingSetup {
-    /// `lexical` or `hybrid`.
-    pub mode: String,
-    /// The model's fingerprint, in hybrid mode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// How queries are embedded, in hybrid mode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub query: Option<QueryMode>,
-    /// Whether asks that led to invocations boost their rows (`[resolver] learn`).
-    pub learn: bool,
-    /// How the model holds its weights, in hybrid mode (`[resolver] weights`): q8 vectors
-    /// are close to f32 ones but not equal, so the rankings can differ.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weights: Option<Weights>,
-}
 
 impl RankingSetup {
     /// This node's setup.
@@ -71,23 +50,6 @@ impl RankingSetup {
             model: model.map(|m| m.fingerprint),
             learn: app.config.resolver.learn,
         }
-    }
-}
-
-impl fmt::Display for RankingSetup {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (&self.model, self.query) {
-            (Some(model), Some(QueryMode::Static)) => {
-                write!(f, "model {model} with static query vectors")?
-            }
-            (Some(model), _) => write!(f, "model {model}")?,
-            (None, _) => write!(f, "words only")?,
-        }
-        if self.weights == Some(Weights::Q8) {
-            write!(f, ", q8 weights")?;
-        }
-        let learn = if self.learn { "on" } else { "off" };
-        write!(f, ", learning from use {learn}")
     }
 }
 
@@ -254,6 +216,7 @@ fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalogue::embed::{QueryMode, Weights};
 
     #[test]
     fn a_setup_reads_as_an_operator_would_write_it() {

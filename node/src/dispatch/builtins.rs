@@ -8,19 +8,7 @@ use super::RunError;
 use crate::catalogue::Counts;
 use crate::model::time::{format_ms, now_ms};
 
-/// Every builtin a row may name as its target.
-pub const BUILTINS: [&str; 10] = [
-    "now",
-    "echo",
-    "counts",
-    "sha256",
-    "base64_encode",
-    "base64_decode",
-    "uuid",
-    "random_int",
-    "word_count",
-    "node_status",
-];
+pub use crate::catalogue::row::BUILTINS;
 
 /// What a builtin may read of the node.
 pub struct Context {

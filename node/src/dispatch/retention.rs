@@ -24,7 +24,7 @@
 //! time), so apply holds nothing back in normal running, and a node of a version that
 //! ignores `max_age_ms` applies the same cut-off.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -36,24 +36,7 @@ use crate::raft::{Command, CommandResult, NodeId};
 
 const DAY_MS: u64 = 24 * 3_600 * 1_000;
 
-/// The receipt log's time: given each voter's newest receipt start (`newest`; a voter
-/// without one counts as 0), the latest time a majority of `voters` have reached.
-pub fn log_time(voters: &BTreeSet<NodeId>, newest: &BTreeMap<NodeId, u64>) -> u64 {
-    let mut times: Vec<u64> = voters
-        .iter()
-        .map(|v| newest.get(v).copied().unwrap_or(0))
-        .collect();
-    // Newest first: the (n/2 + 1)-th newest is reached by n/2 + 1 voters, a majority.
-    times.sort_unstable_by(|a, b| b.cmp(a));
-    times.get(times.len() / 2).copied().unwrap_or(0)
-}
-
-/// The cut-off a prune may use: the proposer's `before_ms`, but no later than the log's
-/// time `log_ms` less the age `max_age_ms` (0 when the log is younger than the age: no
-/// receipt is old enough).
-pub fn cut_off(before_ms: u64, max_age_ms: u64, log_ms: u64) -> u64 {
-    before_ms.min(log_ms.saturating_sub(max_age_ms))
-}
+pub use crate::model::retention::{cut_off, log_time};
 
 /// The age rule of `policy` in milliseconds (0: none).
 pub fn max_age_ms(policy: &ReceiptsConfig) -> u64 {
@@ -143,6 +126,7 @@ pub async fn run(app: &App, mut stop: watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn no_rule_means_no_command_and_the_cut_off_is_the_proposers_within_the_logs_time() {

@@ -4,6 +4,7 @@
 
 pub mod alarm;
 pub mod receipt;
+pub mod retention;
 pub mod share;
 pub mod time;
 pub mod transparency;

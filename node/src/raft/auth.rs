@@ -5,7 +5,7 @@
 //! ([`super::pki`]). The check is a tonic interceptor on the Raft service alone, so it runs
 //! on the request's headers before any message is read, and a public API mounted on the same
 //! listener can bring its own client credentials. That the certificate names the node id the
-//! message claims is checked with the envelope ([`super::service`]).
+//! message claims is checked with the envelope ([`crate::api::peer`]).
 
 use std::sync::Arc;
 

@@ -90,7 +90,7 @@ pub struct Hello {
     pub signing_key: String,
     /// How it ranks asks (none from a version that does not say).
     #[serde(default)]
-    pub ranking: Option<crate::cluster::ranking::RankingSetup>,
+    pub ranking: Option<crate::catalogue::setup::RankingSetup>,
     /// What it saw the asking node's incarnation promise (see [`super::standing`]); none when
     /// it saw nothing, or the asker did not say who it is.
     #[serde(default)]

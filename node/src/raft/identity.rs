@@ -10,7 +10,7 @@
 //! incarnation, never as the member it was — that member acknowledged entries and cast
 //! votes this folder no longer holds. The old incarnation stays in the membership until an
 //! operator removes it, so the node cannot rejoin before then ([`crate::cluster`]), and its
-//! peers refuse every message addressed to the old incarnation ([`crate::raft::service`]).
+//! peers refuse every message addressed to the old incarnation ([`crate::api::peer`]).
 //! A folder restored whole from an older copy keeps a consistent (old) identity; that case
 //! is caught by asking the peers what this node told them ([`crate::raft::standing`]).
 //!

@@ -641,7 +641,7 @@ pub struct Peer {
 /// One piece of a snapshot on its way to a follower: the snapshot's file is sent in pieces
 /// of at most `raft.snapshot_chunk_bytes`, in order, the last one `done`. The follower
 /// writes them into a file of its own and installs the snapshot when the last one arrives
-/// (`super::service`). The fields are those of openraft 0.9's chunked install request.
+/// (`crate::api::peer`). The fields are those of openraft 0.9's chunked install request.
 #[derive(Debug, Serialize, serde::Deserialize)]
 pub struct SnapshotChunk {
     /// The sender's vote: a leader's.

@@ -11,7 +11,7 @@
 //!                      without a table: the secret is the join key's HMAC of the rest
 //! ```
 //!
-//! Where a node's seed comes from ([`super::peers`]): the cluster secret if one is configured
+//! Where a node's seed comes from ([`crate::cluster::peers`]): the cluster secret if one is configured
 //! (every node given the secret derives the same CA, which is how several nodes started
 //! together found one cluster, and how a cluster of an older build is upgraded in one
 //! step), else its data folder: generated when it founds, received when it joins with a

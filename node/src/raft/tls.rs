@@ -300,7 +300,7 @@ pub struct PeerConnectInfo {
     pub certs: Option<Arc<Vec<CertificateDer<'static>>>>,
     /// The calls in flight on the connection, for its idle timeout (set by the listener's
     /// connection caps, [`crate::api::grpc::per_client`]).
-    pub activity: Option<Arc<crate::api::grpc::Activity>>,
+    pub activity: Option<Arc<crate::net::Activity>>,
 }
 
 impl PeerConnectInfo {

@@ -2,10 +2,10 @@
 //! over HTTP: a peer that passed authentication is still only trusted to send what the
 //! protocol allows. Rows obey DESIGN §2.1, times are near the leader's clock, ids have their
 //! shapes, a receipt is one its sender ran, and a share secret is one a node could have made.
-//! (Only members may forward at all: see [`super::service`].)
+//! (Only members may forward at all: see [`crate::api::peer`].)
 
+use crate::catalogue::row::BUILTINS;
 use crate::catalogue::row::{valid_key, validate_rows};
-use crate::dispatch::builtins::BUILTINS;
 use crate::model::receipt::valid_receipt_id;
 use crate::model::share::valid_token_id;
 use crate::model::time::{parse_ms, MAX_MS};

@@ -750,7 +750,7 @@ impl StateMachine {
                 // said (entries of proposers that do not send the age keep their cut-off).
                 let before_ms = match max_age_ms {
                     0 => before_ms,
-                    age => crate::dispatch::retention::cut_off(
+                    age => crate::model::retention::cut_off(
                         before_ms,
                         age,
                         self.receipt_log_time(stage)?,

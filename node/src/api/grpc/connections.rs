@@ -27,7 +27,6 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -41,6 +40,7 @@ use tokio::time::{Instant, Sleep};
 use tonic::transport::server::Connected;
 
 use crate::config::GrpcLimits;
+use crate::net::{Activity, InFlight};
 use crate::raft::tls::PeerConnectInfo;
 use crate::service::quota::{client_address, ConnectionCaps, Full, Slot};
 
@@ -114,53 +114,6 @@ fn admit<IO: PeerAddr>(caps: &Arc<ConnectionCaps>, io: IO, idle: Duration) -> Op
                 .increment(1);
             None
         }
-    }
-}
-
-/// The calls in flight on one connection, and since when it has had none.
-#[derive(Debug)]
-pub struct Activity {
-    opened: Instant,
-    in_flight: AtomicUsize,
-    /// When the last call ended (or the connection opened), in ms after `opened`.
-    quiet_since_ms: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Self {
-        Self {
-            opened: Instant::now(),
-            in_flight: AtomicUsize::new(0),
-            quiet_since_ms: AtomicU64::new(0),
-        }
-    }
-
-    /// One call begins; it is in flight until the guard is dropped.
-    fn enter(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        InFlight(self.clone())
-    }
-
-    /// When the connection counts as idle for `idle`, if no call is in flight now.
-    fn idle_at(&self, idle: Duration) -> Option<Instant> {
-        if self.in_flight.load(Ordering::Acquire) > 0 {
-            return None;
-        }
-        let quiet = Duration::from_millis(self.quiet_since_ms.load(Ordering::Acquire));
-        Some(self.opened + quiet + idle)
-    }
-}
-
-/// One call in flight on its connection, counted until dropped.
-pub struct InFlight(Arc<Activity>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        // Quiet from now on, unless another call is in flight (then this is overwritten
-        // when the last one ends, and `idle_at` ignores it meanwhile).
-        let now = self.0.opened.elapsed().as_millis() as u64;
-        self.0.quiet_since_ms.fetch_max(now, Ordering::AcqRel);
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

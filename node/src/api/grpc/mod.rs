@@ -38,7 +38,7 @@ use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 
-pub use self::connections::{per_client, Activity, InFlightLayer};
+pub use self::connections::{per_client, InFlightLayer};
 use crate::app::App;
 use crate::raft::{BadRequestId, RequestId};
 use crate::service::quota::Caller;

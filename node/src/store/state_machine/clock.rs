@@ -112,7 +112,7 @@ fn log_time(
     for (at, _, node) in staged.take(SCAN.saturating_sub(seen)) {
         note(&mut newest, node, at);
     }
-    Ok(crate::dispatch::retention::log_time(voters, &newest))
+    Ok(crate::model::retention::log_time(voters, &newest))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //!
 //! There is no way to start without a credential: the gRPC listener takes plaintext only
 //! for the public API and for [`Enrollment`], and every Raft call needs a certificate of the
-//! cluster's CA ([`super::auth`]) naming the node it speaks for ([`super::service`]).
+//! cluster's CA ([`crate::raft::auth`]) naming the node it speaks for ([`crate::api::peer`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,13 +23,13 @@ use rowcall_proto::raft::{EnrollReply, EnrollRequest};
 use tonic::transport::Endpoint;
 use tonic::{Request, Response, Status};
 
-use super::auth::{ClusterSecret, WeakSecret};
-use super::pki::{names_node, node_name, ClusterCa, JoinToken, PkiError, Sealed, SEED_FILE};
-use super::tls::{PeerTls, TlsError};
-use super::NodeId;
 use crate::app::App;
 use crate::config::{Config, ConfigError};
 use crate::model::time::now_ms;
+use crate::raft::auth::{ClusterSecret, WeakSecret};
+use crate::raft::pki::{names_node, node_name, ClusterCa, JoinToken, PkiError, Sealed, SEED_FILE};
+use crate::raft::tls::{PeerTls, TlsError};
+use crate::raft::NodeId;
 
 /// How long a fresh node keeps trying to enroll before it gives up (a supervisor restarts
 /// it), as long as it keeps trying to join.

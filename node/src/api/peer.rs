@@ -21,13 +21,13 @@ use openraft::raft::{
 };
 use tokio::io::AsyncWriteExt as _;
 
-use super::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
-use super::identity::protocols_talk;
-use super::network::{SnapshotChunk, SnapshotChunkReply};
-use super::standing::Standing;
-use super::{validate, NodeId, SnapshotMeta, TypeConfig, Vote, WatchReceiver as _};
 use crate::app::{App, Proposal};
 use crate::model::time::now_ms;
+use crate::raft::calls::{Forwarded, JoinRequest, MembershipError, WriteError};
+use crate::raft::identity::protocols_talk;
+use crate::raft::network::{SnapshotChunk, SnapshotChunkReply};
+use crate::raft::standing::Standing;
+use crate::raft::{validate, NodeId, SnapshotMeta, TypeConfig, Vote, WatchReceiver as _};
 use crate::store::snapshot::file::{Folder, SnapshotFile};
 use crate::store::Snapshot;
 use crate::trace::TraceId;
@@ -259,7 +259,7 @@ impl RaftGrpc {
         request: Request<RaftMessage>,
         admission: Admission,
     ) -> Result<RaftMessage, PeerRefusal> {
-        let certificate = super::tls::PeerConnectInfo::of(&request)
+        let certificate = crate::raft::tls::PeerConnectInfo::of(&request)
             .and_then(|info| info.certs.as_ref())
             .and_then(|certs| certs.first().cloned());
         let message = request.into_inner();
@@ -334,8 +334,13 @@ impl RaftGrpc {
     /// from an established leader that says how recent its quorum is (the term and leader
     /// are checked when read, against the leader this node then follows). Counted from its
     /// arrival, not from now: handling it (a vote save, an append, their syncs) may have
-    /// taken long, and the leader's quorum aged meanwhile ([`super::liveness`]).
-    fn leader_contacted(&self, vote: super::Vote, received: Instant, quorum_age_ms: Option<u64>) {
+    /// taken long, and the leader's quorum aged meanwhile ([`crate::raft::liveness`]).
+    fn leader_contacted(
+        &self,
+        vote: crate::raft::Vote,
+        received: Instant,
+        quorum_age_ms: Option<u64>,
+    ) {
         if let (true, Some(age)) = (vote.committed, quorum_age_ms) {
             self.app.liveness.leader_contacted(
                 vote.leader_id.node_id,
@@ -348,7 +353,7 @@ impl RaftGrpc {
 
     /// Refuses Raft traffic (votes, appends, snapshots) while this node does not take part:
     /// restarted and still checking with its peers, or found behind what it promised them
-    /// ([`super::standing`]). The sender backs off as from an unreachable peer.
+    /// ([`crate::raft::standing`]). The sender backs off as from an unreachable peer.
     fn taking_part(&self) -> Result<(), Status> {
         match self.app.standing() {
             Standing::Ok => Ok(()),
@@ -383,14 +388,14 @@ impl RaftGrpc {
 }
 
 /// Whether the certificate the connection showed names the node `message` claims to come
-/// from. The interceptor ([`super::auth`]) already refused a connection without one.
+/// from. The interceptor ([`crate::raft::auth`]) already refused a connection without one.
 fn speaks_for(
     certificate: Option<&tokio_rustls::rustls::pki_types::CertificateDer<'static>>,
     message: &RaftMessage,
 ) -> Result<(), PeerRefusal> {
     let from = message.from.as_ref().ok_or(PeerRefusal::Anonymous)?;
     match certificate {
-        Some(der) if super::pki::names_node(der, from.node_id) => Ok(()),
+        Some(der) if crate::raft::pki::names_node(der, from.node_id) => Ok(()),
         _ => Err(PeerRefusal::Impersonation {
             claimed: from.node_id,
         }),
@@ -473,7 +478,7 @@ impl RaftService for RaftGrpc {
             ));
         }
         self.taking_part()?;
-        let certificate = super::tls::PeerConnectInfo::of(&request)
+        let certificate = crate::raft::tls::PeerConnectInfo::of(&request)
             .and_then(|info| info.certs.as_ref())
             .and_then(|certs| certs.first().cloned());
         let arrivals = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
@@ -594,7 +599,7 @@ impl RaftService for RaftGrpc {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         let sender = request.get_ref().from.as_ref().map_or(0, |f| f.node_id);
-        let request: super::Request = self.open(request, Admission::Member)?;
+        let request: crate::raft::Request = self.open(request, Admission::Member)?;
         let timeout = Duration::from_millis(self.app.config.limits.write_timeout_ms);
         let checked = validate::check_forwarded(&request, sender, now_ms());
         let result: Result<Forwarded, WriteError> = if let Err(refusal) = checked {
@@ -676,7 +681,7 @@ impl RaftService for RaftGrpc {
         // Any holder of a certificate of this cluster may ask who is here (a fresh node has
         // no cluster id yet); a node of this cluster that says who it is also hears what it
         // promised this node.
-        let certificate = super::tls::PeerConnectInfo::of(&request)
+        let certificate = crate::raft::tls::PeerConnectInfo::of(&request)
             .and_then(|info| info.certs.as_ref())
             .and_then(|certs| certs.first().cloned());
         let message = request.into_inner();

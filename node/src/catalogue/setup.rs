@@ -1,0 +1,44 @@
+//! How a node ranks an ask, besides the replicated rows and receipts: what members compare
+//! to find those that rank otherwise (`cluster::ranking`), and tell each other in `Hello`.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::embed::{QueryMode, Weights};
+
+/// What decides how a node ranks an ask, besides the replicated rows and receipts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankingSetup {
+    /// `lexical` or `hybrid`.
+    pub mode: String,
+    /// The model's fingerprint, in hybrid mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// How queries are embedded, in hybrid mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<QueryMode>,
+    /// Whether asks that led to invocations boost their rows (`[resolver] learn`).
+    pub learn: bool,
+    /// How the model holds its weights, in hybrid mode (`[resolver] weights`): q8 vectors
+    /// are close to f32 ones but not equal, so the rankings can differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<Weights>,
+}
+
+impl fmt::Display for RankingSetup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.model, self.query) {
+            (Some(model), Some(QueryMode::Static)) => {
+                write!(f, "model {model} with static query vectors")?
+            }
+            (Some(model), _) => write!(f, "model {model}")?,
+            (None, _) => write!(f, "words only")?,
+        }
+        if self.weights == Some(Weights::Q8) {
+            write!(f, ", q8 weights")?;
+        }
+        let learn = if self.learn { "on" } else { "off" };
+        write!(f, ", learning from use {learn}")
+    }
+}
