@@ -486,6 +486,45 @@ async fn a_leader_whose_answers_are_lost_is_replaced_once_its_quorum_is_a_lease_
     cluster.shutdown().await;
 }
 
+/// In five nodes too a leader stopped as SIGTERM stops it hands leadership over before it
+/// goes, sooner than the other followers' leases would let a candidate win: openraft's
+/// leadership transfer tells every voter to stop honouring the old leader's lease, so the
+/// successor needs no vote of the old leader (which, in five, is no majority anyway).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_five_nodes_a_stopping_leader_hands_over_before_the_followers_leases_end() {
+    let mut cluster = Cluster::start_with(5, 0, |config| {
+        slow_timer(config);
+        config.raft.handover_timeout_ms = 20_000;
+    })
+    .await;
+    let old = cluster.leader().await;
+    let index = insert_eventually(&cluster, old, &row("BEFORE_HANDOVER", "five nodes")).await;
+    cluster.converge(index).await;
+    let survivors: Vec<u64> = cluster.ids().into_iter().filter(|&id| id != old).collect();
+    let started = std::time::Instant::now();
+    cluster.stop_gracefully(old).await;
+    let took = started.elapsed();
+    let leading: Vec<u64> = survivors
+        .iter()
+        .copied()
+        .filter(|&id| {
+            let handle = cluster.member(id).handle.as_ref().expect("running");
+            handle.app.raft.metrics().borrow_watched().current_leader == Some(id)
+        })
+        .collect();
+    assert_eq!(leading.len(), 1, "a survivor leads as the stop returns");
+    // A follower's lease lasts its election timeout (4 s here): a handover that waited
+    // for the leases to end would take that long.
+    assert!(
+        took < Duration::from_millis(4_000),
+        "the handover took {took:?}, as long as a follower's lease"
+    );
+    let after =
+        insert_eventually(&cluster, survivors[0], &row("AFTER_HANDOVER", "five nodes")).await;
+    assert!(after > index);
+    cluster.shutdown().await;
+}
+
 /// A follower stops at once while the leader streams appends to it: its gRPC server's
 /// graceful shutdown does not wait on the leader's stream (which the leader never closes),
 /// and the leader, having kept its quorum, goes on leading.

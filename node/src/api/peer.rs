@@ -17,7 +17,8 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendError, VoteRequest,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendError,
+    TransferLeaderRequest, TransferLeaderResponse, VoteRequest,
 };
 use tokio::io::AsyncWriteExt as _;
 
@@ -665,6 +666,29 @@ impl RaftService for RaftGrpc {
         let sender = request.get_ref().from.as_ref().map_or(0, |f| f.node_id);
         let () = self.open(request, Admission::Member)?;
         let result = self.app.stand_for_election(sender).await;
+        self.encode(&result)
+    }
+
+    /// openraft's leadership transfer from the leader this node follows: refused while this
+    /// node does not take part ([`RaftGrpc::taking_part`]); openraft checks the rest (the
+    /// sender's vote is the one this node holds, a target's log is level).
+    async fn transfer_leader(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        if self.app.identity.protocol() < 2 {
+            return Err(Status::unimplemented(
+                "leadership transfer needs peer protocol 2",
+            ));
+        }
+        self.taking_part()?;
+        let transfer: TransferLeaderRequest<TypeConfig> = self.open(request, Admission::Member)?;
+        let result: Result<TransferLeaderResponse<TypeConfig>, String> = self
+            .app
+            .raft
+            .handle_transfer_leader(transfer)
+            .await
+            .map_err(|fatal| fatal.to_string());
         self.encode(&result)
     }
 

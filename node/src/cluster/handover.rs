@@ -2,16 +2,16 @@
 //! it has brought level with its own, so that the cluster takes writes again within a round
 //! trip instead of after an election timeout (Raft's leadership transfer, thesis §3.10).
 //!
-//! openraft 0.9 has no transfer call; this builds one from what it has:
 //! 1. the leader holds new proposals (they wait in [`App::propose`], then go to the new
 //!    leader) and lets those already under way reach raft;
 //! 2. it picks the voter with the highest matched index and waits until that index reaches
 //!    its own last log index;
-//! 3. it asks that voter (`TimeoutNow`) to `trigger().elect(false)`. The old leader grants the
-//!    vote, since the candidate's log is as long as its own, and steps down. A third voter
-//!    refuses while it still hears the old leader, but in a 3-node cluster the two votes
-//!    are a majority. Larger clusters wait out that lease; they still skip the election
-//!    timeout.
+//! 3. it starts openraft's leadership transfer to that voter (`TransferLeader` to every
+//!    voter): each voter stops honouring this leader's lease, and the target stands with a
+//!    vote request marked as a transfer, which voters grant despite a lease (openraft 0.10
+//!    refuses other vote requests while a leader's lease holds, the leader's own included).
+//!    A target of an older build (peer protocol 1) is asked with `TimeoutNow` instead, to
+//!    `trigger().elect(false)`, and wins once the leases allow.
 //!
 //! A handover that cannot finish in its bound (no voter catches up, the vote is refused)
 //! changes nothing: the node stops, and the cluster elects a leader the usual way.
@@ -196,13 +196,28 @@ impl App {
                 reason: "not in the membership any more".into(),
             })?;
         let remaining = deadline.saturating_duration_since(Instant::now());
-        self.network
-            .timeout_now(target, &node, remaining)
-            .await
-            .map_err(|e| HandoverError::NotTaken {
-                target,
-                reason: e.to_string(),
-            })?;
+        if self.network.streams_to(target) {
+            // openraft's transfer: every voter stops honouring this leader's lease, and the
+            // target stands with a vote they grant despite it.
+            self.raft
+                .trigger()
+                .transfer_leader(target)
+                .await
+                .map_err(|e| HandoverError::NotTaken {
+                    target,
+                    reason: e.to_string(),
+                })?;
+        } else {
+            // A voter of an older build (peer protocol 1) has no transfer: it stands when
+            // asked, and wins once the voters' leases allow.
+            self.network
+                .timeout_now(target, &node, remaining)
+                .await
+                .map_err(|e| HandoverError::NotTaken {
+                    target,
+                    reason: e.to_string(),
+                })?;
+        }
         // Done once this node follows someone else: it has seen the new leader's first
         // message, so the new leader holds a quorum.
         let remaining = deadline.saturating_duration_since(Instant::now());

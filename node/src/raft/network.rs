@@ -22,7 +22,7 @@ use openraft::error::{
 use openraft::network::{stream_append_sequential, Backoff, RPCOption, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendError,
-    StreamAppendResult, VoteRequest, VoteResponse,
+    StreamAppendResult, TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{OptionalSend, RaftNetworkV2};
 use rowcall_proto::raft::raft_service_client::RaftServiceClient;
@@ -61,6 +61,7 @@ enum Method {
     ReadIndex,
     Hello,
     TimeoutNow,
+    TransferLeader,
     MoveLeader,
 }
 
@@ -425,6 +426,7 @@ impl Network {
                 Method::ReadIndex => client.read_index(request).await,
                 Method::Hello => client.hello(request).await,
                 Method::TimeoutNow => client.timeout_now(request).await,
+                Method::TransferLeader => client.transfer_leader(request).await,
                 Method::MoveLeader => client.move_leader(request).await,
             }
         };
@@ -1153,6 +1155,15 @@ impl RaftNetworkV2<TypeConfig> for Peer {
             closed = cancel => Err(StreamingError::Closed(closed)),
             sent = self.send_snapshot(vote, snapshot, &option) => sent,
         }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        request: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.raft_call::<_, _, RemoteRefusal>(Method::TransferLeader, &request, &option)
+            .await
     }
 
     async fn vote(
