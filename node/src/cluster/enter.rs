@@ -196,11 +196,14 @@ async fn survey(app: &App, peers: &[String]) -> Survey {
                 Some(cluster) if hello.member => {
                     survey.member.get_or_insert((peer.clone(), cluster));
                 }
-                // Fresh, or joined but not yet admitted: not a cluster to join through yet.
-                _ if hello.node_id < app.node_id && hello.founding => {
+                // Founded a moment ago and not yet a member of its own membership, or
+                // joined and not yet admitted: not a cluster to join through yet, and no
+                // reason to found another either. Waited for as a silent peer is.
+                Some(_) => survey.silent.push(peer.clone()),
+                None if hello.node_id < app.node_id && hello.founding => {
                     survey.defer_to.get_or_insert(peer.clone());
                 }
-                _ => {}
+                None => {}
             },
             Err(e) => {
                 tracing::debug!(peer, error = %e, "peer did not answer hello");

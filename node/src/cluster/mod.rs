@@ -52,9 +52,13 @@ fn membership_error(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> M
                 reason: e.to_string(),
             }
         }
-        RaftError::APIError(ClientWriteError::PreconditionFailed(e)) => MembershipError::Rejected {
-            reason: e.to_string(),
-        },
+        // Another change came in between the two steps of this one (e.g. two joins at
+        // once: the second step finds a newer membership than the first left): try again.
+        RaftError::APIError(ClientWriteError::PreconditionFailed(e)) => {
+            MembershipError::Unavailable {
+                reason: e.to_string(),
+            }
+        }
         RaftError::Fatal(e) => MembershipError::Unavailable {
             reason: e.to_string(),
         },
