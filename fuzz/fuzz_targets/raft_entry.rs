@@ -1,5 +1,5 @@
-//! Raft entry decoding: any payload a peer sends as AppendEntries, a forwarded request or a
-//! log entry decodes or is refused without panicking, and what decodes can be described
+//! Raft entry decoding: any payload a peer sends as AppendEntries, a snapshot's piece, a
+//! forwarded request or a log entry decodes or is refused without panicking, and what decodes can be described
 //! and fingerprinted (what the leader and the state machine do first with it).
 #![no_main]
 
@@ -15,4 +15,5 @@ fuzz_target!(|data: &[u8]| {
         let _ = format!("{entry:?}");
     }
     let _ = serde_json::from_slice::<openraft::raft::AppendEntriesRequest<TypeConfig>>(data);
+    let _ = serde_json::from_slice::<rowcall_node::raft::network::SnapshotChunk>(data);
 });
