@@ -332,7 +332,8 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let secret = credentials_of_peers.secret.clone();
     let network = Network::new(identity.clone(), options.faults, liveness.clone())
         .with_routes(node.peer_routes.clone())
-        .with_peer_auth(Some(tls.clone()), secret.clone());
+        .with_peer_auth(Some(tls.clone()), secret.clone())
+        .with_stream_appends(config.raft.stream_appends);
     let restarted = held != Progress::default();
     let mut raft_config = raft_config(&config)?;
     raft_config.enable_elect = !restarted;

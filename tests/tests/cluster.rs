@@ -531,7 +531,7 @@ async fn in_five_nodes_a_stopping_leader_hands_over_before_the_followers_leases_
 /// and the leader, having kept its quorum, goes on leading.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follower_stops_at_once_while_the_leader_streams_to_it() {
-    let mut cluster = Cluster::start(3, 0).await;
+    let mut cluster = Cluster::start_with(3, 0, |config| config.raft.stream_appends = true).await;
     let leader = cluster.leader().await;
     let index = insert_eventually(&cluster, leader, &row("STREAMED", "before the stop")).await;
     cluster.converge(index).await;

@@ -501,7 +501,7 @@ async fn a_rolling_upgrade_loses_nothing_and_the_older_build_refuses_the_upgrade
 /// to each follower.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolling_upgrade_onto_streamed_appends_loses_nothing_and_then_streams() {
-    let mut cluster = Cluster::start(3, 0).await;
+    let mut cluster = Cluster::start_with(3, 0, |config| config.raft.stream_appends = true).await;
     let older = rowcall_node::StartOptions {
         peer_protocol: Some(1),
         ..cluster.options()

@@ -464,6 +464,7 @@ async fn a_cluster_of_an_older_build_is_upgraded_by_restarting_every_node_with_o
         async move {
             http.post(format!("{url}/api/directory"))
                 .header("x-terminal-key", ADMIN)
+                .header("idempotency-key", format!("peer-auth-{key}"))
                 .json(&put(key))
                 .send()
                 .await
@@ -503,12 +504,14 @@ async fn a_cluster_of_an_older_build_is_upgraded_by_restarting_every_node_with_o
     let (status, _, _) = cluster.get(leader, "/api/directory/BEFORE_UPGRADE").await;
     assert_eq!(status, 200, "the old rows are there");
     // Every member restarted at once checks with the others what they saw of it before it
-    // takes appends again (`raft::standing`): until then a write answers 503, and a careful
-    // client retries it.
+    // takes appends again (`raft::standing`): until then a write answers 503, or 504 when
+    // it reached a leader whose followers were still checking, and a careful client retries
+    // it with its key (answered with the first outcome if that one landed after all).
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     let written = loop {
         let written = insert(cluster.url(leader), "AFTER_UPGRADE").await;
-        if written.status() != 503 || tokio::time::Instant::now() > deadline {
+        let retry = matches!(written.status().as_u16(), 503 | 504);
+        if !retry || tokio::time::Instant::now() > deadline {
             break written;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -196,7 +196,7 @@ impl App {
                 reason: "not in the membership any more".into(),
             })?;
         let remaining = deadline.saturating_duration_since(Instant::now());
-        if self.network.streams_to(target) {
+        if !self.network.is_older_build(target) {
             // openraft's transfer: every voter stops honouring this leader's lease, and the
             // target stands with a vote they grant despite it.
             self.raft

@@ -159,6 +159,8 @@ pub struct Network {
     unstreamed: Arc<Mutex<HashMap<NodeId, Instant>>>,
     /// Streams of appends opened to each peer.
     streams_opened: Arc<Mutex<HashMap<NodeId, u64>>>,
+    /// Whether appends go on streams at all (`raft.stream_appends`).
+    stream_appends: bool,
 }
 
 impl Network {
@@ -184,20 +186,31 @@ impl Network {
             witness: Arc::default(),
             unstreamed: Arc::default(),
             streams_opened: Arc::default(),
+            stream_appends: false,
         }
     }
 
-    /// Whether this node, as leader, sends `peer` its appends on a stream: unless this node
-    /// runs as a build of peer protocol 1 (a test's), or the peer was found not to serve
-    /// streams and has not answered as a newer build since, within [`UNSTREAMED_FOR`].
-    pub fn streams_to(&self, peer: NodeId) -> bool {
-        if self.identity.protocol() < 2 {
-            return false;
-        }
+    /// Sends followers their appends on streams (`raft.stream_appends`).
+    pub fn with_stream_appends(mut self, on: bool) -> Self {
+        self.stream_appends = on;
+        self
+    }
+
+    /// Whether `peer` was found, lately, to be a build of peer protocol 1 (it served no
+    /// stream): it has no leadership transfer either.
+    pub fn is_older_build(&self, peer: NodeId) -> bool {
         let unstreamed = self.unstreamed.lock().unwrap_or_else(|p| p.into_inner());
         unstreamed
             .get(&peer)
-            .is_none_or(|at| at.elapsed() >= UNSTREAMED_FOR)
+            .is_some_and(|at| at.elapsed() < UNSTREAMED_FOR)
+    }
+
+    /// Whether this node, as leader, sends `peer` its appends on a stream: when
+    /// `raft.stream_appends` is on, unless this node runs as a build of peer protocol 1 (a
+    /// test's), or the peer was found not to serve
+    /// streams and has not answered as a newer build since, within [`UNSTREAMED_FOR`].
+    pub fn streams_to(&self, peer: NodeId) -> bool {
+        self.stream_appends && self.identity.protocol() >= 2 && !self.is_older_build(peer)
     }
 
     /// How many streams of appends this node opened to `peer` as leader.
