@@ -260,9 +260,7 @@ impl RaftGrpc {
         request: Request<RaftMessage>,
         admission: Admission,
     ) -> Result<RaftMessage, PeerRefusal> {
-        let certificate = crate::raft::tls::PeerConnectInfo::of(&request)
-            .and_then(|info| info.certs.as_ref())
-            .and_then(|certs| certs.first().cloned());
+        let certificate = certificate_of(&request);
         let message = request.into_inner();
         let result = speaks_for(certificate.as_ref(), &message)
             .and_then(|()| self.check(&message, admission));
@@ -388,6 +386,15 @@ impl RaftGrpc {
     }
 }
 
+/// The certificate the connection of `request` showed, if any.
+fn certificate_of<T>(
+    request: &Request<T>,
+) -> Option<tokio_rustls::rustls::pki_types::CertificateDer<'static>> {
+    crate::raft::tls::PeerConnectInfo::of(request)
+        .and_then(|info| info.certs.as_ref())
+        .and_then(|certs| certs.first().cloned())
+}
+
 /// Whether the certificate the connection showed names the node `message` claims to come
 /// from. The interceptor ([`crate::raft::auth`]) already refused a connection without one.
 fn speaks_for(
@@ -435,9 +442,9 @@ impl RaftGrpc {
         })
     }
 
-    /// Admits one append that arrived on a stream as [`RaftService::append_entries`] admits
-    /// one alone: this node takes part, the connection's certificate names the sender, the
-    /// envelope passes, and the entries are sent in the sender's own name.
+    /// Admits one append, alone or on a stream: this node takes part, the connection's
+    /// certificate names the sender, the envelope passes, and the entries are sent in the
+    /// sender's own name.
     fn open_append(
         &self,
         message: &RaftMessage,
@@ -462,7 +469,7 @@ impl RaftService for RaftGrpc {
     type StreamAppendStream = AppendAnswers;
 
     /// Appends from the leader on one stream, several in flight (openraft's pipelined
-    /// replication): each is admitted as [`RaftService::append_entries`] admits one, handed
+    /// replication): each is admitted as one sent alone ([`RaftGrpc::open_append`]), handed
     /// to openraft in order, and answered in order once its entries are durable here. The
     /// first message refused ends the stream with its refusal, after the answers to those
     /// before it.
@@ -479,9 +486,7 @@ impl RaftService for RaftGrpc {
             ));
         }
         self.taking_part()?;
-        let certificate = crate::raft::tls::PeerConnectInfo::of(&request)
-            .and_then(|info| info.certs.as_ref())
-            .and_then(|certs| certs.first().cloned());
+        let certificate = certificate_of(&request);
         let arrivals = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
         let refusal = Arc::new(std::sync::Mutex::new(None::<Status>));
         let appends = futures_util::stream::unfold(
@@ -561,13 +566,11 @@ impl RaftService for RaftGrpc {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         let received = Instant::now();
-        self.taking_part()?;
-        let message = self.admit(request, Admission::Raft)?;
+        let certificate = certificate_of(&request);
+        let message = request.into_inner();
         let quorum_age = message.leader_quorum_age_ms;
-        let append: AppendEntriesRequest<TypeConfig> = decode(&message)?;
-        payload_from_sender(&message, append.vote.leader_id.node_id)?;
+        let append = self.open_append(&message, certificate.as_ref())?;
         let vote = append.vote;
-        self.witness_sender(&message, vote.leader_id.term);
         let result = self.app.raft.append_entries(append).await;
         if let Ok(response) = &result {
             if !matches!(response, AppendEntriesResponse::HigherVote(_)) {
@@ -705,9 +708,7 @@ impl RaftService for RaftGrpc {
         // Any holder of a certificate of this cluster may ask who is here (a fresh node has
         // no cluster id yet); a node of this cluster that says who it is also hears what it
         // promised this node.
-        let certificate = crate::raft::tls::PeerConnectInfo::of(&request)
-            .and_then(|info| info.certs.as_ref())
-            .and_then(|certs| certs.first().cloned());
+        let certificate = certificate_of(&request);
         let message = request.into_inner();
         speaks_for(certificate.as_ref(), &message)?;
         let () = decode(&message)?;
