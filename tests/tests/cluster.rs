@@ -486,6 +486,18 @@ async fn a_leader_whose_answers_are_lost_is_replaced_once_its_quorum_is_a_lease_
     cluster.shutdown().await;
 }
 
+/// The nodes among `ids` that take themselves for the leader now (read at once, not
+/// awaited).
+fn leading_now(cluster: &Cluster, ids: &[u64]) -> Vec<u64> {
+    ids.iter()
+        .copied()
+        .filter(|&id| {
+            let handle = cluster.member(id).handle.as_ref().expect("running");
+            handle.app.raft.metrics().borrow_watched().current_leader == Some(id)
+        })
+        .collect()
+}
+
 /// In five nodes too a leader stopped as SIGTERM stops it hands leadership over before it
 /// goes, sooner than the other followers' leases would let a candidate win (measured: 12 s
 /// without the transfer, 0.3 to 4.1 s with it on a loaded machine): openraft's
@@ -505,14 +517,7 @@ async fn in_five_nodes_a_stopping_leader_hands_over_before_the_followers_leases_
     let started = std::time::Instant::now();
     cluster.stop_gracefully(old).await;
     let took = started.elapsed();
-    let leading: Vec<u64> = survivors
-        .iter()
-        .copied()
-        .filter(|&id| {
-            let handle = cluster.member(id).handle.as_ref().expect("running");
-            handle.app.raft.metrics().borrow_watched().current_leader == Some(id)
-        })
-        .collect();
+    let leading = leading_now(&cluster, &survivors);
     assert_eq!(leading.len(), 1, "a survivor leads as the stop returns");
     // A candidate the followers' leases refuse wins only after those leases (4 s here) and
     // its own retry (another 4 s) have passed; a transfer needs neither.
@@ -610,14 +615,7 @@ async fn a_leader_stopped_gracefully_hands_leadership_over_before_it_goes() {
     cluster.stop_gracefully(old).await;
     stopped.store(true, Ordering::Relaxed);
     // Read at once, not awaited: the handover made the successor before the stop returned.
-    let leading: Vec<u64> = survivors
-        .iter()
-        .copied()
-        .filter(|&id| {
-            let handle = cluster.member(id).handle.as_ref().expect("running");
-            handle.app.raft.metrics().borrow_watched().current_leader == Some(id)
-        })
-        .collect();
+    let leading = leading_now(&cluster, &survivors);
     assert_eq!(
         leading.len(),
         1,
