@@ -651,6 +651,12 @@ pub struct RaftConfig {
     /// cores the nodes starve each other of, streams left timing-sensitive paths slower
     /// (see Performance); `ROWCALL_STREAM_APPENDS=on`.
     pub stream_appends: bool,
+    /// Ask the voters whether they would elect this node before raising its term (Raft's
+    /// pre-vote), for openraft's own timer and rowcall's early candidacies alike: a node
+    /// cut off from a majority, or paused and resumed, then stands without raising its
+    /// term, so when it is back its term does not unseat the leader the others elected.
+    /// `ROWCALL_PRE_VOTE=off` turns it off.
+    pub pre_vote: bool,
 }
 
 impl Default for RaftConfig {
@@ -665,6 +671,7 @@ impl Default for RaftConfig {
             max_entry_bytes: 512 * 1024,
             handover_timeout_ms: 2_000,
             stream_appends: false,
+            pre_vote: true,
         }
     }
 }
@@ -919,6 +926,9 @@ impl Config {
         }
         if let Some(on) = get("ROWCALL_STREAM_APPENDS") {
             self.raft.stream_appends = parse_switch("ROWCALL_STREAM_APPENDS", &on)?;
+        }
+        if let Some(on) = get("ROWCALL_PRE_VOTE") {
+            self.raft.pre_vote = parse_switch("ROWCALL_PRE_VOTE", &on)?;
         }
         if let Some(on) = get("ROWCALL_RESOLVER_LEARN") {
             self.resolver.learn = parse_switch("ROWCALL_RESOLVER_LEARN", &on)?;

@@ -199,6 +199,7 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_every.max(1)),
         max_in_snapshot_log_to_keep: r.keep_after_snapshot,
         purge_batch_size: 32,
+        enable_pre_vote: Some(r.pre_vote),
         ..Default::default()
     };
     Ok(raft.validate()?)
@@ -476,12 +477,14 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let early = app.network.early_elections().clone();
     let (raft, watched, stop) = (app.raft.clone(), app.clone(), shutdown.subscribe());
     let settle = Duration::from_millis(config.raft.heartbeat_ms);
+    let pre_vote = config.raft.pre_vote;
     tasks.push(tokio::spawn(async move {
         let taking_part = watched.clone();
         early
             .run(
                 raft,
                 settle,
+                pre_vote,
                 move || watched.is_stale(),
                 move || taking_part.takes_part(),
                 stop,
@@ -492,6 +495,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let timing = crate::raft::early_election::SilenceTiming {
         heartbeat: Duration::from_millis(config.raft.heartbeat_ms),
         lease: Duration::from_millis(config.raft.election_timeout_max_ms),
+        pre_vote: config.raft.pre_vote,
     };
     tasks.push(tokio::spawn(async move {
         let (heard, asked, taking_part) = (watched.clone(), watched.clone(), watched);

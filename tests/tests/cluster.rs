@@ -486,6 +486,49 @@ async fn a_leader_whose_answers_are_lost_is_replaced_once_its_quorum_is_a_lease_
     cluster.shutdown().await;
 }
 
+/// A follower cut off from every other node stands with a pre-vote, which nobody it can
+/// reach grants, so its term stays where it was however long it is cut off; back, it
+/// follows the leader it had, and that leader is not unseated by a higher term (without
+/// pre-votes it raised its term at each candidacy, and the leader stepped down when it
+/// heard that term).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_cut_off_for_several_timeouts_comes_back_without_unseating_the_leader() {
+    let cluster = Cluster::start_with(3, 0, slow_timer).await;
+    let leader = cluster.leader().await;
+    let cut = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let raft = |id: u64| cluster.member(id).handle.as_ref().unwrap().app.raft.clone();
+    let term = raft(leader).metrics().borrow_watched().current_term;
+    cluster.faults.isolate(cut, &cluster.ids());
+    // Past the lease, rowcall's early candidacy and openraft's own timer (slow_timer).
+    let until = std::time::Instant::now() + TIMER_FLOOR + Duration::from_millis(1_500);
+    while std::time::Instant::now() < until {
+        let now = raft(cut).metrics().borrow_watched().current_term;
+        assert_eq!(now, term, "node {cut} raised its term while cut off");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.faults.heal();
+    eventually(
+        Duration::from_secs(20),
+        "the cut-off follower follows its leader again",
+        || async { raft(cut).metrics().borrow_watched().current_leader == Some(leader) },
+    )
+    .await;
+    let after = raft(leader).metrics().borrow_watched().clone();
+    assert_eq!(
+        after.current_leader,
+        Some(leader),
+        "the leader was unseated"
+    );
+    assert_eq!(after.current_term, term, "an election was held");
+    insert_eventually(
+        &cluster,
+        cut,
+        &row("AFTER_THE_CUT", "written after the heal"),
+    )
+    .await;
+    cluster.shutdown().await;
+}
+
 /// The nodes among `ids` that take themselves for the leader now (read at once, not
 /// awaited).
 fn leading_now(cluster: &Cluster, ids: &[u64]) -> Vec<u64> {

@@ -696,3 +696,60 @@ async fn a_voter_restored_from_an_older_copy_of_its_folder_stays_out_until_readm
     }
     cluster.shutdown().await;
 }
+
+/// How a node's pre-vote to each kind of peer is counted: a node of the older build (peer
+/// protocol 1, which lacks the call) as granting, so a cluster in the middle of an upgrade
+/// elects as it did before pre-votes; a node of this build that hears its leader as refusing;
+/// and a peer that cannot be reached as an error, never a grant (or a node cut off from
+/// every peer would give itself a majority).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pre_vote_counts_an_older_build_as_granting_and_an_unreachable_peer_as_not() {
+    use openraft::network::v2::RaftNetworkV2 as _;
+    use openraft::network::{RPCOption, RaftNetworkFactory as _};
+    use openraft::raft::VoteRequest;
+
+    let mut cluster = Cluster::start(3, 0).await;
+    let leader = cluster.leader().await;
+    let followers: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|&id| id != leader)
+        .collect();
+    let (asker, older) = (followers[0], followers[1]);
+    cluster.stop(older).await;
+    let options = rowcall_node::StartOptions {
+        peer_protocol: Some(1),
+        ..cluster.options()
+    };
+    cluster.restart_with(older, options).await;
+    let app = |id: u64| cluster.member(id).handle.as_ref().unwrap().app.clone();
+    let asking = app(asker);
+    let pre_vote = |to: u64| {
+        let asking = asking.clone();
+        async move {
+            let metrics = asking.raft.metrics().borrow_watched().clone();
+            let request = VoteRequest::new(
+                rowcall_node::raft::Vote::new(metrics.current_term + 1, asker),
+                metrics.last_applied,
+            );
+            let node = asking.membership().get_node(&to).cloned().unwrap();
+            let mut network = asking.network.clone();
+            let mut peer = network.new_client(to, &node).await;
+            peer.pre_vote(request, RPCOption::new(Duration::from_secs(2)))
+                .await
+        }
+    };
+
+    let answer = pre_vote(older).await.expect("an older build answers");
+    assert!(answer.vote_granted, "an older build counts as granting");
+    let answer = pre_vote(leader).await.expect("the leader answers");
+    assert!(!answer.vote_granted, "a leader backed by a quorum refuses");
+
+    cluster.faults.isolate(asker, &cluster.ids());
+    assert!(
+        pre_vote(older).await.is_err(),
+        "an unreachable peer is no grant"
+    );
+    cluster.faults.heal();
+    cluster.shutdown().await;
+}

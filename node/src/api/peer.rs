@@ -561,6 +561,24 @@ impl RaftService for RaftGrpc {
         self.encode(&result)
     }
 
+    /// Whether this node would vote for the asker in the next term; its vote and term stay
+    /// as they are, so nothing is witnessed or durable. A build of peer protocol 1 lacks
+    /// it, which the asker takes as a grant.
+    async fn pre_vote(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        if self.app.identity.protocol() < 2 {
+            return Err(Status::unimplemented("pre-votes need peer protocol 2"));
+        }
+        self.taking_part()?;
+        let message = self.admit(request, Admission::Raft)?;
+        let vote: VoteRequest<TypeConfig> = decode(&message)?;
+        payload_from_sender(&message, vote.vote.leader_id.node_id)?;
+        let result = self.app.raft.pre_vote(vote).await;
+        self.encode(&result)
+    }
+
     async fn append_entries(
         &self,
         request: Request<RaftMessage>,

@@ -131,12 +131,14 @@ impl EarlyElections {
 
     /// Stands for election after each report, once `settle` (the heartbeat interval) and a
     /// random part of half of it have passed, unless a leader has been heard from since or
-    /// a later term has begun; until `stop` turns true. `leader_lost` says whether this
+    /// a later term has begun; with a pre-vote first when `pre_vote` is set; until `stop`
+    /// turns true. `leader_lost` says whether this
     /// node's last leader has been silent for longer than its lease.
     pub async fn run(
         &self,
         raft: Raft,
         settle: Duration,
+        pre_vote: bool,
         leader_lost: impl Fn() -> bool,
         may_campaign: impl Fn() -> bool,
         mut stop: watch::Receiver<bool>,
@@ -174,7 +176,7 @@ impl EarlyElections {
             tracing::info!(term, reason = reason.label(), "standing for election early");
             metrics::counter!(crate::metrics::EARLY_CAMPAIGNS_TOTAL, "reason" => reason.label())
                 .increment(1);
-            if let Err(e) = raft.trigger().elect(false).await {
+            if let Err(e) = raft.trigger().elect(pre_vote).await {
                 tracing::debug!(error = %e, "could not stand for election");
             }
         }
@@ -189,6 +191,9 @@ pub struct SilenceTiming {
     /// openraft's leader lease (the longest election timeout): how long after a leader's
     /// latest message a voter refuses every other candidate.
     pub lease: Duration,
+    /// Whether a candidacy begins with a pre-vote (`raft.pre_vote`): a follower cut off
+    /// with its leader from the majority then stands without raising its term.
+    pub pre_vote: bool,
 }
 
 impl SilenceTiming {
@@ -308,7 +313,7 @@ impl EarlyElections {
             );
             metrics::counter!(crate::metrics::EARLY_CAMPAIGNS_TOTAL, "reason" => reason.label())
                 .increment(1);
-            if let Err(e) = raft.trigger().elect(false).await {
+            if let Err(e) = raft.trigger().elect(timing.pre_vote).await {
                 tracing::debug!(error = %e, "could not stand for election");
             }
         }
@@ -404,6 +409,7 @@ mod tests {
         let timing = SilenceTiming {
             heartbeat: Duration::from_millis(100),
             lease: Duration::from_millis(600),
+            pre_vote: true,
         };
         let voters = [1, 2, 3, 4, 5];
         let ms = |d: Duration| d.as_millis();
@@ -422,6 +428,7 @@ mod tests {
         let timing = SilenceTiming {
             heartbeat: Duration::from_millis(100),
             lease: Duration::from_millis(600),
+            pre_vote: true,
         };
         let after = Duration::from_millis(600);
         let now = Instant::now() + Duration::from_secs(10);

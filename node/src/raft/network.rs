@@ -53,6 +53,7 @@ pub const UNKNOWN_NODE: NodeId = 0;
 #[derive(Debug, Clone, Copy)]
 enum Method {
     Vote,
+    PreVote,
     AppendEntries,
     InstallSnapshot,
     Forward,
@@ -118,6 +119,14 @@ pub enum TransportError {
     /// or missing credentials.
     #[error("peer {addr} refused the call: {reason}")]
     Refused {
+        /// The peer's address.
+        addr: String,
+        /// Why, as the peer said.
+        reason: String,
+    },
+    /// The peer does not serve the call: a build that predates it.
+    #[error("peer {addr} does not serve the call (an older build): {reason}")]
+    Unsupported {
         /// The peer's address.
         addr: String,
         /// Why, as the peer said.
@@ -431,6 +440,7 @@ impl Network {
         let sent = async {
             match method {
                 Method::Vote => client.vote(request).await,
+                Method::PreVote => client.pre_vote(request).await,
                 Method::AppendEntries => client.append_entries(request).await,
                 Method::InstallSnapshot => client.install_snapshot(request).await,
                 Method::Forward => client.forward(request).await,
@@ -493,6 +503,7 @@ impl Network {
                 self.log_refusal(to, &reason);
                 TransportError::Refused { addr, reason }
             }
+            tonic::Code::Unimplemented => TransportError::Unsupported { addr, reason },
             _ => TransportError::Protocol {
                 addr,
                 reason: status.to_string(),
@@ -716,7 +727,9 @@ fn transport_to_rpc(e: TransportError) -> RPCError<TypeConfig> {
         TransportError::Unreachable { .. } | TransportError::Refused { .. } => {
             RPCError::Unreachable(Unreachable::new(&e))
         }
-        TransportError::Protocol { .. } => RPCError::Network(NetworkError::new(&e)),
+        TransportError::Unsupported { .. } | TransportError::Protocol { .. } => {
+            RPCError::Network(NetworkError::new(&e))
+        }
     }
 }
 
@@ -1198,6 +1211,33 @@ impl RaftNetworkV2<TypeConfig> for Peer {
             self.network.liveness.acknowledged(self.target, sent);
         }
         Ok(response)
+    }
+
+    /// Asks whether the peer would vote for this node in the next term, leaving its vote
+    /// as it is. A peer that does not serve pre-votes (a build of peer protocol 1, during
+    /// a rolling upgrade) counts as granting, as openraft's own fallback does, so the
+    /// election goes on as it did before pre-votes; a peer that does not answer counts as
+    /// refusing, or a node cut off from every peer would grant itself a majority.
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let reply: Result<Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>>, _> = self
+            .network
+            .call_as_leader(
+                Dest::member(self.target, &self.node),
+                Method::PreVote,
+                &rpc,
+                option.hard_ttl(),
+                None,
+            )
+            .await;
+        match reply {
+            Ok(answer) => answer.map_err(|e| RPCError::Unreachable(Unreachable::new(&e))),
+            Err(TransportError::Unsupported { .. }) => Ok(VoteResponse::new(rpc.vote, None, true)),
+            Err(e) => Err(transport_to_rpc(e)),
+        }
     }
 
     /// How long replication to this peer pauses after each failed call in a row (reset by
