@@ -207,6 +207,15 @@ impl SilenceTiming {
         self.lease + step * rank as u32 + (self.heartbeat / 4).mul_f64(random.clamp(0.0, 1.0))
     }
 
+    /// Whether a candidacy for `reason` begins with a pre-vote: against a silent leader
+    /// when pre-votes are on (a node cut off with its leader from the majority then raises
+    /// no term), never against an unbacked one. This node still hears that leader, so its
+    /// own lease holds and a pre-vote would not even be sent; the candidacy must raise the
+    /// term to take the old leader's vote, which makes the majority in three.
+    fn pre_votes(self, reason: Reason) -> bool {
+        self.pre_vote && reason == Reason::LeaderSilent
+    }
+
     /// Why a follower with `contact` stands `now`, if it does, `after` being its
     /// [`Self::stand_after`]:
     /// - the leader has been silent that long ([`Reason::LeaderSilent`]); every voter that
@@ -250,8 +259,14 @@ impl EarlyElections {
         Fut: std::future::Future<Output = bool>,
     {
         let tick = (timing.heartbeat / 2).max(Duration::from_millis(5));
-        // The leader and term this node last stood against, or found still answering.
-        let mut stood: Option<(NodeId, u64)> = None;
+        // The leader and term this node last stood against, when, and whether with a
+        // pre-vote. A candidacy that raises the term is made once against them. One that
+        // began with a pre-vote is made again each heartbeat while they stay: a pre-vote
+        // raises nothing, and a first one may be refused for a lease that has not quite
+        // ended, this node's own or a voter's (openraft starts a lease when it has handled
+        // the leader's message, a little after the message arrived here), while openraft's
+        // own timer would try again only a whole election timeout later.
+        let mut stood: Option<(NodeId, u64, Instant, bool)> = None;
         let mut probed: Option<(NodeId, u64, Instant)> = None;
         let random = rand::rng().random_range(0.0..1.0);
         loop {
@@ -268,7 +283,16 @@ impl EarlyElections {
             let Some(leader) = leader.filter(|&l| l != me) else {
                 continue;
             };
-            if !voters.contains(&me) || stood == Some((leader, term)) {
+            let again = match stood {
+                Some((l, t, at, pre_voted)) if (l, t) == (leader, term) => {
+                    if !pre_voted || at.elapsed() < timing.heartbeat {
+                        continue;
+                    }
+                    true
+                }
+                _ => false,
+            };
+            if !voters.contains(&me) {
                 continue;
             }
             let Some(seen) = contact(leader, term) else {
@@ -302,18 +326,23 @@ impl EarlyElections {
             let (true, Some(reason)) = (unchanged, reason) else {
                 continue;
             };
-            stood = Some((leader, term));
-            tracing::info!(
-                term,
-                leader,
-                silent_ms = seen.heard.elapsed().as_millis() as u64,
-                unbacked_ms = seen.backed.elapsed().as_millis() as u64,
-                reason = reason.label(),
-                "standing for election early"
-            );
+            let pre_vote = timing.pre_votes(reason);
+            stood = Some((leader, term, Instant::now(), pre_vote));
             metrics::counter!(crate::metrics::EARLY_CAMPAIGNS_TOTAL, "reason" => reason.label())
                 .increment(1);
-            if let Err(e) = raft.trigger().elect(timing.pre_vote).await {
+            if again {
+                tracing::debug!(term, leader, reason = reason.label(), "standing again");
+            } else {
+                tracing::info!(
+                    term,
+                    leader,
+                    silent_ms = seen.heard.elapsed().as_millis() as u64,
+                    unbacked_ms = seen.backed.elapsed().as_millis() as u64,
+                    reason = reason.label(),
+                    "standing for election early"
+                );
+            }
+            if let Err(e) = raft.trigger().elect(pre_vote).await {
                 tracing::debug!(error = %e, "could not stand for election");
             }
         }
@@ -421,6 +450,19 @@ mod tests {
         assert_eq!(ms(timing.stand_after(3, 2, &voters, 1.0)), 675);
         assert_eq!(ms(timing.stand_after(3, 2, &voters, 7.0)), 675, "clamped");
         assert!(timing.stand_after(3, 2, &voters, 0.99) < timing.stand_after(4, 2, &voters, 0.0));
+    }
+
+    #[test]
+    fn only_a_candidacy_against_a_silent_leader_begins_with_a_pre_vote() {
+        let mut timing = SilenceTiming {
+            heartbeat: Duration::from_millis(100),
+            lease: Duration::from_millis(600),
+            pre_vote: true,
+        };
+        assert!(timing.pre_votes(Reason::LeaderSilent));
+        assert!(!timing.pre_votes(Reason::LeaderUnbacked));
+        timing.pre_vote = false;
+        assert!(!timing.pre_votes(Reason::LeaderSilent));
     }
 
     #[test]
