@@ -52,6 +52,14 @@
 //! stood against as a silent one is. Followers stand in the order of their ids, half a
 //! heartbeat apart, so two of them do not split a term between them; a first one with the
 //! shorter log is refused, and the rules above bring the better one in at once.
+//!
+//! With pre-votes on (`raft.pre_vote`), a candidacy against a silent leader begins with
+//! one instead of the question: every voter that still hears a leader backed by a quorum
+//! refuses it, and so does that leader, which is what the question asked of the leader
+//! alone, and a leader cut off from here would hold the question for a heartbeat. A
+//! pre-vote raises no term, so a node cut off with its leader from the majority stands
+//! in vain without raising one, and it is made again each heartbeat while the leader
+//! stays silent.
 
 use crate::raft::WatchReceiver as _;
 use std::sync::Arc;
@@ -240,13 +248,15 @@ impl SilenceTiming {
 
 impl EarlyElections {
     /// Stands for election once this node's leader has been silent, or without a quorum,
-    /// for [`SilenceTiming::stand_after`] ([`SilenceTiming::stands`]) and `still_leads`
-    /// (asked of it: [`still_leads`]) says no: a leader that was killed, paused or cut off,
-    /// or whose followers' answers are lost, is replaced a lease after its last message or
-    /// quorum, instead of a lease and a whole election timeout after it (or never, while
-    /// its heartbeats keep arriving). A leader that answers it still leads is left alone
-    /// (openraft's own timer still decides), and so is one this node already stood against.
-    /// Learners and nodes that may not campaign stand for nothing. Until `stop` turns true.
+    /// for [`SilenceTiming::stand_after`] ([`SilenceTiming::stands`]): a leader that was
+    /// killed, paused or cut off, or whose followers' answers are lost, is replaced a lease
+    /// after its last message or quorum, instead of a lease and a whole election timeout
+    /// after it (or never, while its heartbeats keep arriving). Against a silent leader
+    /// with pre-votes on, the pre-vote decides, repeated each heartbeat while the leader
+    /// stays silent; otherwise `still_leads` (asked of the leader: [`still_leads`]) must
+    /// say no first, and a leader that answers it still leads is left alone (openraft's own
+    /// timer still decides), as is one this node already stood against. Learners and nodes
+    /// that may not campaign stand for nothing. Until `stop` turns true.
     pub async fn watch_silence<P, Fut>(
         raft: Raft,
         timing: SilenceTiming,
@@ -299,9 +309,9 @@ impl EarlyElections {
                 continue;
             };
             let after = timing.stand_after(me, leader, &voters, random);
-            if timing.stands(seen, Instant::now(), after).is_none() {
+            let Some(first) = timing.stands(seen, Instant::now(), after) else {
                 continue;
-            }
+            };
             // Asked once a heartbeat at most: a leader that answers it still leads would
             // otherwise be asked every tick.
             if probed.is_some_and(|(l, t, at)| {
@@ -311,7 +321,11 @@ impl EarlyElections {
                 continue;
             }
             probed = Some((leader, term, Instant::now()));
-            if still_leads(leader).await {
+            // A pre-vote puts the question to every voter at once (one that still hears a
+            // leader backed by a quorum refuses, and so does that leader), so the leader is
+            // not asked first: a leader cut off from here would hold the question a
+            // heartbeat.
+            if !timing.pre_votes(first) && still_leads(leader).await {
                 continue;
             }
             // Still the same leader and term, and still silent or unbacked after the
