@@ -570,6 +570,13 @@ pub struct WriteStats {
     pub hedges_won: u64,
 }
 
+/// Most attempts of one write out at once: the first, and a hedge after each hedge delay
+/// while none answers. Two were not enough when a leader is cut off with a follower: the
+/// hedge reached that follower, which forwarded it to the same leader, and the write waited
+/// for the leader to step down; a third reaches the majority's side, whose node carries it
+/// to the successor as soon as one is elected.
+const WRITE_ATTEMPTS_IN_FLIGHT: usize = 3;
+
 /// Most rows a session remembers as read-only (their invocations hedged).
 const MAX_READ_ONLY_KNOWN: usize = 10_000;
 
@@ -924,6 +931,9 @@ impl Client {
                     (at, authority, (started, min_index), outcome)
                 });
             };
+            // When the latest attempt went out: the next hedge is due a hedge delay after it,
+            // however many attempts ended meanwhile.
+            let mut launched = Instant::now();
             if let Some(at) = next.next() {
                 launch(at, &mut pending);
                 out.push(at);
@@ -939,13 +949,22 @@ impl Client {
                         .map(|ceiling| self.inner.write_latencies.hedge_after(ceiling)),
                     Kind::Converges | Kind::Once => None,
                 };
+                let in_flight = if kind == Kind::Write {
+                    WRITE_ATTEMPTS_IN_FLIGHT
+                } else {
+                    2
+                };
                 let hedge = match delay {
                     // Going round again waits as long as a new round would.
-                    Some(delay) if pending.len() < 2 && next.len() == 0 => delay.max(backoff),
-                    Some(delay) if pending.len() < 2 => delay,
+                    Some(delay) if pending.len() < in_flight && next.len() == 0 => {
+                        delay.max(backoff)
+                    }
+                    Some(delay) if pending.len() < in_flight => delay,
                     _ => Duration::MAX,
                 };
-                let sleep = pin!(tokio::time::sleep(hedge.min(Duration::from_secs(3600))));
+                let sleep = pin!(tokio::time::sleep_until(
+                    launched + hedge.min(Duration::from_secs(3600))
+                ));
                 tokio::select! {
                     Some((at, authority, sent, outcome)) = pending.next() => {
                         self.report(&authority, sent, &outcome);
@@ -982,6 +1001,7 @@ impl Client {
                                 if pending.is_empty() && Instant::now() < deadline {
                                     if let Some(at) = next.next() {
                                         launch(at, &mut pending);
+                                        launched = Instant::now();
                                         out.push(at);
                                         attempts += 1;
                                         probe_at = silence.map(|limit| Instant::now() + limit);
@@ -1004,6 +1024,9 @@ impl Client {
                             backoff = (backoff * 2).min(options.backoff_max);
                             next.next()
                         });
+                        // Due again a delay from now, whether or not one went out (every
+                        // node busy with this call, or its deadline passed).
+                        launched = Instant::now();
                         if let Some(at) = at.filter(|_| Instant::now() < deadline) {
                             launch(at, &mut pending);
                             out.push(at);

@@ -23,7 +23,7 @@ use std::time::Duration;
 /// Answered writes the delay is drawn from.
 const WINDOW: usize = 64;
 /// Answered writes needed before the delay follows them.
-const MIN_SAMPLES: usize = 8;
+const MIN_SAMPLES: usize = 4;
 /// The quantile of those latencies…
 const QUANTILE: f64 = 0.9;
 /// …and the multiple of it after which a write is hedged.

@@ -606,6 +606,44 @@ async fn a_write_stuck_on_a_cut_off_leader_is_hedged_after_a_few_recent_write_ti
     cluster.shutdown().await;
 }
 
+/// A write whose first node and first hedge both hang (a leader cut off with a follower,
+/// which forwards the hedge to that same leader) is hedged once more, to a third node,
+/// while both still hang: with two attempts at most out at once it waited for one of them
+/// to fail (here: never, until the deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_goes_to_a_third_node_while_two_attempts_hang() {
+    let (cluster, _, silent, silent_at) = live_and_silent("THIRD_NODE_SEED").await;
+    let also_silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let also_silent_at = also_silent.local_addr().unwrap().to_string();
+    let (attempts, observer) = recorder();
+    let session = Client::builder()
+        .nodes([
+            format!("http://{silent_at}"),
+            format!("http://{also_silent_at}"),
+            grpc(&cluster, 1),
+        ])
+        .credential(ADMIN)
+        .write_timeout(Duration::from_secs(20))
+        .deadline(Duration::from_secs(20))
+        .write_hedge_after(Some(Duration::from_millis(50)))
+        .on_attempt(observer)
+        .build()
+        .unwrap();
+    let written = session
+        .put(row_input(row("THIRD_NODE", "Written past two silent nodes")).unwrap())
+        .await
+        .unwrap();
+    assert!(written.rows[0].created, "{written:?}");
+    let attempts = attempts.lock().unwrap().clone();
+    // The silent nodes' attempts were cancelled when the third answered: not reported.
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0].node, cluster.member(1).grpc.to_string());
+    let stats = session.write_stats();
+    assert_eq!((stats.writes, stats.hedged, stats.hedges_won), (1, 1, 1));
+    drop((silent, also_silent));
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_invocation_goes_past_a_node_that_never_answers_to_one_seen_alive() {
     let (cluster, index, silent, silent_at) = live_and_silent("INVOKED_ALIVE").await;
