@@ -6,7 +6,7 @@
 //!              reads:  the node that answered last, then the others; a second node is
 //!                      asked too when the first is slow (hedge), the first answer wins
 //!              writes: the leader the nodes named, then the others; hedged after a few
-//!                      times the session's recent write latency (at most 500 ms), every
+//!                      times the session's recent write latency (at most 250 ms), every
 //!                      attempt under one idempotency-key, so the cluster applies it once
 //!                      and an attempt that lands second gets the first's outcome
 //!              invocations: as reads, without the hedge (one attempt that may have run ends it:
@@ -159,7 +159,7 @@ impl Default for Options {
             hedge_after: Some(Duration::from_millis(150)),
             // A write commits through a quorum and a disk flush: several times a read's
             // time. Still well inside an election, so a paused leader costs no more than one.
-            write_hedge_after: Some(Duration::from_millis(500)),
+            write_hedge_after: Some(Duration::from_millis(250)),
             // A running node answers a counts read in milliseconds, even while it runs a
             // slow invocation: one that leaves it unanswered this long is stopped.
             silence_limit: Some(Duration::from_millis(500)),
@@ -346,11 +346,14 @@ impl ClientBuilder {
         self
     }
 
-    /// The longest a write waits for an answer before it is also sent to a second node,
-    /// the first answer winning (default 500 ms; `None`: never). Sooner once the session
-    /// has seen writes answered: three times the 90th percentile of its latest 64, at least
+    /// The longest a write waits for an answer before it is also sent to another node,
+    /// the first answer winning (default 250 ms; `None`: never); up to three attempts are
+    /// out at once, each a delay after the one before. Sooner once the session has seen
+    /// four writes answered: three times the 90th percentile of its latest 64, at least
     /// 25 ms, so a write stuck on a paused or cut-off leader is sent on within a few normal
-    /// write times. Every attempt carries the write's one idempotency key, so the cluster
+    /// write times. The default lets a new session's write, stuck behind a leader cut off
+    /// with a follower, reach the majority's side (two hedges) within about the time the
+    /// majority takes to elect a successor. Every attempt carries the write's one idempotency key, so the cluster
     /// applies it once however many attempts land, and a later one is answered with the
     /// first one's outcome, while a follower carries it to the leader's successor.
     ///
