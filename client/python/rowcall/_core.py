@@ -78,6 +78,10 @@ NODE_LEVEL = frozenset(
     }
 )
 
+#: Most attempts of one write out at once: the first and a hedge after each hedge delay
+#: while none answers (the Rust client's ``WRITE_ATTEMPTS_IN_FLIGHT``).
+WRITE_ATTEMPTS_IN_FLIGHT = 3
+
 #: Most rows a session remembers as read-only (their invocations hedged).
 MAX_READ_ONLY_KNOWN = 10_000
 
@@ -122,7 +126,7 @@ class Options:
     hedge_after: float | None = 0.15
     #: The longest a write waits for an answer before it goes to a second node too (None:
     #: never); sooner once writes were answered: 3 x the p90 of the latest 64, at least 25 ms.
-    write_hedge_after: float | None = 0.5
+    write_hedge_after: float | None = 0.25
     #: How long an invocation that cannot be sent twice waits on a node that stopped
     #: answering even a cheap read before it ends as OutcomeUnknown (None: the timeout).
     silence_limit: float | None = 0.5
@@ -307,7 +311,7 @@ class WriteLatencies:
     #: Answered writes the delay is drawn from.
     WINDOW = 64
     #: Answered writes needed before the delay follows them.
-    MIN_SAMPLES = 8
+    MIN_SAMPLES = 4
     #: The quantile of those latencies, and the multiple of it after which a write is hedged.
     QUANTILE = 0.9
     FACTOR = 3
@@ -520,6 +524,9 @@ class Session:
             if opts.write_hedge_after is None
             else self.write_latencies.hedge_after(opts.write_hedge_after),
         }.get(kind)
+        # Attempts out at once: a write goes to a third node while two hang (a leader cut
+        # off with a follower, which forwards to that leader), as WRITE_ATTEMPTS_IN_FLIGHT.
+        in_flight = WRITE_ATTEMPTS_IN_FLIGHT if kind is Kind.WRITE else 2
         silence = opts.silence_limit if kind is Kind.ONCE else None
         backoff = opts.backoff
         attempts = 0
@@ -565,10 +572,10 @@ class Session:
                     now = time.monotonic()
                     waits: list[float] = []
                     # Past the deadline nothing more is sent: wait for what is out.
-                    if hedge_delay is not None and len(pending) < 2 and now < deadline:
+                    if hedge_delay is not None and len(pending) < in_flight and now < deadline:
                         if upcoming:
-                            oldest = min(started for (_, started, _) in pending.values())
-                            waits.append(max(oldest + hedge_delay - now, 0.0))
+                            # A hedge delay after the latest attempt went out.
+                            waits.append(max(last_sent + hedge_delay - now, 0.0))
                         else:
                             # Going round again waits as long as a new round would.
                             again = max(hedge_delay, backoff)
@@ -614,7 +621,7 @@ class Session:
                             ((at, _, _),) = pending.values()
                             probe = asyncio.ensure_future(self.answers_within(at, silence))
                             continue
-                        if hedge_delay is not None and len(pending) < 2:
+                        if hedge_delay is not None and len(pending) < in_flight:
                             if not upcoming:
                                 # Every other node has had its turn this round (they
                                 # refused at once: an election was under way) while one

@@ -34,7 +34,7 @@ class Client:
         invoke_timeout: float = 15.0,
         deadline: float = 15.0,
         hedge_after: float | None = 0.15,
-        write_hedge_after: float | None = 0.5,
+        write_hedge_after: float | None = 0.25,
         silence_limit: float | None = 0.5,
         session_index: int = 0,
         on_attempt: Callable[[Attempted], None] | None = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import socket
 import threading
 import time
 import uuid
@@ -216,6 +217,37 @@ def test_a_write_stuck_on_a_paused_leader_is_hedged_after_a_few_recent_write_tim
         assert [a.node for a in answered if a.node != leader.grpc_addr], seen
         assert client.get(k).version == written.rows[0].version
     cluster.leader()  # every node names one leader again before the next test
+
+
+def test_a_write_goes_to_a_third_node_while_two_attempts_hang(
+    cluster: Cluster, admin_key: str
+) -> None:
+    """The first attempt and the first hedge both hang (as a leader cut off with a follower,
+    which forwards to that leader, both do): the write is hedged once more, to a third node,
+    instead of waiting for one of the two to fail (here: never, until the deadline)."""
+    silent = [socket.socket(), socket.socket()]
+    for s in silent:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)  # connections are taken by the kernel and never served
+    live = cluster.node(cluster.leader()).grpc_addr
+    seen: list[rowcall.Attempted] = []
+    try:
+        with rowcall.Client(
+            [*(f"127.0.0.1:{s.getsockname()[1]}" for s in silent), live],
+            credential=admin_key,
+            write_timeout=20,
+            write_hedge_after=0.05,
+            deadline=20,
+            on_attempt=seen.append,
+        ) as client:
+            written = client.put(static_row(key("THIRD_NODE")))
+        assert written.rows[0].created
+        puts = [a for a in seen if a.method.endswith("/Put")]
+        # The silent nodes' attempts were cancelled when the third answered: not reported.
+        assert [(a.node, a.failure) for a in puts] == [(live, None)], seen
+    finally:
+        for s in silent:
+            s.close()
 
 
 def test_a_hedged_write_goes_round_again_while_one_attempt_hangs_and_the_rest_refuse(

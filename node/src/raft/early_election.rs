@@ -140,8 +140,8 @@ impl EarlyElections {
     /// Stands for election after each report, once `settle` (the heartbeat interval) and a
     /// random part of half of it have passed, unless a leader has been heard from since or
     /// a later term has begun; with a pre-vote first when `pre_vote` is set; until `stop`
-    /// turns true. `leader_lost` says whether this
-    /// node's last leader has been silent for longer than its lease.
+    /// turns true. `leader_lost` says whether this node's last leader has been silent for
+    /// longer than its lease.
     pub async fn run(
         &self,
         raft: Raft,
