@@ -14,6 +14,9 @@ class LossyProxy:
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
         self.drop_answers = False
+        #: Answers are lost too, but for each connection's first bytes from the node (its
+        #: HTTP/2 settings): the client takes the connection as up, and then hears nothing.
+        self.drop_answers_after_greeting = False
         #: Seconds after a request's bytes went through at which the connection is broken.
         self.cut_after: float | None = None
         #: New connections are closed as soon as they are accepted.
@@ -47,6 +50,7 @@ class LossyProxy:
             threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket, answers: bool) -> None:
+        greeted = False
         try:
             while True:
                 data = source.recv(65536)
@@ -54,6 +58,9 @@ class LossyProxy:
                     break
                 if answers and self.drop_answers:
                     continue
+                if answers and self.drop_answers_after_greeting and greeted:
+                    continue
+                greeted = True
                 sink.sendall(data)
                 if not answers and self.cut_after is not None:
                     threading.Timer(self.cut_after, self._cut, args=(source, sink)).start()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import socket
 import threading
 import time
 import uuid
@@ -224,16 +223,17 @@ def test_a_write_goes_to_a_third_node_while_two_attempts_hang(
 ) -> None:
     """The first attempt and the first hedge both hang (as a leader cut off with a follower,
     which forwards to that leader, both do): the write is hedged once more, to a third node,
-    instead of waiting for one of the two to fail (here: never, until the deadline)."""
-    silent = [socket.socket(), socket.socket()]
-    for s in silent:
-        s.bind(("127.0.0.1", 0))
-        s.listen(16)  # connections are taken by the kernel and never served
-    live = cluster.node(cluster.leader()).grpc_addr
+    instead of waiting for one of the two to fail (here: not before the deadline)."""
+    leader = cluster.node(cluster.leader())
+    other, live = (cluster.node(i) for i in followers(cluster))
+    # Through these two a connection comes up, and then no answer arrives.
+    hanging = [LossyProxy(("127.0.0.1", node.grpc)) for node in (leader, other)]
+    for proxy in hanging:
+        proxy.drop_answers_after_greeting = True
     seen: list[rowcall.Attempted] = []
     try:
         with rowcall.Client(
-            [*(f"127.0.0.1:{s.getsockname()[1]}" for s in silent), live],
+            [*(proxy.address for proxy in hanging), live.grpc_addr],
             credential=admin_key,
             write_timeout=20,
             write_hedge_after=0.05,
@@ -242,12 +242,11 @@ def test_a_write_goes_to_a_third_node_while_two_attempts_hang(
         ) as client:
             written = client.put(static_row(key("THIRD_NODE")))
         assert written.rows[0].created
-        puts = [a for a in seen if a.method.endswith("/Put")]
-        # The silent nodes' attempts were cancelled when the third answered: not reported.
-        assert [(a.node, a.failure) for a in puts] == [(live, None)], seen
+        # The hanging attempts were cancelled when the third answered: not reported.
+        assert [(a.node, a.failure) for a in seen] == [(live.grpc_addr, None)], seen
     finally:
-        for s in silent:
-            s.close()
+        for proxy in hanging:
+            proxy.close()
 
 
 def test_a_hedged_write_goes_round_again_while_one_attempt_hangs_and_the_rest_refuse(
