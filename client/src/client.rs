@@ -353,9 +353,10 @@ impl ClientBuilder {
     /// 25 ms, so a write stuck on a paused or cut-off leader is sent on within a few normal
     /// write times. The default lets a new session's write, stuck behind a leader cut off
     /// with a follower, reach the majority's side (two hedges) within about the time the
-    /// majority takes to elect a successor. Every attempt carries the write's one idempotency key, so the cluster
-    /// applies it once however many attempts land, and a later one is answered with the
-    /// first one's outcome, while a follower carries it to the leader's successor.
+    /// majority takes to elect a successor. Every attempt carries the write's one
+    /// idempotency key, so the cluster applies it once however many attempts land, and a
+    /// later one is answered with the first one's outcome, while a follower carries it to
+    /// the leader's successor.
     ///
     /// ```
     /// # use std::time::Duration;
