@@ -154,11 +154,7 @@ async fn every_client_call_works_against_a_cluster() {
 async fn a_write_sent_to_a_follower_lands_and_a_moving_session_reads_it() {
     let cluster = Cluster::start(3, 0).await;
     let leader = cluster.leader().await;
-    let followers: Vec<u64> = cluster
-        .ids()
-        .into_iter()
-        .filter(|&id| id != leader)
-        .collect();
+    let followers = cluster.others(leader);
     // Replication to the second follower is slow: without the session's index it would
     // answer from before the write.
     cluster
@@ -540,11 +536,7 @@ async fn a_write_stuck_on_a_cut_off_leader_is_hedged_after_a_few_recent_write_ti
     let cluster = Cluster::start(3, 0).await;
     let (attempts, observer) = recorder();
     let leader = cluster.leader().await;
-    let others: Vec<u64> = cluster
-        .ids()
-        .into_iter()
-        .filter(|&id| id != leader)
-        .collect();
+    let others = cluster.others(leader);
     let session = Client::builder()
         .nodes([
             grpc(&cluster, leader),

@@ -495,7 +495,7 @@ async fn a_leader_whose_answers_are_lost_is_replaced_once_its_quorum_is_a_lease_
 async fn a_follower_cut_off_for_several_timeouts_comes_back_without_unseating_the_leader() {
     let cluster = Cluster::start_with(3, 0, slow_timer).await;
     let leader = cluster.leader().await;
-    let cut = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let cut = cluster.others(leader)[0];
     let raft = |id: u64| cluster.member(id).handle.as_ref().unwrap().app.raft.clone();
     let term = raft(leader).metrics().borrow_watched().current_term;
     cluster.faults.isolate(cut, &cluster.ids());
@@ -846,7 +846,7 @@ async fn a_minority_partition_serves_stale_reads_refuses_writes_and_keeps_receip
         .unwrap()
         .to_owned();
     cluster.converge(index_of(&seed).max(minted_index)).await;
-    let cut = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let cut = cluster.others(leader)[0];
     cluster.faults.isolate(cut, &cluster.ids());
     eventually(
         Duration::from_secs(10),

@@ -121,7 +121,7 @@ async fn a_voter_that_lost_its_state_cannot_elect_a_leader_that_lacks_committed_
     // would check less); it campaigns by raising its term, which the test counts.
     let mut cluster = Cluster::start_with(3, 0, |config| config.raft.pre_vote = false).await;
     let leader = cluster.leader().await;
-    let others: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != leader).collect();
+    let others = cluster.others(leader);
     let (wiped, lagging) = (others[0], others[1]);
 
     cluster.faults.isolate(lagging, &cluster.ids());
@@ -613,7 +613,7 @@ fn copy_folder(from: &std::path::Path, to: &std::path::Path) {
 async fn a_voter_restored_from_an_older_copy_of_its_folder_stays_out_until_readmitted() {
     let mut cluster = Cluster::start(3, 0).await;
     let leader = cluster.leader().await;
-    let others: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != leader).collect();
+    let others = cluster.others(leader);
     let (restored, other) = (others[0], others[1]);
     assert_eq!(
         insert(&cluster, leader, "BEFORE_THE_COPY").await.status(),
@@ -713,11 +713,7 @@ async fn a_pre_vote_counts_an_older_build_as_granting_and_an_unreachable_peer_as
 
     let mut cluster = Cluster::start(3, 0).await;
     let leader = cluster.leader().await;
-    let followers: Vec<u64> = cluster
-        .ids()
-        .into_iter()
-        .filter(|&id| id != leader)
-        .collect();
+    let followers = cluster.others(leader);
     let (asker, older) = (followers[0], followers[1]);
     cluster.stop(older).await;
     let options = rowcall_node::StartOptions {

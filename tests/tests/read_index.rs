@@ -51,11 +51,7 @@ async fn read(
 async fn a_read_index_is_never_behind_what_it_shows_even_on_a_slow_disk() {
     let cluster = Cluster::start(3, 0).await;
     let leader = cluster.leader().await;
-    let followers: Vec<u64> = cluster
-        .ids()
-        .into_iter()
-        .filter(|&id| id != leader)
-        .collect();
+    let followers = cluster.others(leader);
     let (slow, lagging) = (followers[0], followers[1]);
     // Every row exists everywhere before the disk turns slow.
     let mut seeded = 0;

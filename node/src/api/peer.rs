@@ -364,6 +364,29 @@ impl RaftGrpc {
         }
     }
 
+    /// Refuses a call that peer protocol 2 added, as a build of protocol 1 (a test's
+    /// speaking it too) did: `Unimplemented`, which the caller takes for an older build.
+    fn serves_protocol_2(&self, what: &str) -> Result<(), Status> {
+        if self.app.identity.protocol() < 2 {
+            return Err(Status::unimplemented(format!(
+                "{what} need peer protocol 2"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Admits a vote or pre-vote request as Raft traffic from the candidate it names.
+    fn open_vote(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<(RaftMessage, VoteRequest<TypeConfig>), Status> {
+        self.taking_part()?;
+        let message = self.admit(request, Admission::Raft)?;
+        let vote: VoteRequest<TypeConfig> = decode(&message)?;
+        payload_from_sender(&message, vote.vote.leader_id.node_id)?;
+        Ok((message, vote))
+    }
+
     /// Records the term a sender stated in a message: a candidate saved its vote for
     /// itself, a leader holds its vote, before either sends.
     fn witness_sender(&self, message: &RaftMessage, term: u64) {
@@ -480,11 +503,7 @@ impl RaftService for RaftGrpc {
         use futures_util::StreamExt as _;
         // Builds of peer protocol 1 had no streams (a test build speaking it serves none
         // either): the leader then sends its appends one at a time.
-        if self.app.identity.protocol() < 2 {
-            return Err(Status::unimplemented(
-                "streamed appends need peer protocol 2",
-            ));
-        }
+        self.serves_protocol_2("streamed appends")?;
         self.taking_part()?;
         let certificate = certificate_of(&request);
         let arrivals = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
@@ -549,10 +568,7 @@ impl RaftService for RaftGrpc {
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        self.taking_part()?;
-        let message = self.admit(request, Admission::Raft)?;
-        let vote: VoteRequest<TypeConfig> = decode(&message)?;
-        payload_from_sender(&message, vote.vote.leader_id.node_id)?;
+        let (message, vote) = self.open_vote(request)?;
         self.witness_sender(&message, vote.vote.leader_id.term);
         let result = self.app.raft.vote(vote.clone()).await;
         if let Ok(answer) = &result {
@@ -568,13 +584,8 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        if self.app.identity.protocol() < 2 {
-            return Err(Status::unimplemented("pre-votes need peer protocol 2"));
-        }
-        self.taking_part()?;
-        let message = self.admit(request, Admission::Raft)?;
-        let vote: VoteRequest<TypeConfig> = decode(&message)?;
-        payload_from_sender(&message, vote.vote.leader_id.node_id)?;
+        self.serves_protocol_2("pre-votes")?;
+        let (_, vote) = self.open_vote(request)?;
         let result = self.app.raft.pre_vote(vote).await;
         self.encode(&result)
     }
@@ -697,11 +708,7 @@ impl RaftService for RaftGrpc {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        if self.app.identity.protocol() < 2 {
-            return Err(Status::unimplemented(
-                "leadership transfer needs peer protocol 2",
-            ));
-        }
+        self.serves_protocol_2("leadership transfers")?;
         self.taking_part()?;
         let transfer: TransferLeaderRequest<TypeConfig> = self.open(request, Admission::Member)?;
         let result: Result<TransferLeaderResponse<TypeConfig>, String> = self

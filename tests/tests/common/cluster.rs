@@ -239,6 +239,14 @@ impl Cluster {
         self.members.iter().map(|m| m.id).collect()
     }
 
+    /// The member ids other than `id` (ascending): a leader's followers, say.
+    pub fn others(&self, id: u64) -> Vec<u64> {
+        self.ids()
+            .into_iter()
+            .filter(|&other| other != id)
+            .collect()
+    }
+
     /// The leader as the running nodes see it, once they agree.
     pub async fn leader(&self) -> u64 {
         let mut leader = 0;
