@@ -118,6 +118,10 @@ pub struct ReadsOptions {
 pub(crate) struct Workload {
     keys: Arc<[String]>,
     asks: Arc<[String]>,
+    /// Asks sent so far, by every client in every measurement: each takes the next, so no
+    /// ask comes twice before the list wraps (a node keeps recent asks' vectors, and a
+    /// repeated ask would time that cache, not the model).
+    asked: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Workload {
@@ -131,6 +135,7 @@ impl Workload {
         Self {
             keys,
             asks: asks.into(),
+            asked: Arc::default(),
         }
     }
 
@@ -139,9 +144,12 @@ impl Workload {
         &self.keys[(n as usize * 31 + client * 17) % self.keys.len().max(1)]
     }
 
-    /// The ask client `client` sends at its `n`th request.
-    fn ask(&self, n: u64, client: usize) -> &str {
-        &self.asks[(n as usize + client) % self.asks.len().max(1)]
+    /// The next ask.
+    fn ask(&self) -> &str {
+        let n = self
+            .asked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        &self.asks[n % self.asks.len().max(1)]
     }
 }
 
@@ -374,6 +382,45 @@ pub(crate) async fn load_rowcall(
     ))
 }
 
+/// On nodes with a model (`ROWCALL_EMBED_MODEL` in the environment), waits until every
+/// node holds a vector for each of `rows` rows, so asks are not timed beside the embedding
+/// of the catalogue. Nodes without a model return at once.
+pub(crate) async fn await_vectors(cluster: &Cluster, rows: usize) -> Result<(), ChaosError> {
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| ChaosError::setup("an HTTP client", e))?;
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    for id in cluster.ids() {
+        let url = format!("{}/api/cluster", cluster.node(id).url());
+        loop {
+            let status: Option<Value> = match http.get(&url).send().await {
+                Ok(answer) => answer.json().await.ok(),
+                Err(_) => None,
+            };
+            let resolver = status.as_ref().and_then(|s| s.get("resolver"));
+            let hybrid =
+                resolver.and_then(|r| r.get("mode")).and_then(Value::as_str) == Some("hybrid");
+            let embedded = resolver
+                .and_then(|r| r.get("rows_embedded"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            if resolver.is_some() && (!hybrid || embedded >= rows as u64) {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(ChaosError::setup(
+                    "the catalogue's vectors",
+                    format!("node {id} embedded {embedded} of {rows} rows within 30 min"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    Ok(())
+}
+
 /// Puts every row's JSON under its key into etcd.
 async fn load_etcd(url: &str, rows: &[Value]) -> Result<(), ChaosError> {
     let http = control_client();
@@ -413,7 +460,7 @@ pub(crate) async fn load(
         answered(match read {
             Read::Ask => http
                 .get(format!("{url}/api/dispatch"))
-                .query(&[("ask", workload.ask(n, client))]),
+                .query(&[("ask", workload.ask())]),
             Read::Contract => http
                 .get(format!("{url}/api/dispatch"))
                 .query(&[("key", key)]),
@@ -454,6 +501,7 @@ pub async fn reads(options: &ReadsOptions) -> Result<ReadsReport, ChaosError> {
         .find(|id| *id != leader)
         .unwrap_or(leader);
     load_rowcall(&cluster, leader, follower, &catalogue).await?;
+    await_vectors(&cluster, catalogue.len()).await?;
     let mut targets = vec![
         (Read::Ask, cluster.node(follower).url()),
         (Read::Contract, cluster.node(follower).url()),

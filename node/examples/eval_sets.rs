@@ -42,7 +42,7 @@ struct Options {
 fn options() -> Result<Options, Error> {
     let mut args = std::env::args().skip(1);
     let (mut model, mut static_queries, mut cache, mut sets) = (None, false, None, Vec::new());
-    let mut weights = Weights::F32;
+    let mut weights = Weights::default();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--model" => model = args.next().map(PathBuf::from),

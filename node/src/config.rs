@@ -64,9 +64,9 @@ pub struct ResolverConfig {
     /// How asks are embedded: `model` (the full forward pass, the default) or `static`
     /// (distilled token vectors: microseconds, less accurate). `ROWCALL_QUERY_EMBEDDING`.
     pub query_embedding: crate::catalogue::embed::QueryMode,
-    /// How the model's linear layers hold their weights: `f32` (as the folder has them, the
-    /// default) or `q8` (quantized at load to 8-bit blocks: a quarter of the bytes each
-    /// product reads, slightly other vectors). Set it alike on every node.
+    /// How the model's linear layers hold their weights: `q8` (the default: quantized at
+    /// load to 8-bit blocks, integer products; as good on the public sets and faster) or
+    /// `f32` (as the folder has them). Set it alike on every node.
     /// `ROWCALL_EMBED_WEIGHTS`.
     pub weights: crate::catalogue::embed::Weights,
     /// Learn from use (on by default): an ask followed within two minutes, by the same

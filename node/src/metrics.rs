@@ -27,6 +27,11 @@ pub const RAFT_TERM: &str = "rowcall_raft_term";
 pub const RAFT_IS_LEADER: &str = "rowcall_raft_is_leader";
 /// Rows run through the resolver's model (each distinct row text once per node).
 pub const ROWS_EMBEDDED_TOTAL: &str = "rowcall_resolver_rows_embedded_total";
+/// Asks run through the resolver's model (LRU misses).
+pub const ASKS_EMBEDDED_TOTAL: &str = "rowcall_resolver_asks_embedded_total";
+/// Passes of the resolver's model over waiting asks: asks embedded over passes is how many
+/// asks shared a pass.
+pub const ASK_PASSES_TOTAL: &str = "rowcall_resolver_ask_passes_total";
 /// Time to embed one ask with the resolver's model (LRU hits included).
 pub const QUERY_EMBED_SECONDS: &str = "rowcall_resolver_query_embed_duration_seconds";
 /// Members that rank asks otherwise than this node (see `cluster::ranking`).
@@ -155,6 +160,14 @@ fn describe() {
     describe_counter!(
         ROWS_EMBEDDED_TOTAL,
         "Rows run through the resolver's model on this node."
+    );
+    describe_counter!(
+        ASKS_EMBEDDED_TOTAL,
+        "Asks run through the resolver's model on this node (LRU misses)."
+    );
+    describe_counter!(
+        ASK_PASSES_TOTAL,
+        "Passes of the resolver's model over the asks waiting for it (asks embedded / passes = asks per pass)."
     );
     describe_histogram!(
         QUERY_EMBED_SECONDS,

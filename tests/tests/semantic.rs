@@ -477,12 +477,12 @@ async fn every_node_names_the_member_that_ranks_otherwise_and_what_it_runs() {
         )
         .await;
     }
-    let node3 = json!({"mode": "hybrid", "model": theirs, "query": "model", "learn": false, "weights": "f32"});
+    let node3 = json!({"mode": "hybrid", "model": theirs, "query": "model", "learn": false, "weights": "q8"});
     for id in [1, 2] {
         assert_eq!(otherwise(id).await, json!({"3": node3}), "node {id}");
     }
     let rest =
-        json!({"mode": "hybrid", "model": ours, "query": "model", "learn": true, "weights": "f32"});
+        json!({"mode": "hybrid", "model": ours, "query": "model", "learn": true, "weights": "q8"});
     assert_eq!(otherwise(3).await, json!({"1": rest, "2": rest}));
     assert_eq!(resolver_status(&cluster, 3).await["learn"], false);
 

@@ -34,13 +34,13 @@
 //! were proposed that never applied. A vector removed while a write with that text was on
 //! its way is computed again: the tree is a cache.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{oneshot, Notify, Semaphore};
 
 use super::embed::{EmbedError, Embedder};
 use super::row::{Docstring, Row};
@@ -103,6 +103,12 @@ struct Pending {
     text: String,
 }
 
+/// An ask waiting for the model, and where its vector goes.
+type WaitingAsk = (String, oneshot::Sender<Result<Arc<[f32]>, EmbedError>>);
+
+/// Asks one pass of the model takes at most.
+const ASK_BATCH: usize = 32;
+
 /// The model, its kept vectors, and the rows waiting to be embedded.
 pub struct Semantic {
     embedder: Arc<Embedder>,
@@ -111,9 +117,14 @@ pub struct Semantic {
     wake: Notify,
     /// Row texts run through the model since the node started.
     computed: AtomicU64,
-    /// Asks embedded at once: one per core, so a burst of asks queues for the model
-    /// instead of filling the blocking pool with threads that share the cores.
-    query_slots: Semaphore,
+    /// Passes of the model over waiting asks since the node started.
+    ask_passes: AtomicU64,
+    /// Asks waiting for the model (see [`Semantic::embed_ask`]).
+    asks: Mutex<VecDeque<WaitingAsk>>,
+    /// Threads running the model over waiting asks: one per core, so a burst of asks
+    /// queues for the model instead of filling the blocking pool with threads that share
+    /// the cores.
+    ask_runners: Arc<Semaphore>,
     /// Published rows per text (by store key); see "Cleaning".
     live: Mutex<HashMap<Vec<u8>, u32>>,
 }
@@ -143,9 +154,11 @@ impl Semantic {
             queue: Mutex::default(),
             wake: Notify::new(),
             computed: AtomicU64::new(0),
-            query_slots: Semaphore::new(
+            ask_passes: AtomicU64::new(0),
+            asks: Mutex::default(),
+            ask_runners: Arc::new(Semaphore::new(
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
-            ),
+            )),
             live: Mutex::default(),
         })
     }
@@ -301,20 +314,77 @@ impl Semantic {
     }
 
     /// The vector of an ask: from the LRU at once, else from the model on a blocking
-    /// thread, at most one ask per core at a time.
+    /// thread.
+    ///
+    /// Asks that wait for the model share its passes: a free runner (one per core) takes
+    /// every ask waiting (up to [`ASK_BATCH`]) and runs them in one pass, then takes those
+    /// that came meanwhile, until none wait. A lone ask never waits for company; under load
+    /// the weights are read once per pass instead of once per ask. A batched ask's vector is
+    /// the one it gets alone ([`Embedder::embed_queries`]).
     pub async fn embed_ask(self: &Arc<Self>, ask: &str) -> Result<Arc<[f32]>, EmbedError> {
         if let Some(v) = self.embedder.cached_query(ask) {
             return Ok(v);
         }
-        let _slot = self
-            .query_slots
-            .acquire()
-            .await
-            .map_err(|e| EmbedError::Run(e.to_string()))?;
-        let (me, text) = (self.clone(), ask.to_owned());
-        tokio::task::spawn_blocking(move || me.embedder.embed_query(&text))
-            .await
-            .map_err(|e| EmbedError::Run(e.to_string()))?
+        let (tx, rx) = oneshot::channel();
+        lock(&self.asks).push_back((ask.to_owned(), tx));
+        self.start_ask_runner();
+        rx.await
+            .map_err(|_| EmbedError::Run("the model's runner stopped".into()))?
+    }
+
+    /// Starts a runner over the waiting asks if a core is free (else a running one takes
+    /// them when its pass ends).
+    fn start_ask_runner(self: &Arc<Self>) {
+        let Ok(permit) = self.ask_runners.clone().try_acquire_owned() else {
+            return;
+        };
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut permit = Some(permit);
+            loop {
+                let batch: Vec<WaitingAsk> = {
+                    let mut asks = lock(&me.asks);
+                    let n = asks.len().min(ASK_BATCH);
+                    asks.drain(..n).collect()
+                };
+                if batch.is_empty() {
+                    drop(permit.take());
+                    // An ask queued between the drain and the release found every runner
+                    // busy and started none: it is this runner's, if no other took it.
+                    if lock(&me.asks).is_empty() {
+                        return;
+                    }
+                    match me.ask_runners.clone().try_acquire_owned() {
+                        Ok(again) => permit = Some(again),
+                        Err(_) => return,
+                    }
+                    continue;
+                }
+                me.answer(batch);
+            }
+        });
+    }
+
+    /// Runs the model once over `batch` and sends each ask its vector.
+    fn answer(&self, batch: Vec<WaitingAsk>) {
+        let texts: Vec<&str> = batch.iter().map(|(text, _)| text.as_str()).collect();
+        self.ask_passes.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(crate::metrics::ASK_PASSES_TOTAL).increment(1);
+        metrics::counter!(crate::metrics::ASKS_EMBEDDED_TOTAL).increment(batch.len() as u64);
+        match self.embedder.embed_queries(&texts) {
+            Ok(vectors) => {
+                for ((_, tx), vector) in batch.into_iter().zip(vectors) {
+                    // The asker may have gone (its request was cancelled): nothing to do.
+                    let _ = tx.send(Ok(vector));
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                for (_, tx) in batch {
+                    let _ = tx.send(Err(EmbedError::Run(message.clone())));
+                }
+            }
+        }
     }
 
     /// Row texts run through the model since the node started (a restart finds the
@@ -395,6 +465,53 @@ mod tests {
             Arc::new(Embedder::load(dir, QueryMode::Model).unwrap()),
             tree,
         )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn asks_waiting_for_the_model_share_one_pass_and_get_their_own_vectors() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = semantic(dir.path(), None);
+        let asks: Vec<String> = (0..12).map(|i| format!("weather forecast {i}")).collect();
+        let alone: Vec<Arc<[f32]>> = asks
+            .iter()
+            .map(|a| s.embedder.embed_query_with(a, QueryMode::Model).unwrap())
+            .collect();
+        // Every runner busy: the asks queue.
+        let busy = s
+            .ask_runners
+            .clone()
+            .acquire_many_owned(s.ask_runners.available_permits() as u32)
+            .await
+            .unwrap();
+        let waiting: Vec<_> = asks
+            .iter()
+            .map(|a| {
+                let (s, a) = (s.clone(), a.clone());
+                tokio::spawn(async move { s.embed_ask(&a).await })
+            })
+            .collect();
+        while lock(&s.asks).len() < asks.len() {
+            tokio::task::yield_now().await;
+        }
+        let passes = s.ask_passes.load(Ordering::Relaxed);
+        // A runner freed: it takes every waiting ask in one pass.
+        drop(busy);
+        s.start_ask_runner();
+        for (task, want) in waiting.into_iter().zip(&alone) {
+            let got = task.await.unwrap().unwrap();
+            assert_eq!(&got, want, "a batched ask got another vector than alone");
+        }
+        assert_eq!(s.ask_passes.load(Ordering::Relaxed) - passes, 1);
+        assert!(lock(&s.asks).is_empty());
+        // A lone ask, nothing waiting: answered at once in a pass of its own.
+        let lone = s.embed_ask("rain tomorrow").await.unwrap();
+        assert_eq!(
+            lone,
+            s.embedder
+                .embed_query_with("rain tomorrow", QueryMode::Model)
+                .unwrap()
+        );
+        assert_eq!(s.ask_passes.load(Ordering::Relaxed) - passes, 2);
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! pays nothing.
 
 mod bert;
+mod int8;
 pub mod tiny;
 
 use std::collections::HashMap;
@@ -75,10 +76,12 @@ impl std::str::FromStr for QueryMode {
 #[serde(rename_all = "lowercase")]
 pub enum Weights {
     /// As the model folder has them.
-    #[default]
     F32,
-    /// Quantized once at load to 8-bit blocks (GGML Q8_0): a quarter of the bytes each
-    /// product reads. Vectors differ slightly from f32 ones, so row vectors are kept apart.
+    /// Quantized once at load to 8-bit blocks (the layout of GGML's Q8_0): a quarter of the
+    /// bytes each product reads, integer products. Vectors differ slightly from f32 ones, so
+    /// row vectors are kept apart. The default: as good on the public sets and faster (see
+    /// the ranking chapter, "Quantized weights").
+    #[default]
     Q8,
 }
 
@@ -94,6 +97,12 @@ impl std::str::FromStr for Weights {
 }
 
 impl Weights {
+    /// What a node that predates the setting used (f32): how a status or setup without
+    /// `weights` is read.
+    pub fn predating() -> Self {
+        Self::F32
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::F32 => "f32",
@@ -135,7 +144,7 @@ pub struct ModelInfo {
     /// How queries are embedded.
     pub query: QueryMode,
     /// How the encoder holds its weights (`f32` from nodes that predate the setting).
-    #[serde(default)]
+    #[serde(default = "Weights::predating")]
     pub weights: Weights,
 }
 
@@ -145,7 +154,7 @@ impl ModelInfo {
     pub fn vectors_id(&self) -> String {
         match self.weights {
             Weights::F32 => self.fingerprint.clone(),
-            Weights::Q8 => format!("{}-q8", self.fingerprint),
+            Weights::Q8 => format!("{}-q8i", self.fingerprint),
         }
     }
 }
@@ -300,29 +309,88 @@ impl Embedder {
 
     /// The vector of a query, from the LRU or as [`QueryMode`] says.
     pub fn embed_query(&self, text: &str) -> Result<Arc<[f32]>, EmbedError> {
-        if let Some(v) = self.lock_queries().get(text) {
-            return Ok(v);
-        }
-        let mode = match self.token_vectors {
-            Some(_) => QueryMode::Static,
-            None => QueryMode::Model,
+        Ok(self
+            .embed_queries(&[text])?
+            .pop()
+            .unwrap_or_else(|| vec![0.0; self.dimensions()].into()))
+    }
+
+    /// The vectors of several queries, in order: from the LRU, or as [`QueryMode`] says,
+    /// the model running once for all that miss it. Each vector is the one
+    /// [`Embedder::embed_query`] gives the query alone.
+    pub fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Arc<[f32]>>, EmbedError> {
+        let mut out: Vec<Option<Arc<[f32]>>> = {
+            let mut lru = self.lock_queries();
+            texts.iter().map(|t| lru.get(t)).collect()
         };
-        let vector = self.embed_query_with(text, mode)?;
-        self.lock_queries().put(text, vector.clone());
-        Ok(vector)
+        let mut missing: Vec<&str> = texts
+            .iter()
+            .zip(&out)
+            .filter(|(_, v)| v.is_none())
+            .map(|(t, _)| *t)
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if !missing.is_empty() {
+            let mode = match self.token_vectors {
+                Some(_) => QueryMode::Static,
+                None => QueryMode::Model,
+            };
+            let vectors = self.queries_with(&missing, mode)?;
+            let mut lru = self.lock_queries();
+            for (text, vector) in missing.iter().zip(vectors) {
+                lru.put(text, vector.clone());
+                for (slot, _) in out.iter_mut().zip(texts).filter(|(_, t)| *t == text) {
+                    *slot = Some(vector.clone());
+                }
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|v| v.unwrap_or_else(|| vec![0.0; self.dimensions()].into()))
+            .collect())
     }
 
     /// A query vector computed the other way than configured, bypassing the LRU (for
     /// evaluation: `mode=model` on a static node and the reverse).
     pub fn embed_query_with(&self, text: &str, mode: QueryMode) -> Result<Arc<[f32]>, EmbedError> {
-        match (mode, &self.token_vectors) {
-            (QueryMode::Static, Some(table)) => Ok(self.static_query(table, text)?.into()),
-            (QueryMode::Static, None) | (QueryMode::Model, _) => Ok(self
-                .run(&[text])?
-                .pop()
-                .unwrap_or_else(|| vec![0.0; self.dimensions()])
-                .into()),
+        Ok(self
+            .queries_with(&[text], mode)?
+            .pop()
+            .unwrap_or_else(|| vec![0.0; self.dimensions()].into()))
+    }
+
+    /// Query vectors, bypassing the LRU. With the model, the queries run together without
+    /// padding, so a query's vector does not depend on what it ran with.
+    fn queries_with(&self, texts: &[&str], mode: QueryMode) -> Result<Vec<Arc<[f32]>>, EmbedError> {
+        if let (QueryMode::Static, Some(table)) = (mode, &self.token_vectors) {
+            return texts
+                .iter()
+                .map(|t| Ok(self.static_query(table, t)?.into()))
+                .collect();
         }
+        let sequences = texts
+            .iter()
+            .map(|text| {
+                let encoding = self
+                    .tokenizer
+                    .encode(*text, true)
+                    .map_err(|e| EmbedError::Run(e.to_string()))?;
+                Ok(encoding
+                    .get_ids()
+                    .iter()
+                    .zip(encoding.get_attention_mask())
+                    .filter(|(_, &m)| m == 1)
+                    .map(|(&id, _)| id)
+                    .collect())
+            })
+            .collect::<Result<Vec<Vec<u32>>, EmbedError>>()?;
+        Ok(self
+            .bert
+            .sequence_vectors(&sequences)?
+            .into_iter()
+            .map(Into::into)
+            .collect())
     }
 
     fn lock_queries(&self) -> std::sync::MutexGuard<'_, Lru> {
@@ -567,6 +635,43 @@ mod tests {
             .embed_query("pay the invoice before friday please")
             .unwrap();
         assert!(dot(&query, &together[1]) > 0.9999);
+    }
+
+    #[test]
+    fn queries_run_together_get_the_bits_they_get_alone_in_f32_and_q8() {
+        let dir = tempfile::tempdir().unwrap();
+        tiny(dir.path());
+        for weights in [Weights::F32, Weights::Q8] {
+            let e = Embedder::load_with(dir.path(), QueryMode::Model, weights).unwrap();
+            // Lengths differ (a batch with padding would change the shorter ones), and one
+            // query comes twice.
+            let texts = [
+                "weather",
+                "pay the invoice before friday please",
+                "forecast for paris",
+                "weather",
+            ];
+            let alone: Vec<Arc<[f32]>> = texts
+                .iter()
+                .map(|t| e.embed_query_with(t, QueryMode::Model).unwrap())
+                .collect();
+            let together = e.embed_queries(&texts).unwrap();
+            assert_eq!(together.len(), texts.len());
+            for ((text, a), b) in texts.iter().zip(&alone).zip(&together) {
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(a),
+                    bits(b),
+                    "{weights:?} {text:?}: together and alone differ"
+                );
+                assert!((norm(b) - 1.0).abs() < 1e-4);
+            }
+            assert_ne!(together[0], together[1], "different texts, same vector");
+            // What ran together is remembered: the LRU answers each.
+            for text in texts {
+                assert!(e.cached_query(text).is_some(), "{text:?} not kept");
+            }
+        }
     }
 
     #[test]
