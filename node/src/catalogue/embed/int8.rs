@@ -612,6 +612,18 @@ mod tests {
     }
 
     #[test]
+    fn only_rows_of_whole_blocks_are_quantized_in_the_largest_block_that_fits() {
+        // A layer whose rows fit no block stays in f32 (the encoder asks `fits`).
+        for cols in [0, 16, 48, 100] {
+            assert!(!Matrix8::fits(cols), "{cols} columns");
+        }
+        for (cols, block) in [(32, 32), (96, 32), (128, 128), (384, 128), (1536, 128)] {
+            assert!(Matrix8::fits(cols), "{cols} columns");
+            assert_eq!(Matrix8::quantize(&values(cols, 5), 1, cols).block, block);
+        }
+    }
+
+    #[test]
     fn extreme_blocks_quantize_without_overflow() {
         // A block of zeros has scale 0 and contributes nothing; a block at ±max stays ±127.
         let cols = 64;
