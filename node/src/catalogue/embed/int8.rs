@@ -601,6 +601,32 @@ mod tests {
     }
 
     #[test]
+    fn kernel_arguments_agree_only_when_every_length_does() {
+        // `out` rows of x, `xs` scales, weight values, scales and offsets, block size; the
+        // first agrees, each other breaks one agreement only.
+        let cases: [(usize, usize, usize, usize, usize, usize, usize, bool); 6] = [
+            (2, 128, 4, 64, 2, 16, 32, true),
+            (2, 128, 8, 64, 4, 32, 16, false), // a block of part chunks
+            (2, 128, 6, 64, 3, 24, 32, false), // values not the scales' blocks
+            (2, 128, 4, 64, 2, 8, 32, false),  // offsets missing
+            (2, 96, 4, 64, 2, 16, 32, false),  // an input row cut short
+            (2, 128, 3, 64, 2, 16, 32, false), // an input scale missing
+        ];
+        for (rows, x, xs, values, scales, offsets, size, agree) in cases {
+            let w = Weights {
+                values: &vec![0i8; values],
+                scales: &vec![0f32; scales],
+                offsets: &vec![0i32; offsets],
+            };
+            let fit = dots_fit(&vec![0i8; x], &vec![0f32; xs], w, size, &vec![0f32; rows]);
+            assert_eq!(
+                fit, agree,
+                "x {x}, xs {xs}, w {values}/{scales}/{offsets}, size {size}"
+            );
+        }
+    }
+
+    #[test]
     fn a_kernel_refuses_arguments_that_do_not_agree() {
         let w = Matrix8::quantize(&values(64, 1), 1, 64);
         let x = Rows8::quantize(&values(128, 2), &w);
