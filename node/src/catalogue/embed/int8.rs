@@ -604,7 +604,7 @@ mod tests {
     fn kernel_arguments_agree_only_when_every_length_does() {
         // `out` rows of x, `xs` scales, weight values, scales and offsets, block size; the
         // first agrees, each other breaks one agreement only.
-        let cases: [(usize, usize, usize, usize, usize, usize, usize, bool); 6] = [
+        let cases = [
             (2, 128, 4, 64, 2, 16, 32, true),
             (2, 128, 8, 64, 4, 32, 16, false), // a block of part chunks
             (2, 128, 6, 64, 3, 24, 32, false), // values not the scales' blocks
