@@ -50,7 +50,7 @@ fn linear(
 
 /// GELU, `x · Φ(x)`, with erf from Abramowitz and Stegun's 7.1.28 (absolute error below
 /// 3·10⁻⁷, far inside what 8-bit products move): multiplies, adds and one division, which
-/// the compiler vectorises, where candle's exact erf costs about a fifth of a q8 query.
+/// the compiler vectorises, where candle's exact erf costs about a quarter of a q8 query.
 fn gelu_in_place(values: &mut [f32]) {
     const A: [f32; 6] = [
         0.070_523_08,
