@@ -34,7 +34,7 @@
 //! were proposed that never applied. A vector removed while a write with that text was on
 //! its way is computed again: the tree is a cache.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -120,7 +120,7 @@ pub struct Semantic {
     /// Passes of the model over waiting asks since the node started.
     ask_passes: AtomicU64,
     /// Asks waiting for the model (see [`Semantic::embed_ask`]).
-    asks: Mutex<VecDeque<WaitingAsk>>,
+    asks: Mutex<Vec<WaitingAsk>>,
     /// Threads running the model over waiting asks: one per core, so a burst of asks
     /// queues for the model instead of filling the blocking pool with threads that share
     /// the cores.
@@ -326,7 +326,7 @@ impl Semantic {
             return Ok(v);
         }
         let (tx, rx) = oneshot::channel();
-        lock(&self.asks).push_back((ask.to_owned(), tx));
+        lock(&self.asks).push((ask.to_owned(), tx));
         self.start_ask_runner();
         rx.await
             .map_err(|_| EmbedError::Run("the model's runner stopped".into()))?
@@ -342,11 +342,7 @@ impl Semantic {
         tokio::task::spawn_blocking(move || {
             let mut permit = Some(permit);
             loop {
-                let batch: Vec<WaitingAsk> = {
-                    let mut asks = lock(&me.asks);
-                    let n = asks.len().min(ASK_BATCH);
-                    asks.drain(..n).collect()
-                };
+                let batch = take_front(&me.asks, ASK_BATCH);
                 if batch.is_empty() {
                     drop(permit.take());
                     // An ask queued between the drain and the release found every runner
@@ -402,11 +398,7 @@ impl Semantic {
     /// unless the row changed meanwhile (then its new text is queued already).
     pub async fn run(self: Arc<Self>, catalogue: SharedCatalogue) {
         loop {
-            let batch: Vec<Pending> = {
-                let mut queue = lock(&self.queue);
-                let n = queue.len().min(PASS);
-                queue.drain(..n).collect()
-            };
+            let batch = take_front(&self.queue, PASS);
             if batch.is_empty() {
                 self.wake.notified().await;
                 continue;
@@ -443,6 +435,13 @@ impl Semantic {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The oldest `n` items of a queue (fewer if it holds fewer), taken out of it.
+fn take_front<T>(queue: &Mutex<Vec<T>>, n: usize) -> Vec<T> {
+    let mut queue = lock(queue);
+    let n = queue.len().min(n);
+    queue.drain(..n).collect()
 }
 
 #[cfg(test)]

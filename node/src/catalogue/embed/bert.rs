@@ -210,17 +210,14 @@ impl Embeddings {
         self.norm.forward(&x)
     }
 
+    /// Token vectors of a padded batch: `ids` is `[batch, len]`.
     fn forward(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
-        let (_, len) = ids.dims2()?;
-        let device = ids.device();
-        let positions = Tensor::arange(0u32, len as u32, device)?;
-        let types = Tensor::zeros(len, DType::U32, device)?;
-        let x = self
-            .words
-            .forward(ids)?
-            .broadcast_add(&self.positions.forward(&positions)?)?
-            .broadcast_add(&self.token_types.forward(&types)?)?;
-        self.norm.forward(&x)
+        let (batch, len) = ids.dims2()?;
+        let positions: Vec<u32> = (0..batch).flat_map(|_| 0..len as u32).collect();
+        let positions = Tensor::from_vec(positions, batch * len, ids.device())?;
+        let x = self.forward_flat(&ids.flatten_all()?, &positions)?;
+        let hidden = x.dim(1)?;
+        x.reshape((batch, len, hidden))
     }
 }
 
