@@ -462,7 +462,13 @@ fn ranking_text(setup: &proto::RankingSetup) -> String {
         (None, _) => "words only".to_owned(),
     };
     let learn = if setup.learn { "on" } else { "off" };
-    format!("{model}, learning from use {learn}")
+    match (&setup.model, setup.revision) {
+        (Some(_), revision) => format!(
+            "{model}, ranking revision {}, learning from use {learn}",
+            revision.unwrap_or(1)
+        ),
+        (None, _) => format!("{model}, learning from use {learn}"),
+    }
 }
 
 /// The cluster status for people: this node, then the members.

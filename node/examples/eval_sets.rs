@@ -22,7 +22,7 @@ use rowcall_client::quality::{parse_queries, GoldQuery, Quality, Scorecard};
 use rowcall_node::catalogue::embed::{Embedder, QueryMode, Weights};
 use rowcall_node::catalogue::resolver::Fusion;
 use rowcall_node::catalogue::row::{Row, RowInput};
-use rowcall_node::catalogue::{embed_text, Catalogue};
+use rowcall_node::catalogue::{embed_views, Catalogue};
 
 /// Candidates asked for, as an agent would (MRR is computed to this depth).
 const DEPTH: usize = 10;
@@ -36,18 +36,21 @@ struct Options {
     static_queries: bool,
     weights: Weights,
     cache: Option<PathBuf>,
+    grid: bool,
     sets: Vec<PathBuf>,
 }
 
 fn options() -> Result<Options, Error> {
     let mut args = std::env::args().skip(1);
     let (mut model, mut static_queries, mut cache, mut sets) = (None, false, None, Vec::new());
+    let mut grid = false;
     let mut weights = Weights::default();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--model" => model = args.next().map(PathBuf::from),
             "--cache" => cache = args.next().map(PathBuf::from),
             "--static" => static_queries = true,
+            "--grid" => grid = true,
             "--weights" => weights = args.next().ok_or("--weights f32|q8")?.parse()?,
             _ => sets.push(PathBuf::from(arg)),
         }
@@ -61,6 +64,7 @@ fn options() -> Result<Options, Error> {
         static_queries,
         weights,
         cache,
+        grid,
         sets,
     })
 }
@@ -77,6 +81,7 @@ fn main() -> Result<(), Error> {
     if let Some(dir) = &options.cache {
         std::fs::create_dir_all(dir)?;
     }
+    let mut grids = Vec::new();
     for set in &options.sets {
         let name = set
             .file_name()
@@ -90,10 +95,9 @@ fn main() -> Result<(), Error> {
                 .as_ref()
                 .map(|dir| dir.join(format!("{name}.{fingerprint}.{what}.json")))
         };
-        let vectors = remembered(cached("rows"), || {
-            let texts: Vec<String> = rows.iter().map(embed_text).collect();
-            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-            Ok(embedder.embed_documents(&texts)?)
+        let views: Vec<Vec<String>> = rows.iter().map(embed_views).collect();
+        let vectors = texts_remembered(cached("texts"), views.iter().flatten(), |texts| {
+            Ok(embedder.embed_documents(texts)?)
         })?;
         let model_queries = remembered(cached("queries"), || {
             let mut times = Vec::with_capacity(queries.len());
@@ -119,11 +123,14 @@ fn main() -> Result<(), Error> {
             Ok(vectors)
         })?;
         let mut catalogue = Catalogue::default();
-        for (row, vector) in rows.into_iter().zip(&vectors) {
+        let view_count: usize = views.iter().map(Vec::len).sum();
+        for (row, texts) in rows.into_iter().zip(&views) {
             let key = row.key.clone();
             catalogue.put(row);
-            catalogue.set_vector(&key, vector);
+            let row_views: Vec<&[f32]> = texts.iter().map(|t| vectors[t].as_slice()).collect();
+            catalogue.set_views(&key, &row_views);
         }
+        println!("views: {view_count}");
         println!(
             "== {name}: {} rows, {} requests",
             catalogue.len(),
@@ -151,9 +158,107 @@ fn main() -> Result<(), Error> {
             });
             print("fused, static queries", &fused_static);
         }
+        if options.grid {
+            grids.push((name, fusion_grid(&catalogue, &queries, &model_queries)));
+        }
         learning(&mut catalogue, &queries, &model_queries);
     }
+    if options.grid {
+        leave_one_set_out(&grids);
+    }
     Ok(())
+}
+
+/// Fusion weights tried by `--grid`: the lexical weight, the margin's shift and the floor
+/// (the dense weight is the rest of the lexical one; the cut-off and depth do not move the
+/// first candidate).
+fn grid() -> Vec<Fusion> {
+    let mut out = Vec::new();
+    for lexical in [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4] {
+        for margin in [0.0, 0.2, 0.4, 0.6, 0.8, 1.0] {
+            for floor in [0.15, 0.25, 0.35] {
+                out.push(Fusion {
+                    lexical,
+                    dense: 1.0 - lexical,
+                    margin,
+                    floor,
+                    ..Fusion::default()
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Top-1 of every weighting of [`grid`] on one set.
+fn fusion_grid(catalogue: &Catalogue, queries: &[GoldQuery], vectors: &[Vec<f32>]) -> Vec<f64> {
+    grid()
+        .iter()
+        .map(|fusion| {
+            score(
+                queries,
+                |_| true,
+                |i, q| catalogue.ask_fused(q, Some(&vectors[i]), DEPTH, Some(fusion)),
+            )
+            .top1
+        })
+        .collect()
+}
+
+/// For each set, the weighting best on average over the other sets, and what it scores on
+/// the one left out: weights chosen without a set must still help on it.
+fn leave_one_set_out(grids: &[(String, Vec<f64>)]) {
+    let weightings = grid();
+    let best_without = |left_out: Option<usize>| {
+        (0..weightings.len())
+            .map(|w| {
+                let (sum, n) = grids
+                    .iter()
+                    .enumerate()
+                    .filter(|(s, _)| Some(*s) != left_out)
+                    .fold((0.0, 0), |(sum, n), (_, (_, g))| (sum + g[w], n + 1));
+                (w, sum / f64::from(n.max(1)))
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+            .map_or(0, |(w, _)| w)
+    };
+    let default = Fusion::default();
+    let at_default = weightings.iter().position(|f| {
+        f.lexical == default.lexical && f.margin == default.margin && f.floor == default.floor
+    });
+    println!("== every weighting: lexical, margin, floor, then top-1 per set");
+    {
+        for (w, f) in weightings.iter().enumerate() {
+            let cells: Vec<String> = grids.iter().map(|(_, g)| format!("{:.3}", g[w])).collect();
+            println!(
+                "grid {:.2} {:.1} {:.2} {}",
+                f.lexical,
+                f.margin,
+                f.floor,
+                cells.join(" ")
+            );
+        }
+    }
+    println!("== leave one set out (top-1 fused)");
+    for (s, (name, g)) in grids.iter().enumerate() {
+        let w = best_without(Some(s));
+        let f = &weightings[w];
+        println!(
+            "{name:<12} chosen without it: lexical {:.2} margin {:.1} floor {:.2} -> {:.3} (default {:.3})",
+            f.lexical,
+            f.margin,
+            f.floor,
+            g[w],
+            at_default.map_or(f64::NAN, |d| g[d])
+        );
+    }
+    let w = best_without(None);
+    let f = &weightings[w];
+    let mean = grids.iter().map(|(_, g)| g[w]).sum::<f64>() / grids.len().max(1) as f64;
+    println!(
+        "all sets: lexical {:.2} margin {:.1} floor {:.2} -> mean top-1 {mean:.4}",
+        f.lexical, f.margin, f.floor
+    );
 }
 
 /// Learning from use: clicks on the even half, measured on the odd half.
@@ -220,6 +325,35 @@ fn read_rows(path: &Path) -> Result<Vec<Row>, Error> {
             Ok(Row::stored(input, 1, at.clone(), at.clone()))
         })
         .collect()
+}
+
+/// The vector of every text, computed by `compute` unless an earlier run kept it at `path`
+/// (whatever else that run kept stays kept).
+fn texts_remembered<'a>(
+    path: Option<PathBuf>,
+    texts: impl Iterator<Item = &'a String>,
+    compute: impl FnOnce(&[&str]) -> Result<Vec<Vec<f32>>, Error>,
+) -> Result<std::collections::HashMap<String, Vec<f32>>, Error> {
+    let mut kept: std::collections::HashMap<String, Vec<f32>> = path
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
+    let mut missing: Vec<&str> = texts
+        .map(String::as_str)
+        .filter(|t| !kept.contains_key(*t))
+        .collect();
+    missing.sort_unstable();
+    missing.dedup();
+    if !missing.is_empty() {
+        for (text, vector) in missing.iter().zip(compute(&missing)?) {
+            kept.insert((*text).to_owned(), vector);
+        }
+        if let Some(path) = path {
+            std::fs::write(path, serde_json::to_vec(&kept)?)?;
+        }
+    }
+    Ok(kept)
 }
 
 /// `compute`, or what an earlier run kept at `path`.

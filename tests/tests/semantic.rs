@@ -477,12 +477,11 @@ async fn every_node_names_the_member_that_ranks_otherwise_and_what_it_runs() {
         )
         .await;
     }
-    let node3 = json!({"mode": "hybrid", "model": theirs, "query": "model", "learn": false, "weights": "q8"});
+    let node3 = json!({"mode": "hybrid", "model": theirs, "query": "model", "learn": false, "weights": "q8", "revision": 2});
     for id in [1, 2] {
         assert_eq!(otherwise(id).await, json!({"3": node3}), "node {id}");
     }
-    let rest =
-        json!({"mode": "hybrid", "model": ours, "query": "model", "learn": true, "weights": "q8"});
+    let rest = json!({"mode": "hybrid", "model": ours, "query": "model", "learn": true, "weights": "q8", "revision": 2});
     assert_eq!(otherwise(3).await, json!({"1": rest, "2": rest}));
     assert_eq!(resolver_status(&cluster, 3).await["learn"], false);
 
@@ -498,15 +497,15 @@ async fn every_node_names_the_member_that_ranks_otherwise_and_what_it_runs() {
         .expect("a resolver block");
     let named = &grpc.members_ranking_otherwise[&3];
     assert_eq!(
-        (named.model.as_deref(), named.learn),
-        (theirs.as_str(), false)
+        (named.model.as_deref(), named.learn, named.revision),
+        (theirs.as_str(), false, Some(2))
     );
     let grpc_addr = format!("http://{}", cluster.member(1).grpc);
     let run =
         common::rowcall_cli(vec!["rowcall", "--nodes", &grpc_addr, "cluster", "status"]).await;
     assert_eq!(run.code, 0, "{}", run.err);
     let line = format!(
-        "node 3 ranks asks otherwise than node 1: model {}, learning from use off",
+        "node 3 ranks asks otherwise than node 1: model {}, ranking revision 2, learning from use off",
         theirs.as_str().unwrap()
     );
     assert!(run.out.contains(&line), "{}", run.out);

@@ -123,8 +123,9 @@ impl Catalogue {
             };
             self.resolver.set_synonyms(&groups);
         } else if row.suggestible() {
-            let vector = self.semantic.as_ref().and_then(|s| s.vector_for(&row));
-            let indexed = index_row(&mut self.resolver, &row, vector.as_deref());
+            let views = self.semantic.as_ref().and_then(|s| s.vectors_for(&row));
+            let views: Vec<&[f32]> = views.iter().flatten().map(|v| &**v).collect();
+            let indexed = index_row(&mut self.resolver, &row, &views);
             unpublishable(&row.key, row.version, indexed);
         } else {
             unpublishable(&row.key, row.version, self.resolver.remove(&row.key));
@@ -312,9 +313,14 @@ impl Catalogue {
         self.rows.values().cloned().collect()
     }
 
-    /// Sets the vector of row `key` (see [`Resolver::set_vector`]).
+    /// Sets the vector of row `key` seen from one side (see [`Resolver::set_vector`]).
     pub fn set_vector(&mut self, key: &str, vector: &[f32]) -> bool {
         self.resolver.set_vector(key, vector)
+    }
+
+    /// Sets the vectors of row `key`'s views (see [`Resolver::set_views`]).
+    pub fn set_views(&mut self, key: &str, views: &[&[f32]]) -> bool {
+        self.resolver.set_views(key, views)
     }
 
     /// Learns (`delta` 1) or forgets (-1) that an ask with `words` led to an invocation of
@@ -417,7 +423,7 @@ fn unpublishable(key: &str, version: u64, outcome: Result<(), resolver::Inconsis
 fn index_row(
     resolver: &mut Resolver,
     row: &Row,
-    vector: Option<&[f32]>,
+    views: &[&[f32]],
 ) -> Result<(), resolver::Inconsistent> {
     let docs = row.docs();
     let doc = docs
@@ -455,13 +461,24 @@ fn index_row(
             pins: &row.pins,
             demote: row.demote,
         },
-        vector,
+        views,
     )
 }
 
 /// The text a model embeds for a row (see [`semantic::embed_text`]).
 pub fn embed_text(row: &Row) -> String {
     semantic::embed_text(
+        &row.key,
+        &row.category,
+        &row.content,
+        row.args_schema.as_ref(),
+    )
+}
+
+/// The texts a model embeds for a row, one per side it is seen from (see
+/// [`semantic::embed_views`]).
+pub fn embed_views(row: &Row) -> Vec<String> {
+    semantic::embed_views(
         &row.key,
         &row.category,
         &row.content,

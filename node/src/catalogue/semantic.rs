@@ -78,6 +78,50 @@ pub fn embed_text(key: &str, category: &str, content: &str, args_schema: Option<
     parts.join(". ")
 }
 
+/// The texts a model embeds for a row, one per side a request may see it from: first
+/// [`embed_text`] (everything at once), then what the row does by its name's words, each
+/// described argument with what the row does, and each example; at most [`MAX_VIEWS`]. A
+/// request often reads like one argument or one example, not like the whole row, so a row
+/// is as close to a request as its closest view (see `resolver::dense`).
+pub fn embed_views(
+    key: &str,
+    category: &str,
+    content: &str,
+    args_schema: Option<&Value>,
+) -> Vec<String> {
+    let mut views = vec![embed_text(key, category, content, args_schema)];
+    let docs = Docstring::parse(content);
+    let what = docs.what();
+    if !what.is_empty() {
+        views.push(format!("{}. {what}", words(key)));
+    }
+    let properties = args_schema
+        .and_then(|s| s.get("properties"))
+        .and_then(Value::as_object);
+    for (name, property) in properties.into_iter().flatten() {
+        let Some(description) = property.get("description").and_then(Value::as_str) else {
+            continue;
+        };
+        let description = description.trim();
+        if !description.is_empty() {
+            views.push(format!("{what}. {}: {description}", words(name)));
+        }
+    }
+    for (field, value) in &docs.fields {
+        if *field == "EXAMPLE" && !value.is_empty() {
+            views.push((*value).to_owned());
+        }
+    }
+    views.truncate(MAX_VIEWS);
+    let mut seen = std::collections::HashSet::new();
+    views.retain(|view| seen.insert(view.clone()));
+    views
+}
+
+/// Views embedded per row at most: each is a vector in memory on every node, and a pass of
+/// the model when the row is written.
+pub const MAX_VIEWS: usize = 6;
+
 /// `GET_USER_TOKEN`, `getUserToken`, `user-token.v2` → "get user token", "user token v2".
 fn words(name: &str) -> String {
     let mut out = String::new();
@@ -97,10 +141,10 @@ fn words(name: &str) -> String {
     out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// One row waiting for its vector.
+/// One row waiting for its views' vectors.
 struct Pending {
     key: String,
-    text: String,
+    texts: Vec<String>,
 }
 
 /// An ask waiting for the model, and where its vector goes.
@@ -166,23 +210,31 @@ impl Semantic {
     /// A published row went from `old` to `new` (`None`: absent): counts the rows per text,
     /// and removes the kept vector of a text no published row has any more.
     pub fn published(&self, old: Option<&Row>, new: Option<&Row>) {
-        let key_of = |row: &Row| self.store_key(&super::embed_text(row));
-        let (old, new) = (old.map(key_of), new.map(key_of));
+        let keys_of = |row: &Row| -> Vec<Vec<u8>> {
+            super::embed_views(row)
+                .iter()
+                .map(|text| self.store_key(text))
+                .collect()
+        };
+        let (old, new) = (
+            old.map(keys_of).unwrap_or_default(),
+            new.map(keys_of).unwrap_or_default(),
+        );
         if old == new {
             return;
         }
         let mut live = lock(&self.live);
-        if let Some(new) = new {
-            *live.entry(new).or_default() += 1;
+        for key in new {
+            *live.entry(key).or_default() += 1;
         }
-        if let Some(old) = old {
-            let left = live.get_mut(&old).map_or(0, |n| {
+        for key in old {
+            let left = live.get_mut(&key).map_or(0, |n| {
                 *n = n.saturating_sub(1);
                 *n
             });
             if left == 0 {
-                live.remove(&old);
-                self.forget(&old);
+                live.remove(&key);
+                self.forget(&key);
             }
         }
     }
@@ -277,19 +329,25 @@ impl Semantic {
         }
     }
 
-    /// The vector of `row` if it is kept; otherwise the row is queued for the background
-    /// task and `None` is returned (the row is askable by its words meanwhile).
-    pub fn vector_for(&self, row: &Row) -> Option<Arc<[f32]>> {
-        let text = super::embed_text(row);
-        if let Some(v) = self.kept(&text) {
-            return Some(v);
+    /// The vectors of `row`'s views if every one is kept; otherwise the row is queued for
+    /// the background task and `None` is returned (the row is askable by its words
+    /// meanwhile).
+    pub fn vectors_for(&self, row: &Row) -> Option<Vec<Arc<[f32]>>> {
+        let texts = super::embed_views(row);
+        if let Some(vectors) = self.all_kept(&texts) {
+            return Some(vectors);
         }
         lock(&self.queue).push(Pending {
             key: row.key.clone(),
-            text,
+            texts,
         });
         self.wake.notify_one();
         None
+    }
+
+    /// The kept vectors of `texts`, if every one is kept.
+    fn all_kept(&self, texts: &[String]) -> Option<Vec<Arc<[f32]>>> {
+        texts.iter().map(|text| self.kept(text)).collect()
     }
 
     /// Embeds and keeps the texts that are not kept yet (blocking: run it off the async
@@ -403,7 +461,7 @@ impl Semantic {
                 self.wake.notified().await;
                 continue;
             }
-            let texts: Vec<String> = batch.iter().map(|p| p.text.clone()).collect();
+            let texts: Vec<String> = batch.iter().flat_map(|p| p.texts.clone()).collect();
             let me = self.clone();
             let prepared = tokio::task::spawn_blocking(move || me.prepare(&texts)).await;
             match prepared {
@@ -419,14 +477,17 @@ impl Semantic {
             }
             let mut c = catalogue.write();
             for p in &batch {
-                let current = c.get(&p.key).map(|row| super::embed_text(&row));
-                if current.as_deref() == Some(p.text.as_str()) {
-                    if let Some(v) = self.kept(&p.text) {
-                        c.set_vector(&p.key, &v);
+                let current = c.get(&p.key).map(|row| super::embed_views(&row));
+                if current.as_ref() == Some(&p.texts) {
+                    if let Some(vectors) = self.all_kept(&p.texts) {
+                        let views: Vec<&[f32]> = vectors.iter().map(|v| &**v).collect();
+                        c.set_views(&p.key, &views);
                     }
                 } else {
                     // The row changed or went while it was embedded.
-                    self.forget_unless_live(&p.text);
+                    for text in &p.texts {
+                        self.forget_unless_live(text);
+                    }
                 }
             }
         }
@@ -529,6 +590,48 @@ mod tests {
     }
 
     #[test]
+    fn embed_views_sees_a_row_whole_by_what_it_does_by_each_argument_and_example() {
+        let schema = serde_json::json!({"properties": {
+            "cityName": {"description": "The city, e.g. Lisbon"},
+            "days": {"description": " "},
+            "units": {}
+        }});
+        let views = embed_views(
+            "WEATHER_FORECAST",
+            "Weather",
+            "# WHAT: Forecast for a city
+# EXAMPLE: will it rain in Porto
+
+{}",
+            Some(&schema),
+        );
+        assert_eq!(
+            views,
+            [
+                "weather forecast. Forecast for a city. Weather. will it rain in Porto. city \
+                 name, days, units",
+                "weather forecast. Forecast for a city",
+                "Forecast for a city. city name: The city, e.g. Lisbon",
+                "will it rain in Porto",
+            ]
+        );
+        // A row with nothing but a key is seen from one side; views never repeat.
+        assert_eq!(embed_views("PING", "", "", None), ["ping"]);
+        let properties: serde_json::Map<String, Value> = (0..20)
+            .map(|i| {
+                (
+                    format!("a{i:02}"),
+                    serde_json::json!({"description": format!("arg {i}")}),
+                )
+            })
+            .collect();
+        let schema = serde_json::json!({ "properties": properties });
+        let views = embed_views("MANY", "", "# WHAT: x\n", Some(&schema));
+        assert_eq!(views.len(), MAX_VIEWS);
+        assert_eq!(views[2], "x. a00: arg 0");
+    }
+
+    #[test]
     fn a_row_is_queued_until_embedded_then_indexed_with_its_vector() {
         let dir = tempfile::tempdir().unwrap();
         let s = semantic(dir.path(), None);
@@ -538,23 +641,29 @@ mod tests {
         assert!(!c.has_vector("WEATHER_NOW"));
         assert_eq!(s.waiting(), 1);
 
-        s.prepare(&[crate::catalogue::embed_text(&c.get("WEATHER_NOW").unwrap())])
-            .unwrap();
-        assert_eq!(s.computed(), 1);
+        s.prepare(&crate::catalogue::embed_views(
+            &c.get("WEATHER_NOW").unwrap(),
+        ))
+        .unwrap();
+        assert_eq!(s.computed(), 2, "the row whole, and what it does");
         c.put(row("WEATHER_NOW", "Current weather and rain"));
         assert!(c.has_vector("WEATHER_NOW"));
         // Prepared texts are not run again.
-        s.prepare(&[crate::catalogue::embed_text(&c.get("WEATHER_NOW").unwrap())])
-            .unwrap();
-        assert_eq!(s.computed(), 1);
+        s.prepare(&crate::catalogue::embed_views(
+            &c.get("WEATHER_NOW").unwrap(),
+        ))
+        .unwrap();
+        assert_eq!(s.computed(), 2);
         // A changed row loses its old vector until its new text is embedded.
         c.put(row("WEATHER_NOW", "Current weather, rain and wind"));
         assert!(!c.has_vector("WEATHER_NOW"));
         // A snapshot install (replace_all) keeps the model and finds kept vectors (the text
         // changed back, and its vector, removed with the old text, is embedded again).
         c.put(row("WEATHER_NOW", "Current weather and rain"));
-        s.prepare(&[crate::catalogue::embed_text(&c.get("WEATHER_NOW").unwrap())])
-            .unwrap();
+        s.prepare(&crate::catalogue::embed_views(
+            &c.get("WEATHER_NOW").unwrap(),
+        ))
+        .unwrap();
         let rows: Vec<Row> = c.all_rows().iter().map(|r| (**r).clone()).collect();
         c.replace_all(rows);
         assert!(c.semantic().is_some());
@@ -570,7 +679,7 @@ mod tests {
         let mut c = Catalogue::default();
         c.set_semantic(s.clone());
         let embedded = |r: &Row| {
-            s.prepare(&[crate::catalogue::embed_text(r)]).unwrap();
+            s.prepare(&crate::catalogue::embed_views(r)).unwrap();
         };
         let (first, second) = (
             row("WEATHER_NOW", "Current weather and rain"),
@@ -578,14 +687,16 @@ mod tests {
         );
         embedded(&first);
         c.put(first.clone());
-        assert_eq!(tree.len(), 1);
+        assert_eq!(tree.len(), 2, "the row whole, and what it does");
         embedded(&second);
         c.put(second.clone());
-        assert!(
-            s.kept(&crate::catalogue::embed_text(&first)).is_none(),
-            "the replaced text's vector is gone"
-        );
-        assert_eq!(tree.len(), 1);
+        for text in crate::catalogue::embed_views(&first) {
+            assert!(
+                s.kept(&text).is_none(),
+                "the replaced text's vector is gone"
+            );
+        }
+        assert_eq!(tree.len(), 2);
         c.remove_at("WEATHER_NOW", 3);
         assert_eq!(
             tree.len(),
@@ -596,7 +707,7 @@ mod tests {
         embedded(&row("ORPHAN", "Pay an invoice"));
         embedded(&first);
         c.replace_all([first]);
-        assert_eq!(tree.len(), 1);
+        assert_eq!(tree.len(), 2);
         assert!(c.has_vector("WEATHER_NOW"));
     }
 
@@ -626,7 +737,10 @@ mod tests {
             row("WEATHER_NOW", "Current weather and rain"),
             row("PAY_INVOICE", "Pay an invoice"),
         ];
-        let texts: Vec<String> = rows.iter().map(crate::catalogue::embed_text).collect();
+        let texts: Vec<String> = rows
+            .iter()
+            .flat_map(crate::catalogue::embed_views)
+            .collect();
         s.prepare(&texts).unwrap();
         for r in rows {
             c.put(r);

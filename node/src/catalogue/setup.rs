@@ -24,6 +24,11 @@ pub struct RankingSetup {
     /// are close to f32 ones but not equal, so the rankings can differ.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<Weights>,
+    /// How the build ranks with a model, in hybrid mode
+    /// ([`crate::catalogue::resolver::HYBRID_REVISION`]); a build before revisions were
+    /// told (revision 1) says nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u32>,
 }
 
 impl fmt::Display for RankingSetup {
@@ -37,6 +42,9 @@ impl fmt::Display for RankingSetup {
         }
         if self.weights == Some(Weights::Q8) {
             write!(f, ", q8 weights")?;
+        }
+        if self.model.is_some() {
+            write!(f, ", ranking revision {}", self.revision.unwrap_or(1))?;
         }
         let learn = if self.learn { "on" } else { "off" };
         write!(f, ", learning from use {learn}")

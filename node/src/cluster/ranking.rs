@@ -47,6 +47,9 @@ impl RankingSetup {
             mode: if model.is_some() { "hybrid" } else { "lexical" }.to_owned(),
             query: model.as_ref().map(|m| m.query),
             weights: model.as_ref().map(|m| m.weights),
+            revision: model
+                .as_ref()
+                .map(|_| crate::catalogue::resolver::HYBRID_REVISION),
             model: model.map(|m| m.fingerprint),
             learn: app.config.resolver.learn,
         }
@@ -226,6 +229,7 @@ mod tests {
             query: None,
             learn: true,
             weights: None,
+            revision: None,
         };
         assert_eq!(lexical.to_string(), "words only, learning from use on");
         let fast = RankingSetup {
@@ -234,10 +238,11 @@ mod tests {
             query: Some(QueryMode::Static),
             learn: false,
             weights: Some(Weights::F32),
+            revision: Some(2),
         };
         assert_eq!(
             fast.to_string(),
-            "model 0123456789abcdef with static query vectors, learning from use off"
+            "model 0123456789abcdef with static query vectors, ranking revision 2, learning from use off"
         );
         let q8 = RankingSetup {
             weights: Some(Weights::Q8),
@@ -247,8 +252,14 @@ mod tests {
         assert_ne!(q8, fast, "weights take part in the comparison");
         assert_eq!(
             q8.to_string(),
-            "model 0123456789abcdef, q8 weights, learning from use off"
+            "model 0123456789abcdef, q8 weights, ranking revision 2, learning from use off"
         );
+        let older = RankingSetup {
+            revision: None,
+            ..q8.clone()
+        };
+        assert_ne!(older, q8, "a build that ranks otherwise is told apart");
+        assert!(older.to_string().contains("ranking revision 1"), "{older}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::view::{Sight, Viewer};
 use super::{read_barrier, Admin, Freshness, Logged, ServiceError};
 use crate::app::App;
 use crate::catalogue::row::{validate_rows, Row, RowInput, RowRuleError};
-use crate::catalogue::semantic::embed_text;
+use crate::catalogue::semantic::embed_views;
 use crate::catalogue::Counts;
 use crate::dispatch::builtins::BUILTINS;
 use crate::model::time::now_ms;
@@ -198,7 +198,7 @@ async fn embed_before_proposing(app: &App, rows: &[RowInput]) {
     }
     let texts: Vec<String> = rows
         .iter()
-        .map(|r| embed_text(&r.key, &r.category, &r.content, r.args_schema.as_ref()))
+        .flat_map(|r| embed_views(&r.key, &r.category, &r.content, r.args_schema.as_ref()))
         .collect();
     match tokio::task::spawn_blocking(move || semantic.prepare(&texts)).await {
         Ok(Ok(())) => {}

@@ -308,6 +308,7 @@ impl From<RankingSetup> for v1::RankingSetup {
             query: r.query.map(|q| query_mode(q).to_owned()),
             learn: r.learn,
             weights: r.weights.map(|w| w.as_str().to_owned()),
+            revision: r.revision,
         }
     }
 }

@@ -646,3 +646,54 @@ fn rows_that_tie_at_the_kth_score_are_ordered_by_key_however_they_were_inserted(
         assert_eq!(got[..3], ["PARCEL_00", "PARCEL_01", "PARCEL_02"]);
     }
 }
+
+/// A unit vector in the plane of the first two axes, at cosine `c` with the first.
+fn at_cosine(c: f32) -> Vec<f32> {
+    vec![c, (1.0 - c * c).sqrt(), 0.0]
+}
+
+fn keys_by_meaning(r: &Resolver, q: &str, vector: &[f32]) -> Vec<String> {
+    r.search_with(q, Some(vector), 10)
+        .into_iter()
+        .map(|h| h.key.to_string())
+        .collect()
+}
+
+#[test]
+fn a_row_is_as_close_to_a_request_as_its_closest_view() {
+    let mut r = build(&[
+        row("SHIP_PARCEL", "Logistics", "Send a parcel"),
+        row("TRACK_PARCEL", "Logistics", "Where a parcel is"),
+    ]);
+    let request = [0.0, 0.6, 0.8];
+    // Seen whole, the shipping row is far from the request; one of its arguments is close.
+    r.set_views("SHIP_PARCEL", &[&[1.0, 0.0, 0.0], &[0.0, 0.0, 1.0]]);
+    r.set_vector("TRACK_PARCEL", &[0.0, 1.0, 0.0]);
+    assert_eq!(
+        keys_by_meaning(&r, "qqq", &request),
+        ["SHIP_PARCEL", "TRACK_PARCEL"]
+    );
+    r.set_views("SHIP_PARCEL", &[&[1.0, 0.0, 0.0]]);
+    assert_eq!(keys_by_meaning(&r, "qqq", &request), ["TRACK_PARCEL"]);
+}
+
+#[test]
+fn cosines_count_as_a_share_of_the_querys_best_when_all_are_low() {
+    // Both rows share words with the request, the first more of them; by meaning the second
+    // is three times as close, though every cosine is low (a request in another style
+    // than the rows). Words must not win just because the model's numbers are small.
+    let mut r = build(&[
+        row("INVOICE_EXPORT", "Billing", "Export invoice totals"),
+        row("INVOICE_PAY", "Billing", "Settle an invoice"),
+    ]);
+    r.set_fusion(Fusion {
+        margin: 0.0,
+        ..Fusion::default()
+    });
+    r.set_vector("INVOICE_EXPORT", &at_cosine(0.02));
+    r.set_vector("INVOICE_PAY", &at_cosine(0.06));
+    assert_eq!(
+        keys_by_meaning(&r, "invoice export", &[1.0, 0.0, 0.0]),
+        ["INVOICE_PAY", "INVOICE_EXPORT"]
+    );
+}
