@@ -10,10 +10,12 @@
 //!
 //! 3. with `ROWCALL_EMBED_MODEL` naming a model folder (`deploy/fetch-model.sh`), the cost
 //!    of ranking by meaning at 5,000 and 50,000 rows: query embedding (full model and
-//!    static), the whole ask (embedding and fused search), one insert with its embedding,
-//!    and the memory the model and the row vectors add. Only the first 5,000 distinct rows
-//!    are run through the model (at about 5 ms a row); larger catalogues reuse their vectors
-//!    cyclically, which costs a search exactly what distinct vectors would.
+//!    static), the fused search with every row's views and, in the same run, with each row
+//!    seen whole only (one vector per row, as before views), the whole ask (embedding and
+//!    fused search), one insert with the embedding of its views, and the memory the model
+//!    and the row vectors add. Only the first 5,000 distinct rows are run through the model;
+//!    larger catalogues reuse their vectors cyclically, which costs a search exactly what
+//!    distinct vectors would.
 //!
 //! The data is the fixture in `data/` (303 rows, 300 paraphrased queries), or the public
 //! development data (4,076 seal rows with 200 dev queries, plus 527 livemcp rows) when
@@ -32,7 +34,7 @@ use rowcall_client::quality::{GoldQuery, Scorecard};
 use rowcall_node::catalogue::embed::{Embedder, QueryMode};
 use rowcall_node::catalogue::resolver::baseline::{PlainBm25, SubstringScorer};
 use rowcall_node::catalogue::row::{Row, RowInput};
-use rowcall_node::catalogue::{embed_text, Catalogue};
+use rowcall_node::catalogue::{embed_views, Catalogue};
 
 /// Catalogue sizes for latency, memory and insert cost: the seed's production catalogue,
 /// the §9 target size, and ten times that.
@@ -476,45 +478,66 @@ fn semantic(dir: &std::path::Path, queried: &[Row], more: &[Row], queries: &[Gol
         micros(embed_static[1]),
     );
     println!(
-        "{:>7} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10}",
+        "{:>7} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}",
         "rows",
         "search p50",
         "search p99",
+        "1 view p50",
+        "1 view p99",
         "ask p50",
         "ask p99",
         "insert p50",
         "insert p99",
+        "views/row",
         "vec B/row"
     );
-    let mut vectors: Vec<Vec<f32>> = Vec::new();
+    // Each row's views' vectors, for the first `EMBEDDED` rows (larger catalogues reuse them).
+    let mut vectors: Vec<Vec<Vec<f32>>> = Vec::new();
     for size in [EMBEDDED, 50_000] {
         let rows = rows_of_size(queried, more, size);
-        let texts: Vec<String> = rows.iter().take(EMBEDDED).map(embed_text).collect();
-        if vectors.len() < texts.len() {
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            vectors = model.embed_documents(&refs).unwrap();
+        let views: Vec<Vec<String>> = rows.iter().take(EMBEDDED).map(embed_views).collect();
+        if vectors.len() < views.len() {
+            let refs: Vec<&str> = views.iter().flatten().map(String::as_str).collect();
+            let mut flat = model.embed_documents(&refs).unwrap().into_iter();
+            vectors = views
+                .iter()
+                .map(|v| flat.by_ref().take(v.len()).collect())
+                .collect();
         }
         let mut catalogue = catalogue_of(&rows);
         let lexical_bytes = catalogue.index_bytes();
+        let views_of = |i: usize| -> Vec<&[f32]> {
+            vectors[i % vectors.len()]
+                .iter()
+                .map(Vec::as_slice)
+                .collect()
+        };
         for (i, row) in rows.iter().enumerate() {
-            catalogue.set_vector(&row.key, &vectors[i % vectors.len()]);
+            catalogue.set_views(&row.key, &views_of(i));
         }
         let vector_bytes = catalogue.index_bytes().saturating_sub(lexical_bytes);
+        let view_count: usize = (0..rows.len())
+            .map(|i| vectors[i % vectors.len()].len())
+            .sum();
         // The query vectors are computed apart, so the search and the whole ask are told
         // apart; the ask adds the model's embedding time per query.
         let query_vectors: Vec<_> = queries
             .iter()
             .map(|q| model.embed_query_with(&q.q, QueryMode::Model).unwrap())
             .collect();
-        let mut search = Vec::new();
-        let mut ask = Vec::new();
-        for _ in 0..3 {
-            for (q, v) in queries.iter().zip(&query_vectors) {
-                let t = Instant::now();
-                black_box(catalogue.ask_with(&q.q, Some(v), LIMIT));
-                search.push(t.elapsed());
+        let searches = |catalogue: &Catalogue| {
+            let mut times = Vec::new();
+            for _ in 0..3 {
+                for (q, v) in queries.iter().zip(&query_vectors) {
+                    let t = Instant::now();
+                    black_box(catalogue.ask_with(&q.q, Some(v), LIMIT));
+                    times.push(t.elapsed());
+                }
             }
-        }
+            times
+        };
+        let search = searches(&catalogue);
+        let mut ask = Vec::new();
         for q in queries {
             let t = Instant::now();
             let v = model.embed_query_with(&q.q, QueryMode::Model).unwrap();
@@ -526,24 +549,34 @@ fn semantic(dir: &std::path::Path, queried: &[Row], more: &[Row], queries: &[Gol
             let row = fresh_row(row, n);
             let key = row.key.clone();
             let t = Instant::now();
-            let v = model.embed_documents(&[&embed_text(&row)]).unwrap();
+            let texts = embed_views(&row);
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let v = model.embed_documents(&refs).unwrap();
             catalogue.put(row);
-            catalogue.set_vector(&key, &v[0]);
+            catalogue.set_views(&key, &v.iter().map(Vec::as_slice).collect::<Vec<_>>());
             insert.push(t.elapsed());
             catalogue.remove(&key);
         }
+        // The same catalogue with each row seen whole only, as before rows had views.
+        for (i, row) in rows.iter().enumerate() {
+            catalogue.set_vector(&row.key, views_of(i)[0]);
+        }
+        let one_view = sorted_percentiles(searches(&catalogue));
         let search = sorted_percentiles(search);
         let ask = sorted_percentiles(ask);
         let insert = sorted_percentiles(insert);
         println!(
-            "{:>7} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>10}",
+            "{:>7} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>10.1} {:>10}",
             size,
             micros(search[0]),
             micros(search[1]),
+            micros(one_view[0]),
+            micros(one_view[1]),
             micros(ask[0]),
             micros(ask[1]),
             micros(insert[0]),
             micros(insert[1]),
+            view_count as f64 / size as f64,
             vector_bytes / size,
         );
     }

@@ -25,10 +25,10 @@
 //! # Cleaning
 //!
 //! The cache keeps only vectors that a published row needs. The catalogue tells the model
-//! of every change to a published row's text ([`Semantic::published`]: a put, a replace, a
-//! delete), and it counts the rows per text (a text holds the row's key, so that is one
-//! row, but counting keeps the rule simple to check): the vector of a text no row has any
-//! more is removed at once. A whole rebuild of the
+//! of every change to a published row's texts ([`Semantic::published`]: a put, a replace, a
+//! delete), and it counts the rows per text (rows can share a view's text, such as one
+//! example or one argument with the same WHAT): the vector of a text no row has any more
+//! is removed at once. A whole rebuild of the
 //! catalogue (start, snapshot install) counts again from the rows and then sweeps the tree
 //! of everything else, such as vectors of another model or of writes embedded before they
 //! were proposed that never applied. A vector removed while a write with that text was on
@@ -709,6 +709,39 @@ mod tests {
         c.replace_all([first]);
         assert_eq!(tree.len(), 2);
         assert!(c.has_vector("WEATHER_NOW"));
+    }
+
+    #[test]
+    fn a_view_two_rows_share_stays_kept_until_neither_has_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path().join("db")).unwrap();
+        let tree = db.open_tree(TREE).unwrap();
+        let s = semantic(&dir.path().join("m"), Some(tree.clone()));
+        let mut c = Catalogue::default();
+        c.set_semantic(s.clone());
+        let content = "# WHAT: Weather\n# EXAMPLE: will it rain\n";
+        let (a, b) = (
+            Row::fixture("RAIN_A", RowType::Static, content),
+            Row::fixture("RAIN_B", RowType::Static, content),
+        );
+        for r in [&a, &b] {
+            s.prepare(&crate::catalogue::embed_views(r)).unwrap();
+            c.put(r.clone());
+        }
+        assert!(c.has_vector("RAIN_A") && c.has_vector("RAIN_B"));
+        assert_eq!(
+            tree.len(),
+            5,
+            "two views of each row's own, one example of both"
+        );
+        c.remove_at("RAIN_A", 5);
+        assert!(
+            s.kept("will it rain").is_some(),
+            "RAIN_B still has the example"
+        );
+        assert_eq!(tree.len(), 3);
+        c.remove_at("RAIN_B", 6);
+        assert_eq!(tree.len(), 0);
     }
 
     #[test]

@@ -52,7 +52,7 @@ const MAX_QUERY_TERMS: usize = 64;
 /// Surface words reported per hit in `Hit::matched`.
 const MAX_MATCHED: usize = 4;
 /// Most a row's learned words add to its score, as a share of the best score of the ask.
-const LEARNED_CAP: f32 = 0.15;
+const LEARNED_CAP: f32 = 0.10;
 /// Clicks on a row for one word at which its learned boost for that word saturates.
 const LEARNED_SATURATION: f32 = 20.0;
 
