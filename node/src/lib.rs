@@ -25,6 +25,7 @@
 //! cluster calls carry between nodes in `raft::calls`, below everything that uses them.
 
 pub mod activity;
+pub mod allocator;
 pub mod api;
 pub mod app;
 pub mod auth;

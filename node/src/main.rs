@@ -184,8 +184,17 @@ impl Flags {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // Before any thread starts: the allocator's arenas are fixed when threads first meet.
+    rowcall_node::allocator::limit_arenas();
+    rowcall_node::allocator::trim_in_background();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let config = Flags::parse().load()?;
     let telemetry = Telemetry::install(&config.log, &config.tracing, config.node.id)?;
     let mut node = rowcall_node::start(config).await?;
