@@ -264,5 +264,28 @@ mod tests {
             0.0,
             "a zero vector stays zero"
         );
+        let broken = Rounded::of(&[f32::INFINITY, 1.0]);
+        assert_eq!(
+            (broken.scale, &*broken.codes),
+            (0.0, &[0i8, 0][..]),
+            "a vector that is not finite points nowhere"
+        );
+    }
+
+    #[test]
+    fn the_memory_gauge_follows_the_views_held() {
+        let mut vectors = Vectors::default();
+        vectors.set(0, &[&[1.0, 0.0]]);
+        let one = vectors.memory_bytes();
+        vectors.set(0, &[&[1.0, 0.0], &[0.0, 1.0]]);
+        assert_eq!(
+            vectors.memory_bytes() - one,
+            6,
+            "a second view: two codes and a scale"
+        );
+        vectors.clear(0);
+        assert_eq!(one - vectors.memory_bytes(), 6, "nothing held but the slot");
+        vectors.set(0, &[&[1.0, 0.0]]);
+        assert_eq!(vectors.memory_bytes(), one);
     }
 }
