@@ -5,8 +5,10 @@
 //! allocations. A node's threads (the async workers, the blocking pool, sled's flusher, the
 //! log's writer, the model's pool) each free what others allocated, so under a steady load
 //! resident memory kept growing well past what the heap held: measured on one node under
-//! 16 connections of invocations, 939 MiB resident after 150 s with the default arenas
-//! against 421 MiB with two. The node therefore keeps [`ARENAS`] arenas (unless
+//! 16 connections of invocations for 90 s, 692 MiB resident after 252,721 invocations with
+//! the default arenas, against 386 MiB after 269,338 with two arenas and the trim below
+//! (the performance chapter, "Disk and memory over time"). The node therefore keeps
+//! [`ARENAS`] arenas (unless
 //! `MALLOC_ARENA_MAX` says otherwise: glibc has read it already) and hands free pages back
 //! to the kernel every [`TRIM_EVERY`].
 //!
