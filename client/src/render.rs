@@ -461,14 +461,13 @@ fn ranking_text(setup: &proto::RankingSetup) -> String {
         (Some(model), _) => format!("model {model}"),
         (None, _) => "words only".to_owned(),
     };
+    // A build before revisions were told ranked by revision 1.
+    let revision = match &setup.model {
+        Some(_) => format!(", ranking revision {}", setup.revision.unwrap_or(1)),
+        None => String::new(),
+    };
     let learn = if setup.learn { "on" } else { "off" };
-    match (&setup.model, setup.revision) {
-        (Some(_), revision) => format!(
-            "{model}, ranking revision {}, learning from use {learn}",
-            revision.unwrap_or(1)
-        ),
-        (None, _) => format!("{model}, learning from use {learn}"),
-    }
+    format!("{model}{revision}, learning from use {learn}")
 }
 
 /// The cluster status for people: this node, then the members.

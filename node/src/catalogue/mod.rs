@@ -101,9 +101,13 @@ impl Catalogue {
     /// Inserts or replaces a row, keeping counts and the resolver current, and publishes the
     /// change on the feed (at the row's version, the index of the write).
     pub fn put(&mut self, row: Row) {
-        if let Some(semantic) = &self.semantic {
-            semantic.published(self.rows.get(&row.key).map(|r| &**r), Some(&row));
-        }
+        // The row's views, worked out once for the count and the vectors.
+        let views = self.semantic.as_ref().map(|semantic| {
+            let views = embed_views(&row);
+            let old = self.rows.get(&row.key).map(|r| embed_views(r));
+            semantic.published(old.as_deref().unwrap_or_default(), &views);
+            (semantic, views)
+        });
         let old = self.rows.get(&row.key).map(|r| &**r);
         let projection = feed::projection_changed(old, Some(&row));
         let listed = feed::Listed::of(old, Some(&row));
@@ -123,7 +127,7 @@ impl Catalogue {
             };
             self.resolver.set_synonyms(&groups);
         } else if row.suggestible() {
-            let views = self.semantic.as_ref().and_then(|s| s.vectors_for(&row));
+            let views = views.and_then(|(semantic, texts)| semantic.vectors_for(&row.key, texts));
             let views: Vec<&[f32]> = views.iter().flatten().map(|v| &**v).collect();
             let indexed = index_row(&mut self.resolver, &row, &views);
             unpublishable(&row.key, row.version, indexed);
@@ -144,7 +148,7 @@ impl Catalogue {
         let old = self.rows.remove(key)?;
         self.rows_bytes = self.rows_bytes.saturating_sub(entry_bytes(&old));
         if let Some(semantic) = &self.semantic {
-            semantic.published(Some(&old), None);
+            semantic.published(&embed_views(&old), &[]);
         }
         let projection = feed::projection_changed(Some(&old), None);
         let listed = feed::Listed::of(Some(&old), None);

@@ -43,7 +43,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{oneshot, Notify, Semaphore};
 
 use super::embed::{EmbedError, Embedder};
-use super::row::{Docstring, Row};
+use super::row::Docstring;
 use super::SharedCatalogue;
 
 /// Name of the sled tree holding row vectors.
@@ -54,7 +54,16 @@ const PASS: usize = 64;
 /// The text a model embeds for a row: the key's words, the WHAT line, the category, the
 /// other docstring values and the argument names, as sentences.
 pub fn embed_text(key: &str, category: &str, content: &str, args_schema: Option<&Value>) -> String {
-    let docs = Docstring::parse(content);
+    whole_text(key, category, &Docstring::parse(content), args_schema)
+}
+
+/// [`embed_text`] of a docstring already parsed.
+fn whole_text(
+    key: &str,
+    category: &str,
+    docs: &Docstring<'_>,
+    args_schema: Option<&Value>,
+) -> String {
     let mut parts: Vec<String> = vec![words(key)];
     if let Some((_, what)) = docs.fields.iter().find(|(f, _)| *f == "WHAT") {
         parts.push((*what).to_owned());
@@ -89,8 +98,8 @@ pub fn embed_views(
     content: &str,
     args_schema: Option<&Value>,
 ) -> Vec<String> {
-    let mut views = vec![embed_text(key, category, content, args_schema)];
     let docs = Docstring::parse(content);
+    let mut views = vec![whole_text(key, category, &docs, args_schema)];
     let what = docs.what();
     if !what.is_empty() {
         views.push(format!("{}. {what}", words(key)));
@@ -207,19 +216,14 @@ impl Semantic {
         })
     }
 
-    /// A published row went from `old` to `new` (`None`: absent): counts the rows per text,
-    /// and removes the kept vector of a text no published row has any more.
-    pub fn published(&self, old: Option<&Row>, new: Option<&Row>) {
-        let keys_of = |row: &Row| -> Vec<Vec<u8>> {
-            super::embed_views(row)
-                .iter()
-                .map(|text| self.store_key(text))
-                .collect()
+    /// A published row's views went from the texts `old` to `new` (none: the row was
+    /// absent, or is gone): counts the rows per text, and removes the kept vector of a text
+    /// no published row has any more.
+    pub fn published(&self, old: &[String], new: &[String]) {
+        let keys_of = |texts: &[String]| -> Vec<Vec<u8>> {
+            texts.iter().map(|text| self.store_key(text)).collect()
         };
-        let (old, new) = (
-            old.map(keys_of).unwrap_or_default(),
-            new.map(keys_of).unwrap_or_default(),
-        );
+        let (old, new) = (keys_of(old), keys_of(new));
         if old == new {
             return;
         }
@@ -329,16 +333,15 @@ impl Semantic {
         }
     }
 
-    /// The vectors of `row`'s views if every one is kept; otherwise the row is queued for
-    /// the background task and `None` is returned (the row is askable by its words
-    /// meanwhile).
-    pub fn vectors_for(&self, row: &Row) -> Option<Vec<Arc<[f32]>>> {
-        let texts = super::embed_views(row);
+    /// The vectors of the views `texts` of row `key` if every one is kept; otherwise the
+    /// row is queued for the background task and `None` is returned (the row is askable by
+    /// its words meanwhile).
+    pub fn vectors_for(&self, key: &str, texts: Vec<String>) -> Option<Vec<Arc<[f32]>>> {
         if let Some(vectors) = self.all_kept(&texts) {
             return Some(vectors);
         }
         lock(&self.queue).push(Pending {
-            key: row.key.clone(),
+            key: key.to_owned(),
             texts,
         });
         self.wake.notify_one();
@@ -509,7 +512,7 @@ fn take_front<T>(queue: &Mutex<Vec<T>>, n: usize) -> Vec<T> {
 mod tests {
     use super::*;
     use crate::catalogue::embed::{tiny, QueryMode};
-    use crate::catalogue::row::RowType;
+    use crate::catalogue::row::{Row, RowType};
     use crate::catalogue::Catalogue;
 
     fn row(key: &str, what: &str) -> Row {
@@ -525,6 +528,18 @@ mod tests {
             Arc::new(Embedder::load(dir, QueryMode::Model).unwrap()),
             tree,
         )
+    }
+
+    /// A model whose vectors are kept in a sled tree, and a catalogue that uses it (the
+    /// folder holds both; keep it while they are used).
+    fn kept_in_a_tree() -> (tempfile::TempDir, sled::Tree, Arc<Semantic>, Catalogue) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path().join("db")).unwrap();
+        let tree = db.open_tree(TREE).unwrap();
+        let s = semantic(&dir.path().join("m"), Some(tree.clone()));
+        let mut c = Catalogue::default();
+        c.set_semantic(s.clone());
+        (dir, tree, s, c)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -672,12 +687,7 @@ mod tests {
 
     #[test]
     fn vectors_of_replaced_and_deleted_rows_leave_the_cache() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path().join("db")).unwrap();
-        let tree = db.open_tree(TREE).unwrap();
-        let s = semantic(&dir.path().join("m"), Some(tree.clone()));
-        let mut c = Catalogue::default();
-        c.set_semantic(s.clone());
+        let (_dir, tree, s, mut c) = kept_in_a_tree();
         let embedded = |r: &Row| {
             s.prepare(&crate::catalogue::embed_views(r)).unwrap();
         };
@@ -713,12 +723,7 @@ mod tests {
 
     #[test]
     fn a_view_two_rows_share_stays_kept_until_neither_has_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path().join("db")).unwrap();
-        let tree = db.open_tree(TREE).unwrap();
-        let s = semantic(&dir.path().join("m"), Some(tree.clone()));
-        let mut c = Catalogue::default();
-        c.set_semantic(s.clone());
+        let (_dir, tree, s, mut c) = kept_in_a_tree();
         let content = "# WHAT: Weather\n# EXAMPLE: will it rain\n";
         let (a, b) = (
             Row::fixture("RAIN_A", RowType::Static, content),
