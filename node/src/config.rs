@@ -630,8 +630,14 @@ pub struct RaftConfig {
     pub election_timeout_min_ms: u64,
     /// Election timeout, upper bound.
     pub election_timeout_max_ms: u64,
-    /// Build a snapshot (and purge the log) after this many entries since the last one.
+    /// Build a snapshot (and purge the log) after this many entries since the last one, at
+    /// least ([`crate::cluster::snapshots`]).
     pub snapshot_every: u64,
+    /// ...and once the log's files take this many times the last snapshot's bytes, so a
+    /// large state is not rewritten every `snapshot_every` entries (0: the entry count
+    /// alone decides, as before). A snapshot then writes at most `1 / ratio` bytes per byte
+    /// of log; the log stays within `ratio` × the snapshot.
+    pub snapshot_log_ratio: f64,
     /// Entries kept in the log behind a snapshot, for lagging followers.
     pub keep_after_snapshot: u64,
     /// Bytes of a snapshot file sent to a follower per message (the largest buffer either
@@ -666,6 +672,7 @@ impl Default for RaftConfig {
             election_timeout_min_ms: 300,
             election_timeout_max_ms: 600,
             snapshot_every: 5_000,
+            snapshot_log_ratio: 0.5,
             keep_after_snapshot: 1_000,
             snapshot_chunk_bytes: 1024 * 1024,
             max_entry_bytes: 512 * 1024,
@@ -983,6 +990,12 @@ impl Config {
                 reason: format!("{value:?} is not a whole number of milliseconds"),
             })?;
         }
+        if let Some(value) = get("ROWCALL_SNAPSHOT_LOG_RATIO") {
+            self.raft.snapshot_log_ratio = value.trim().parse().map_err(|_| ConfigError::Env {
+                name: "ROWCALL_SNAPSHOT_LOG_RATIO",
+                reason: format!("{value:?} is not a number"),
+            })?;
+        }
         let numbers: [(&'static str, &mut u64); 12] = [
             ("ROWCALL_STORAGE_CACHE_MB", &mut self.storage.cache_mb),
             ("ROWCALL_STORAGE_QUOTA_BYTES", &mut self.storage.quota_bytes),
@@ -1204,6 +1217,23 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("ROWCALL_TEST_CLOCK_OFFSET_MS"));
+    }
+
+    #[test]
+    fn the_snapshot_log_ratio_comes_from_the_file_then_the_environment() {
+        assert_eq!(Config::default().raft.snapshot_log_ratio, 0.5);
+        let mut config = Config::from_toml("[raft]\nsnapshot_log_ratio = 2.5\n").unwrap();
+        assert_eq!(config.raft.snapshot_log_ratio, 2.5);
+        config
+            .apply_env(|name| (name == "ROWCALL_SNAPSHOT_LOG_RATIO").then(|| " 0 ".to_owned()))
+            .unwrap();
+        assert_eq!(config.raft.snapshot_log_ratio, 0.0);
+        let bad = Config::default()
+            .apply_env(|name| (name == "ROWCALL_SNAPSHOT_LOG_RATIO").then(|| "half".to_owned()));
+        assert!(bad
+            .unwrap_err()
+            .to_string()
+            .contains("ROWCALL_SNAPSHOT_LOG_RATIO"));
     }
 
     #[test]

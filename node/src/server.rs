@@ -187,6 +187,11 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
         "raft.snapshot_chunk_bytes must be 1 to {most}, not {}",
         r.snapshot_chunk_bytes
     );
+    anyhow::ensure!(
+        r.snapshot_log_ratio.is_finite() && (0.0..=100.0).contains(&r.snapshot_log_ratio),
+        "raft.snapshot_log_ratio must be 0 to 100, not {}",
+        r.snapshot_log_ratio
+    );
     // openraft bounds every AppendEntries RPC by the heartbeat interval, so the interval must
     // leave room for a follower to decode and fsync a full batch; elections wait longer.
     let raft = openraft::Config {
@@ -196,7 +201,8 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
         election_timeout_max: r.election_timeout_max_ms,
         install_snapshot_timeout: 10_000,
         snapshot_max_chunk_size: r.snapshot_chunk_bytes,
-        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_every.max(1)),
+        // `cluster::snapshots` decides when, by the entries and the bytes since the last one.
+        snapshot_policy: openraft::SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: r.keep_after_snapshot,
         purge_batch_size: 32,
         enable_pre_vote: Some(r.pre_vote),
@@ -554,6 +560,11 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         crate::cluster::space::run(&measurer, stop).await;
     }));
     let stop = shutdown.subscribe();
+    let snapshotter = app.clone();
+    tasks.push(tokio::spawn(async move {
+        crate::cluster::snapshots::run(&snapshotter, stop).await;
+    }));
+    let stop = shutdown.subscribe();
     let pruner = app.clone();
     tasks.push(tokio::spawn(async move {
         crate::dispatch::retention::run(&pruner, stop).await;
@@ -759,4 +770,30 @@ async fn load_model(config: &Config, storage: &Durable) -> anyhow::Result<Option
         .open_tree(semantic::TREE)
         .context("opening the row vectors")?;
     Ok(Some(Semantic::new(Arc::new(embedder), Some(tree))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_log_ratio_that_is_not_a_share_is_refused() {
+        let with = |ratio: f64| {
+            let mut config = Config::default();
+            config.raft.snapshot_log_ratio = ratio;
+            raft_config(&config)
+        };
+        for fine in [0.0, 0.5, 100.0] {
+            assert!(with(fine).is_ok(), "{fine}");
+        }
+        for bad in [-0.1, 100.5, f64::NAN, f64::INFINITY] {
+            let err = with(bad).unwrap_err().to_string();
+            assert!(err.contains("raft.snapshot_log_ratio"), "{bad}: {err}");
+        }
+        // rowcall decides when (`cluster::snapshots`), not openraft.
+        assert_eq!(
+            with(0.5).unwrap().snapshot_policy,
+            openraft::SnapshotPolicy::Never
+        );
+    }
 }

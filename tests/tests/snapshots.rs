@@ -269,3 +269,85 @@ async fn a_node_catches_up_by_a_streamed_snapshot_of_thousands_of_receipts() {
     }
     cluster.shutdown().await;
 }
+
+fn grows_with_the_state(config: &mut rowcall_node::Config) {
+    config.raft.snapshot_every = 5;
+    config.raft.keep_after_snapshot = 0;
+    // The log must take 100 times the last snapshot's bytes: far more than this test writes.
+    config.raft.snapshot_log_ratio = 100.0;
+}
+
+fn every_few_entries(config: &mut rowcall_node::Config) {
+    config.raft.snapshot_every = 5;
+    config.raft.keep_after_snapshot = 0;
+    config.raft.snapshot_log_ratio = 0.0;
+}
+
+async fn snapshot_index(cluster: &Cluster) -> u64 {
+    let (_, _, status) = cluster.get(1, "/api/cluster").await;
+    status["snapshot_index"].as_u64().unwrap_or(0)
+}
+
+async fn insert_rows(cluster: &Cluster, from: u64, to: u64) -> u64 {
+    let mut last = 0;
+    for i in from..to {
+        let body = json!({"key": format!("GROWS_{i:03}"), "type": "static", "auth": "public",
+                          "category": "Grows", "content": format!("# WHAT: row {i}\n")});
+        last = write(
+            cluster,
+            reqwest::Method::POST,
+            "/api/directory",
+            Some(body),
+            &format!("grows-{i}"),
+        )
+        .await;
+    }
+    last
+}
+
+/// A snapshot is rebuilt once the log has grown by its share of the last snapshot's bytes,
+/// not every `snapshot_every` entries whatever the state's size: with the share out of
+/// reach, a node builds its first snapshot at the floor and no other by itself (while a
+/// node on the entry count alone keeps building them), and one an operator asks for is
+/// built at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn snapshots_wait_for_the_log_to_grow_by_its_share_of_the_state() {
+    let growing = Cluster::start_with(1, 0, grows_with_the_state).await;
+    let counting = Cluster::start_with(1, 0, every_few_entries).await;
+    for cluster in [&growing, &counting] {
+        insert_rows(cluster, 0, 10).await;
+        eventually(Duration::from_secs(30), "the first snapshot", || async {
+            snapshot_index(cluster).await >= 5
+        })
+        .await;
+    }
+    let first = snapshot_index(&growing).await;
+    let counted = snapshot_index(&counting).await;
+    let mut last = 0;
+    for cluster in [&growing, &counting] {
+        last = insert_rows(cluster, 10, 60).await;
+    }
+    // The node on the entry count builds again, up to its last writes; by then the other,
+    // whose writes ended first, had as many checks.
+    eventually(
+        Duration::from_secs(30),
+        "snapshots by the entry count",
+        || async { snapshot_index(&counting).await > last - 5 },
+    )
+    .await;
+    assert!(counted < last - 5);
+    assert_eq!(
+        snapshot_index(&growing).await,
+        first,
+        "no snapshot before the log has its share"
+    );
+    growing.snapshot_and_purge(1).await;
+    eventually(
+        Duration::from_secs(30),
+        "the snapshot asked for",
+        || async { snapshot_index(&growing).await > first },
+    )
+    .await;
+    growing.shutdown().await;
+    counting.shutdown().await;
+}

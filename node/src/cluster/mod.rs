@@ -13,6 +13,7 @@ pub mod enter;
 pub mod handover;
 pub mod peers;
 pub mod ranking;
+pub mod snapshots;
 pub mod space;
 pub mod verify;
 

@@ -114,7 +114,7 @@ pub fn measure(folder: &Path) -> std::io::Result<Usage> {
 
 /// Bytes on disk of the files under `folder`. A file that goes while the walk runs (a
 /// snapshot replaced, a temporary file renamed) is skipped.
-fn folder_bytes(folder: &Path) -> std::io::Result<u64> {
+pub(crate) fn folder_bytes(folder: &Path) -> std::io::Result<u64> {
     let mut total = 0u64;
     let mut pending = vec![folder.to_path_buf()];
     while let Some(dir) = pending.pop() {

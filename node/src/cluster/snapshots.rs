@@ -1,0 +1,254 @@
+//! When a node builds a snapshot, and so how long its log grows between two.
+//!
+//! A snapshot holds the whole state: every row and every receipt kept. Built every fixed
+//! number of entries, as openraft's own policy does, its cost grows with the state while
+//! the interval does not: a node holding 150,000 receipts wrote a 100 MiB snapshot every
+//! 5,000 invocations, 33 of them in 90 seconds, and at a million receipts it would do
+//! nothing else. So the interval grows with the state. A node builds a snapshot once both
+//! hold:
+//! - at least `[raft] snapshot_every` entries were applied since its last snapshot;
+//! - its log's files take at least `[raft] snapshot_log_ratio` × the last snapshot's bytes.
+//!
+//! A snapshot then writes at most `1 / ratio` bytes per byte the log took since the last one,
+//! whatever the state's size, and the log stays within `ratio` × the snapshot (plus the
+//! entries kept behind a snapshot for lagging followers). A small state's snapshot is smaller
+//! than the log's first chunk file, so the floor alone decides there, as before.
+//!
+//! Each node stretches the byte rule by its own random share, up to a quarter, drawn anew
+//! after every snapshot: the members of a cluster apply the same entries and would
+//! otherwise build their large snapshots at the same index, all at once (a herd that cost a
+//! 3-node cluster two elections at a million rows).
+//!
+//! A snapshot asked for by an operator (`POST /api/cluster/snapshot`) or a backup is built
+//! whatever this rule says.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rand::Rng as _;
+use tokio::sync::watch;
+
+use crate::app::App;
+use crate::raft::WatchReceiver as _;
+
+/// How often a node looks at its applied index and, past the floor, at its files.
+const CHECK_EVERY: Duration = Duration::from_millis(500);
+
+/// How long a node waits for a snapshot it asked for before asking again (a build that
+/// failed is retried; one under way ignores the repeat).
+const ASK_AGAIN_AFTER: Duration = Duration::from_secs(60);
+
+/// The largest share by which a node stretches the byte rule.
+const MOST_SPREAD: f64 = 0.25;
+
+/// When to build a snapshot (`[raft] snapshot_every`, `snapshot_log_ratio`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    /// Entries applied since the last snapshot, at least.
+    pub every: u64,
+    /// The log's bytes on disk, at least this many times the last snapshot's (0: the floor
+    /// alone decides).
+    pub log_ratio: f64,
+}
+
+/// What a node sees of its state when it decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Seen {
+    /// Index of the last applied entry.
+    pub applied: u64,
+    /// Index of the last entry in its current snapshot (none yet: `None`).
+    pub snapshot: Option<u64>,
+    /// Bytes its log's files take.
+    pub log_bytes: u64,
+    /// Bytes its current snapshot takes.
+    pub snapshot_bytes: u64,
+}
+
+impl Policy {
+    /// Whether the floor is reached: only then are the files worth measuring.
+    pub fn floor_reached(&self, applied: u64, snapshot: Option<u64>) -> bool {
+        let since = match snapshot {
+            Some(at) => applied.saturating_sub(at),
+            // Entries start at index 1 (0 is the initial membership).
+            None => applied,
+        };
+        since >= self.every.max(1)
+    }
+
+    /// Whether a snapshot is due, with the byte rule stretched by `spread` (0 to
+    /// [`MOST_SPREAD`]).
+    pub fn due(&self, seen: &Seen, spread: f64) -> bool {
+        if !self.floor_reached(seen.applied, seen.snapshot) {
+            return false;
+        }
+        let wanted = self.log_ratio * (1.0 + spread) * seen.snapshot_bytes as f64;
+        seen.log_bytes as f64 >= wanted
+    }
+}
+
+/// Bytes the newest complete snapshot file in `folder` takes (0 if there is none). Files
+/// are named `snap-<index>-<random>.snap` with the index zero-padded, so the newest sorts
+/// last; files being written have another suffix.
+pub fn newest_snapshot_bytes(folder: &Path) -> std::io::Result<u64> {
+    let mut newest: Option<(String, u64)> = None;
+    for entry in std::fs::read_dir(folder)? {
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("snap-") && name.ends_with(".snap")) {
+            continue;
+        }
+        // A file replaced while the walk runs is skipped.
+        let Ok(meta) = entry.metadata() else { continue };
+        if newest.as_ref().is_none_or(|(n, _)| name > *n) {
+            newest = Some((name, meta.len()));
+        }
+    }
+    Ok(newest.map_or(0, |(_, bytes)| bytes))
+}
+
+/// Measures what the byte rule needs: the log's files and the newest snapshot's.
+fn measure(data: &Path) -> std::io::Result<(u64, u64)> {
+    let log = super::space::folder_bytes(&data.join(crate::store::wal::DIR))?;
+    let snapshot = newest_snapshot_bytes(&data.join("snapshots"))?;
+    Ok((log, snapshot))
+}
+
+/// Builds this node's snapshots as [`Policy`] says, until `stop`.
+pub async fn run(app: &App, mut stop: watch::Receiver<bool>) {
+    let raft = &app.config.raft;
+    let policy = Policy {
+        every: raft.snapshot_every,
+        log_ratio: raft.snapshot_log_ratio,
+    };
+    let data = app.config.node.data.clone();
+    let metrics = app.raft.metrics();
+    let mut spread_for: Option<Option<u64>> = None;
+    let mut spread = 0.0;
+    let mut asked: Option<(Option<u64>, Instant)> = None;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(CHECK_EVERY) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let (applied, snapshot) = {
+            let m = metrics.borrow_watched();
+            (
+                m.last_applied.as_ref().map_or(0, |l| l.index),
+                m.snapshot.as_ref().map(|l| l.index),
+            )
+        };
+        if spread_for != Some(snapshot) {
+            spread = rand::rng().random_range(0.0..MOST_SPREAD);
+            spread_for = Some(snapshot);
+        }
+        // One request per snapshot, until it is built (or the request is old).
+        if asked.is_some_and(|(at, when)| at == snapshot && when.elapsed() < ASK_AGAIN_AFTER) {
+            continue;
+        }
+        if !policy.floor_reached(applied, snapshot) {
+            continue;
+        }
+        let folder = data.clone();
+        let (log_bytes, snapshot_bytes) = match tokio::task::spawn_blocking(move || {
+            measure(&folder)
+        })
+        .await
+        {
+            Ok(Ok(measured)) => measured,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not measure the log and the snapshot; building a snapshot by the entry count alone");
+                (u64::MAX, 0)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the log and snapshot measurement failed");
+                continue;
+            }
+        };
+        let seen = Seen {
+            applied,
+            snapshot,
+            log_bytes,
+            snapshot_bytes,
+        };
+        if !policy.due(&seen, spread) {
+            continue;
+        }
+        tracing::debug!(
+            applied,
+            log_bytes,
+            snapshot_bytes,
+            "asking for a snapshot: the log has grown past its share of the last one"
+        );
+        match app.raft.trigger().snapshot().await {
+            Ok(()) => asked = Some((snapshot, Instant::now())),
+            Err(e) => tracing::warn!(error = %e, "could not ask Raft for a snapshot"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: Policy = Policy {
+        every: 100,
+        log_ratio: 0.5,
+    };
+
+    fn seen(applied: u64, snapshot: Option<u64>, log_bytes: u64, snapshot_bytes: u64) -> Seen {
+        Seen {
+            applied,
+            snapshot,
+            log_bytes,
+            snapshot_bytes,
+        }
+    }
+
+    #[test]
+    fn a_snapshot_waits_for_the_floor_of_entries() {
+        assert!(!POLICY.due(&seen(99, None, 1 << 30, 0), 0.0));
+        assert!(POLICY.due(&seen(100, None, 1 << 30, 0), 0.0));
+        assert!(!POLICY.due(&seen(1_099, Some(1_000), 1 << 30, 0), 0.0));
+        assert!(POLICY.due(&seen(1_100, Some(1_000), 1 << 30, 0), 0.0));
+        // An install from a leader can move the snapshot past the applied index for a while.
+        assert!(!POLICY.due(&seen(900, Some(1_000), 1 << 30, 0), 0.0));
+    }
+
+    #[test]
+    fn a_large_snapshot_waits_until_the_log_has_its_share() {
+        let mib = 1 << 20;
+        assert!(!POLICY.due(&seen(50_000, Some(1_000), 49 * mib, 100 * mib), 0.0));
+        assert!(POLICY.due(&seen(50_000, Some(1_000), 50 * mib, 100 * mib), 0.0));
+        // The spread stretches the byte rule...
+        assert!(!POLICY.due(&seen(50_000, Some(1_000), 50 * mib, 100 * mib), 0.2));
+        assert!(POLICY.due(&seen(50_000, Some(1_000), 60 * mib, 100 * mib), 0.2));
+        // ...and never the floor.
+        assert!(!POLICY.due(&seen(1_050, Some(1_000), 1 << 40, 100 * mib), 0.2));
+    }
+
+    #[test]
+    fn a_ratio_of_zero_leaves_the_floor_alone() {
+        let floor_only = Policy {
+            every: 100,
+            log_ratio: 0.0,
+        };
+        assert!(floor_only.due(&seen(1_100, Some(1_000), 0, 1 << 40), MOST_SPREAD));
+        assert!(!floor_only.due(&seen(1_099, Some(1_000), 0, 0), 0.0));
+    }
+
+    #[test]
+    fn the_newest_complete_snapshot_file_is_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(newest_snapshot_bytes(dir.path()).unwrap(), 0);
+        let write = |name: &str, bytes: usize| {
+            std::fs::write(dir.path().join(name), vec![7u8; bytes]).unwrap();
+        };
+        write("snap-00000000000000000900-aa.snap", 10);
+        write("snap-00000000000000001000-bb.snap", 20);
+        // Being built or received: not a snapshot yet.
+        write("snap-00000000000000002000-cc.snap.build.part", 40);
+        write("snap-00000000000000003000-dd.recv.part", 80);
+        write("other", 160);
+        assert_eq!(newest_snapshot_bytes(dir.path()).unwrap(), 20);
+    }
+}
