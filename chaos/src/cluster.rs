@@ -33,8 +33,9 @@ pub const SHARED_ROWS: usize = 4;
 /// How long a node may take to become ready.
 const READY_WITHIN: Duration = Duration::from_secs(30);
 
-/// Snapshot settings that make every node snapshot every few entries and purge its log at
-/// once, so a follower that misses entries must catch up by snapshot.
+/// Snapshot settings that make every node snapshot every few entries (by the entry count
+/// alone: `ROWCALL_SNAPSHOT_LOG_RATIO=0`) and purge its log at once, so a follower that
+/// misses entries must catch up by snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotStorm {
     /// `ROWCALL_SNAPSHOT_EVERY`.
@@ -659,7 +660,10 @@ impl Cluster {
             None => (self.snapshot_every, None),
         };
         if let Some(keep) = keep {
-            command.env("ROWCALL_KEEP_AFTER_SNAPSHOT", keep.to_string());
+            // By the entry count alone, however large the state has grown.
+            command
+                .env("ROWCALL_KEEP_AFTER_SNAPSHOT", keep.to_string())
+                .env("ROWCALL_SNAPSHOT_LOG_RATIO", "0");
         }
         command
             .env("ROWCALL_ADMIN_KEY", ADMIN_KEY)

@@ -237,6 +237,31 @@ mod tests {
     }
 
     #[test]
+    fn the_log_is_measured_by_its_files_and_the_snapshot_by_its_newest() {
+        let data = tempfile::tempdir().unwrap();
+        let (log, snapshots) = (
+            data.path().join(crate::store::wal::DIR),
+            data.path().join("snapshots"),
+        );
+        std::fs::create_dir_all(&log).unwrap();
+        std::fs::create_dir_all(&snapshots).unwrap();
+        std::fs::write(log.join("r-1.wal"), vec![1u8; 20_000]).unwrap();
+        std::fs::write(log.join("r-2.wal"), vec![1u8; 30_000]).unwrap();
+        std::fs::write(
+            snapshots.join("snap-00000000000000000007-ab.snap"),
+            [2u8; 700],
+        )
+        .unwrap();
+        let (log_bytes, snapshot_bytes) = measure(data.path()).unwrap();
+        // Blocks on disk: at least the files' lengths, at most a block more each.
+        assert!(
+            (50_000..50_000 + 2 * 65_536).contains(&log_bytes),
+            "{log_bytes}"
+        );
+        assert_eq!(snapshot_bytes, 700);
+    }
+
+    #[test]
     fn the_newest_complete_snapshot_file_is_measured() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(newest_snapshot_bytes(dir.path()).unwrap(), 0);
