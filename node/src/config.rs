@@ -635,8 +635,8 @@ pub struct RaftConfig {
     pub snapshot_every: u64,
     /// ...and once the log's files take this many times the last snapshot's bytes, so a
     /// large state is not rewritten every `snapshot_every` entries (0: the entry count
-    /// alone decides, as before). A snapshot then writes at most `1 / ratio` bytes per byte
-    /// of log; the log stays within `ratio` × the snapshot.
+    /// alone decides, as before). A snapshot then writes about `1 / ratio` bytes per byte
+    /// of log; the log stays within about `ratio` × the snapshot.
     pub snapshot_log_ratio: f64,
     /// Entries kept in the log behind a snapshot, for lagging followers.
     pub keep_after_snapshot: u64,

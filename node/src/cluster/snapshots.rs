@@ -9,10 +9,12 @@
 //! - at least `[raft] snapshot_every` entries were applied since its last snapshot;
 //! - its log's files take at least `[raft] snapshot_log_ratio` × the last snapshot's bytes.
 //!
-//! A snapshot then writes at most `1 / ratio` bytes per byte the log took since the last one,
-//! whatever the state's size, and the log stays within `ratio` × the snapshot (plus the
-//! entries kept behind a snapshot for lagging followers). A small state's snapshot is smaller
-//! than the log's first chunk file, so the floor alone decides there, as before.
+//! A snapshot then writes about `1 / ratio` bytes per byte the log took since the last one,
+//! whatever the state's size, and the log stays within `ratio` × the snapshot. (A little
+//! less: the log's files also hold the entries kept behind the last snapshot for lagging
+//! followers, and its open chunk keeps what it holds until it is deleted whole.) While the
+//! state is small, that open chunk of up to 8 MiB is already its share, so the floor alone
+//! decides, as before.
 //!
 //! Each node stretches the byte rule by its own random share, up to a quarter, drawn anew
 //! after every snapshot: the members of a cluster apply the same entries and would
