@@ -109,6 +109,40 @@ impl From<sled::Error> for SyncError {
     }
 }
 
+/// How long [`open_sled`] waits for the database's lock, and how often it tries.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+const LOCK_RETRY: Duration = Duration::from_millis(50);
+
+/// Opens sled's database in `dir`. A node restarted within one process (tests, a node that
+/// leaves and rejoins) may find its lock still held for a moment by its previous run, whose
+/// last handles are being dropped: it waits for them, a few seconds at most, as the Raft
+/// log's open does for its own lock. Blocking.
+fn open_sled(dir: &Path, cache_bytes: u64) -> Result<sled::Db, SyncError> {
+    let mut waited = Duration::ZERO;
+    loop {
+        let opened = sled::Config::new()
+            .path(dir)
+            .cache_capacity(cache_bytes)
+            // Durability comes from explicit syncs; the background flusher only adds I/O.
+            .flush_every_ms(None)
+            .mode(sled::Mode::LowSpace)
+            .open();
+        match opened {
+            // sled reports the lock as an I/O error of its own wording.
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                if waited >= LOCK_WAIT {
+                    return Err(SyncError::Sled(format!(
+                        "{e}: another process (or node) has this data folder's database open"
+                    )));
+                }
+                std::thread::sleep(LOCK_RETRY);
+                waited += LOCK_RETRY;
+            }
+            opened => return Ok(opened?),
+        }
+    }
+}
+
 fn io_err<'a>(call: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SyncError + 'a {
     move |e| SyncError::Io {
         call,
@@ -167,13 +201,7 @@ impl Durable {
         mode: SyncMode,
         cache_bytes: u64,
     ) -> Result<Self, SyncError> {
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(cache_bytes)
-            // Durability comes from explicit syncs; the background flusher only adds I/O.
-            .flush_every_ms(None)
-            .mode(sled::Mode::LowSpace)
-            .open()?;
+        let db = open_sled(dir, cache_bytes)?;
         let db_path = dir.join("db");
         let db_file = File::open(&db_path).map_err(io_err("open", &db_path))?;
         let mut inner = Inner {
@@ -387,6 +415,31 @@ fn fsync(path: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_still_held_is_waited_for_and_then_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let first = Durable::open(&path, SyncMode::SledFlush).unwrap();
+        // Held for good: the second open waits, then says why.
+        let started = std::time::Instant::now();
+        let refused = Durable::open(&path, SyncMode::SledFlush).err().unwrap();
+        assert!(started.elapsed() >= LOCK_WAIT, "{:?}", started.elapsed());
+        assert!(
+            refused
+                .to_string()
+                .contains("has this data folder's database open"),
+            "{refused}"
+        );
+        // Let go while the second one waits: it opens.
+        let releasing = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(first);
+        });
+        let second = Durable::open(&path, SyncMode::SledFlush);
+        releasing.join().unwrap();
+        second.unwrap();
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_writers_share_syncs_and_every_write_is_covered() {
