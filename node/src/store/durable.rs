@@ -439,6 +439,11 @@ mod tests {
         let second = Durable::open(&path, SyncMode::SledFlush);
         releasing.join().unwrap();
         second.unwrap();
+        // Any other failure is reported as itself, without the wait.
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"not a folder").unwrap();
+        let failed = Durable::open(&file, SyncMode::SledFlush).err().unwrap();
+        assert!(!failed.to_string().contains("database open"), "{failed}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
