@@ -88,30 +88,10 @@ impl Policy {
     }
 }
 
-/// Bytes the newest complete snapshot file in `folder` takes (0 if there is none). Files
-/// are named `snap-<index>-<random>.snap` with the index zero-padded, so the newest sorts
-/// last; files being written have another suffix.
-pub fn newest_snapshot_bytes(folder: &Path) -> std::io::Result<u64> {
-    let mut newest: Option<(String, u64)> = None;
-    for entry in std::fs::read_dir(folder)? {
-        let Ok(entry) = entry else { continue };
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !(name.starts_with("snap-") && name.ends_with(".snap")) {
-            continue;
-        }
-        // A file replaced while the walk runs is skipped.
-        let Ok(meta) = entry.metadata() else { continue };
-        if newest.as_ref().is_none_or(|(n, _)| name > *n) {
-            newest = Some((name, meta.len()));
-        }
-    }
-    Ok(newest.map_or(0, |(_, bytes)| bytes))
-}
-
 /// Measures what the byte rule needs: the log's files and the newest snapshot's.
 fn measure(data: &Path) -> std::io::Result<(u64, u64)> {
     let log = super::space::folder_bytes(&data.join(crate::store::wal::DIR))?;
-    let snapshot = newest_snapshot_bytes(&data.join("snapshots"))?;
+    let snapshot = crate::store::snapshot::file::newest_bytes(&data.join("snapshots"))?;
     Ok((log, snapshot))
 }
 
@@ -261,21 +241,5 @@ mod tests {
             "{log_bytes}"
         );
         assert_eq!(snapshot_bytes, 700);
-    }
-
-    #[test]
-    fn the_newest_complete_snapshot_file_is_measured() {
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(newest_snapshot_bytes(dir.path()).unwrap(), 0);
-        let write = |name: &str, bytes: usize| {
-            std::fs::write(dir.path().join(name), vec![7u8; bytes]).unwrap();
-        };
-        write("snap-00000000000000000900-aa.snap", 10);
-        write("snap-00000000000000001000-bb.snap", 20);
-        // Being built or received: not a snapshot yet.
-        write("snap-00000000000000002000-cc.snap.build.part", 40);
-        write("snap-00000000000000003000-dd.recv.part", 80);
-        write("other", 160);
-        assert_eq!(newest_snapshot_bytes(dir.path()).unwrap(), 20);
     }
 }

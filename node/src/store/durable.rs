@@ -109,38 +109,29 @@ impl From<sled::Error> for SyncError {
     }
 }
 
-/// How long [`open_sled`] waits for the database's lock, and how often it tries.
-const LOCK_WAIT: Duration = Duration::from_secs(5);
-const LOCK_RETRY: Duration = Duration::from_millis(50);
-
-/// Opens sled's database in `dir`. A node restarted within one process (tests, a node that
-/// leaves and rejoins) may find its lock still held for a moment by its previous run, whose
-/// last handles are being dropped: it waits for them, a few seconds at most, as the Raft
-/// log's open does for its own lock. Blocking.
+/// Opens sled's database in `dir`, waiting a few seconds for its lock
+/// ([`super::wait_for_lock`]), as the Raft log's open does for its own. Blocking.
 fn open_sled(dir: &Path, cache_bytes: u64) -> Result<sled::Db, SyncError> {
-    let mut waited = Duration::ZERO;
-    loop {
-        let opened = sled::Config::new()
-            .path(dir)
-            .cache_capacity(cache_bytes)
-            // Durability comes from explicit syncs; the background flusher only adds I/O.
-            .flush_every_ms(None)
-            .mode(sled::Mode::LowSpace)
-            .open();
-        match opened {
-            // sled reports the lock as an I/O error of its own wording.
-            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
-                if waited >= LOCK_WAIT {
-                    return Err(SyncError::Sled(format!(
-                        "{e}: another process (or node) has this data folder's database open"
-                    )));
-                }
-                std::thread::sleep(LOCK_RETRY);
-                waited += LOCK_RETRY;
-            }
-            opened => return Ok(opened?),
-        }
-    }
+    // sled reports the lock as an I/O error of its own wording.
+    let locked = |e: &sled::Error| matches!(e, sled::Error::Io(e) if e.to_string().contains("could not acquire lock"));
+    let opened = super::wait_for_lock(
+        || {
+            sled::Config::new()
+                .path(dir)
+                .cache_capacity(cache_bytes)
+                // Durability comes from explicit syncs; the background flusher only adds I/O.
+                .flush_every_ms(None)
+                .mode(sled::Mode::LowSpace)
+                .open()
+        },
+        locked,
+    );
+    opened.map_err(|e| match locked(&e) {
+        true => SyncError::Sled(format!(
+            "{e}: another process (or node) has this data folder's database open"
+        )),
+        false => e.into(),
+    })
 }
 
 fn io_err<'a>(call: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SyncError + 'a {
@@ -424,7 +415,11 @@ mod tests {
         // Held for good: the second open waits, then says why.
         let started = std::time::Instant::now();
         let refused = Durable::open(&path, SyncMode::SledFlush).err().unwrap();
-        assert!(started.elapsed() >= LOCK_WAIT, "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() >= super::super::LOCK_WAIT,
+            "{:?}",
+            started.elapsed()
+        );
         assert!(
             refused
                 .to_string()

@@ -50,3 +50,27 @@ pub(crate) fn index_key(prefix: &[u8], index: u64) -> Vec<u8> {
     key.extend_from_slice(&index.to_be_bytes());
     key
 }
+
+/// How long [`wait_for_lock`] waits for a store's lock, and how often it tries.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Runs `open` until it succeeds or fails for another reason than `locked`, for a few
+/// seconds at most: a node restarted within one process (tests, a node that leaves and
+/// rejoins) may find a store's lock still held for a moment by its previous run, whose last
+/// handles are being dropped. The error after the wait is `open`'s last. Blocking.
+pub(crate) fn wait_for_lock<T, E>(
+    mut open: impl FnMut() -> Result<T, E>,
+    locked: impl Fn(&E) -> bool,
+) -> Result<T, E> {
+    let mut waited = std::time::Duration::ZERO;
+    loop {
+        match open() {
+            Err(e) if locked(&e) && waited < LOCK_WAIT => {
+                std::thread::sleep(LOCK_RETRY);
+                waited += LOCK_RETRY;
+            }
+            done => return done,
+        }
+    }
+}

@@ -170,27 +170,18 @@ fn config(dir: &Path) -> raft_log::Config {
 /// previous run that are ending; it waits for them, a few seconds at most.
 pub fn open(dir: &Path) -> io::Result<Log> {
     let config = Arc::new(config(dir));
-    let mut waited = Duration::ZERO;
-    loop {
-        match RaftLog::open(config.clone()) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && waited < LOCK_WAIT => {
-                std::thread::sleep(LOCK_RETRY);
-                waited += LOCK_RETRY;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("{e}: another process (or node) has this data folder's log open"),
-                ))
-            }
-            opened => return opened,
+    let locked = |e: &io::Error| e.kind() == io::ErrorKind::WouldBlock;
+    super::wait_for_lock(|| RaftLog::open(config.clone()), locked).map_err(|e| {
+        if locked(&e) {
+            io::Error::new(
+                e.kind(),
+                format!("{e}: another process (or node) has this data folder's log open"),
+            )
+        } else {
+            e
         }
-    }
+    })
 }
-
-/// How long [`open`] waits for the log's lock, and how often it tries.
-const LOCK_WAIT: Duration = Duration::from_secs(5);
-const LOCK_RETRY: Duration = Duration::from_millis(50);
 
 /// Creates the folder `dir` and in it an empty log bound to `binding`, durably (the
 /// folder's entry in its parent included). Blocking.

@@ -14,6 +14,8 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
 
+/// The start of every snapshot file's name.
+const PREFIX: &str = "snap-";
 /// The suffix of a complete snapshot file.
 const DONE: &str = ".snap";
 /// The suffix of a file a build is writing.
@@ -89,6 +91,26 @@ impl AsyncSeek for SnapshotFile {
     }
 }
 
+/// Bytes the newest complete snapshot file in the folder `dir` takes (0 if there is none):
+/// names carry the index zero-padded, so the newest sorts last; files being written have
+/// another suffix. Reads the folder only (no [`Folder::open`]).
+pub fn newest_bytes(dir: &Path) -> io::Result<u64> {
+    let mut newest: Option<(String, u64)> = None;
+    for entry in std::fs::read_dir(dir)? {
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with(PREFIX) && name.ends_with(DONE)) {
+            continue;
+        }
+        // A file replaced while the walk runs is skipped.
+        let Ok(meta) = entry.metadata() else { continue };
+        if newest.as_ref().is_none_or(|(n, _)| name > *n) {
+            newest = Some((name, meta.len()));
+        }
+    }
+    Ok(newest.map_or(0, |(_, bytes)| bytes))
+}
+
 /// The node's snapshot folder.
 #[derive(Debug, Clone)]
 pub struct Folder {
@@ -156,7 +178,7 @@ impl Folder {
 
     /// A fresh snapshot file name for a snapshot whose last index is `index`.
     pub fn name(index: u64) -> String {
-        format!("snap-{index:020}-{:016x}{DONE}", rand::random::<u64>())
+        format!("{PREFIX}{index:020}-{:016x}{DONE}", rand::random::<u64>())
     }
 
     /// A new, empty file for a build to write.
@@ -231,4 +253,25 @@ impl Folder {
 
 fn fsync(path: &Path) -> io::Result<()> {
     std::fs::File::open(path)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_complete_snapshot_file_is_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(newest_bytes(dir.path()).unwrap(), 0);
+        let write = |name: &str, bytes: usize| {
+            std::fs::write(dir.path().join(name), vec![7u8; bytes]).unwrap();
+        };
+        write("snap-00000000000000000900-aa.snap", 10);
+        write("snap-00000000000000001000-bb.snap", 20);
+        // Being built or received: not a snapshot yet.
+        write("snap-00000000000000002000-cc.snap.build.part", 40);
+        write("snap-00000000000000003000-dd.recv.part", 80);
+        write("other", 160);
+        assert_eq!(newest_bytes(dir.path()).unwrap(), 20);
+    }
 }
