@@ -400,26 +400,39 @@ impl Semantic {
             return;
         };
         let me = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut permit = Some(permit);
-            loop {
-                let batch = take_front(&me.asks, ASK_BATCH);
-                if batch.is_empty() {
-                    drop(permit.take());
-                    // An ask queued between the drain and the release found every runner
-                    // busy and started none: it is this runner's, if no other took it.
-                    if lock(&me.asks).is_empty() {
-                        return;
-                    }
-                    match me.ask_runners.clone().try_acquire_owned() {
-                        Ok(again) => permit = Some(again),
-                        Err(_) => return,
-                    }
-                    continue;
-                }
-                me.answer(batch);
+        // On one of rayon's threads: the model's products share their work out over the
+        // pool, and a runner inside it keeps its shares when the other threads are busy
+        // (with other runners) instead of handing each over and sleeping until it is done.
+        // rayon aborts the process on a panic in a spawned job; a runner's is caught, and
+        // its asks are answered that the runner stopped.
+        rayon::spawn(move || {
+            let run = std::panic::AssertUnwindSafe(|| me.run_asks(permit));
+            if std::panic::catch_unwind(run).is_err() {
+                tracing::error!("the model's ask runner panicked");
             }
         });
+    }
+
+    /// A runner's loop: passes over the waiting asks until none wait.
+    fn run_asks(&self, permit: tokio::sync::OwnedSemaphorePermit) {
+        let mut permit = Some(permit);
+        loop {
+            let batch = take_front(&self.asks, ASK_BATCH);
+            if batch.is_empty() {
+                drop(permit.take());
+                // An ask queued between the drain and the release found every runner busy
+                // and started none: it is this runner's, if no other took it.
+                if lock(&self.asks).is_empty() {
+                    return;
+                }
+                match self.ask_runners.clone().try_acquire_owned() {
+                    Ok(again) => permit = Some(again),
+                    Err(_) => return,
+                }
+                continue;
+            }
+            self.answer(batch);
+        }
     }
 
     /// Runs the model once over `batch` and sends each ask its vector.

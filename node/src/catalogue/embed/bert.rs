@@ -72,6 +72,71 @@ fn gelu_in_place(values: &mut [f32]) {
     }
 }
 
+/// The attention's query, key and value projections. In q8 they are one matrix of three
+/// times the rows (the input quantized once, one product): each output value is computed
+/// exactly as by its own layer, since a row's blocks are quantized on their own.
+enum Projections {
+    /// Query, key and value.
+    Apart(Box<[Linear; 3]>),
+    Fused {
+        weight: Matrix8,
+        bias: Vec<f32>,
+    },
+}
+
+impl Projections {
+    fn load(h: usize, vb: VarBuilder, weights: Weights) -> candle_core::Result<Self> {
+        let names = ["query", "key", "value"];
+        if weights == Weights::Q8 && Matrix8::fits(h) {
+            let (mut values, mut bias) = (Vec::with_capacity(3 * h * h), Vec::with_capacity(3 * h));
+            for name in names {
+                let vb = vb.pp(name);
+                values.extend(vb.get((h, h), "weight")?.flatten_all()?.to_vec1::<f32>()?);
+                bias.extend(vb.get(h, "bias")?.to_vec1::<f32>()?);
+            }
+            return Ok(Self::Fused {
+                weight: Matrix8::quantize(&values, 3 * h, h),
+                bias,
+            });
+        }
+        let [query, key, value] = names.map(|name| linear(h, h, vb.pp(name), weights));
+        Ok(Self::Apart(Box::new([query?, key?, value?])))
+    }
+
+    /// The query, key and value of `x` (`[.., hidden]`), each shaped like `x`.
+    fn forward(&self, x: &Tensor) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let (weight, bias) = match self {
+            Self::Apart(apart) => {
+                let [query, key, value] = &**apart;
+                return Ok((query.forward(x)?, key.forward(x)?, value.forward(x)?));
+            }
+            Self::Fused { weight, bias } => (weight, bias),
+        };
+        let dims = x.dims().to_vec();
+        let h = weight.cols();
+        if dims.last() != Some(&h) {
+            return Err(candle_core::Error::Msg(format!(
+                "attention of {h} inputs was given {dims:?}"
+            )));
+        }
+        let values = x.flatten_all()?.to_vec1::<f32>()?;
+        let out = weight.product(&Rows8::quantize(&values, weight), bias);
+        let rows = out.len() / (3 * h);
+        let mut parts = [
+            Vec::with_capacity(rows * h),
+            Vec::with_capacity(rows * h),
+            Vec::with_capacity(rows * h),
+        ];
+        for row in out.chunks_exact(3 * h) {
+            for (part, values) in parts.iter_mut().zip(row.chunks_exact(h)) {
+                part.extend_from_slice(values);
+            }
+        }
+        let [q, k, v] = parts.map(|p| Tensor::from_vec(p, dims.as_slice(), x.device()));
+        Ok((q?, k?, v?))
+    }
+}
+
 impl Linear {
     /// `gelu(self(x))` with erf as the model defines it: exact in f32; in q8 by
     /// [`gelu_in_place`] on the product before it becomes a tensor.
@@ -222,9 +287,7 @@ impl Embeddings {
 }
 
 struct Layer {
-    query: Linear,
-    key: Linear,
-    value: Linear,
+    projections: Projections,
     attention_out: Linear,
     attention_norm: LayerNorm,
     intermediate: Linear,
@@ -252,9 +315,7 @@ impl Layer {
             _ => Activation::Gelu,
         };
         Ok(Self {
-            query: linear(h, h, attention.pp("self").pp("query"), w)?,
-            key: linear(h, h, attention.pp("self").pp("key"), w)?,
-            value: linear(h, h, attention.pp("self").pp("value"), w)?,
+            projections: Projections::load(h, attention.pp("self"), w)?,
             attention_out: linear(h, h, attention.pp("output").pp("dense"), w)?,
             attention_norm: layer_norm(
                 h,
@@ -279,9 +340,8 @@ impl Layer {
                 .transpose(1, 2)?
                 .contiguous()
         };
-        let q = split(self.query.forward(x)?)?;
-        let k = split(self.key.forward(x)?)?;
-        let v = split(self.value.forward(x)?)?;
+        let (q, k, v) = self.projections.forward(x)?;
+        let (q, k, v) = (split(q)?, split(k)?, split(v)?);
         let scale = (self.head_dim as f64).sqrt();
         let scores = (q.matmul(&k.t()?)? / scale)?.broadcast_add(mask_bias)?;
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
@@ -315,11 +375,7 @@ impl Layer {
     /// with (every other step works row by row).
     fn forward_flat(&self, x: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor> {
         let (_, hidden) = x.dims2()?;
-        let (q, k, v) = (
-            self.query.forward(x)?,
-            self.key.forward(x)?,
-            self.value.forward(x)?,
-        );
+        let (q, k, v) = self.projections.forward(x)?;
         let scale = (self.head_dim as f64).sqrt();
         let mut contexts = Vec::with_capacity(lengths.len());
         let mut start = 0;

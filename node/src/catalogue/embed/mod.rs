@@ -23,6 +23,7 @@
 
 mod bert;
 mod int8;
+pub(crate) use int8::ExactDot;
 pub mod tiny;
 
 use std::collections::HashMap;
