@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tokio::sync::{oneshot, Notify, Semaphore};
+use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::embed::{EmbedError, Embedder};
 use super::row::Docstring;
@@ -396,42 +396,40 @@ impl Semantic {
     /// Starts a runner over the waiting asks if a core is free (else a running one takes
     /// them when its pass ends).
     fn start_ask_runner(self: &Arc<Self>) {
-        let Ok(permit) = self.ask_runners.clone().try_acquire_owned() else {
-            return;
-        };
+        if let Ok(permit) = self.ask_runners.clone().try_acquire_owned() {
+            self.spawn_pass(permit);
+        }
+    }
+
+    /// Runs a runner's next pass on one of rayon's threads: the model's products share
+    /// their work out over the pool, and a runner inside it keeps its shares when the other
+    /// threads are busy (with other runners) instead of handing each over and sleeping
+    /// until it is done. rayon aborts the process on a panic in a spawned job; a pass's is
+    /// caught, and its asks are answered that the runner stopped.
+    fn spawn_pass(self: &Arc<Self>, permit: OwnedSemaphorePermit) {
         let me = self.clone();
-        // On one of rayon's threads: the model's products share their work out over the
-        // pool, and a runner inside it keeps its shares when the other threads are busy
-        // (with other runners) instead of handing each over and sleeping until it is done.
-        // rayon aborts the process on a panic in a spawned job; a runner's is caught, and
-        // its asks are answered that the runner stopped.
         rayon::spawn(move || {
-            let run = std::panic::AssertUnwindSafe(|| me.run_asks(permit));
-            if std::panic::catch_unwind(run).is_err() {
+            let pass = std::panic::AssertUnwindSafe(|| me.pass(permit));
+            if std::panic::catch_unwind(pass).is_err() {
                 tracing::error!("the model's ask runner panicked");
             }
         });
     }
 
-    /// A runner's loop: passes over the waiting asks until none wait.
-    fn run_asks(&self, permit: tokio::sync::OwnedSemaphorePermit) {
-        let mut permit = Some(permit);
-        loop {
-            let batch = take_front(&self.asks, ASK_BATCH);
-            if batch.is_empty() {
-                drop(permit.take());
-                // An ask queued between the drain and the release found every runner busy
-                // and started none: it is this runner's, if no other took it.
-                if lock(&self.asks).is_empty() {
-                    return;
-                }
-                match self.ask_runners.clone().try_acquire_owned() {
-                    Ok(again) => permit = Some(again),
-                    Err(_) => return,
-                }
-                continue;
-            }
+    /// One pass over the waiting asks. The runner goes on in a new job rather than in a
+    /// loop: a thread waiting for a share of its own product may take another runner's job
+    /// meanwhile, and is then held for one pass, not for as long as asks keep coming.
+    fn pass(self: &Arc<Self>, permit: OwnedSemaphorePermit) {
+        let batch = take_front(&self.asks, ASK_BATCH);
+        if !batch.is_empty() {
             self.answer(batch);
+            return self.spawn_pass(permit);
+        }
+        drop(permit);
+        // An ask queued between the drain and the release found every runner busy and
+        // started none: it is this runner's, if no other took it.
+        if !lock(&self.asks).is_empty() {
+            self.start_ask_runner();
         }
     }
 

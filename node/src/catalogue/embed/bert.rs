@@ -500,6 +500,45 @@ impl Bert {
 mod tests {
     use super::*;
 
+    fn numbers(n: usize, seed: u32) -> Vec<f32> {
+        (0..n as u32)
+            .map(|i| ((i.wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40_503)) % 2001) as f32)
+            .map(|v| v / 1000.0 - 1.0)
+            .collect()
+    }
+
+    #[test]
+    fn fused_q8_projections_give_each_layers_own_bits() {
+        let h = 64;
+        let mut tensors = std::collections::HashMap::new();
+        for (i, name) in ["query", "key", "value"].into_iter().enumerate() {
+            let weight = Tensor::from_vec(numbers(h * h, i as u32), (h, h), &Device::Cpu);
+            let bias = Tensor::from_vec(numbers(h, 10 + i as u32), h, &Device::Cpu);
+            tensors.insert(format!("{name}.weight"), weight.unwrap());
+            tensors.insert(format!("{name}.bias"), bias.unwrap());
+        }
+        let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
+        let fused = Projections::load(h, vb.clone(), Weights::Q8).unwrap();
+        assert!(matches!(fused, Projections::Fused { .. }));
+        let apart = ["query", "key", "value"].map(|n| linear(h, h, vb.pp(n), Weights::Q8).unwrap());
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            v.into_iter().map(f32::to_bits).collect()
+        };
+        // Flat token rows and a padded batch.
+        for dims in [vec![5, h], vec![2, 3, h]] {
+            let n = dims.iter().product();
+            let x = Tensor::from_vec(numbers(n, 99), dims.as_slice(), &Device::Cpu).unwrap();
+            let (q, k, v) = fused.forward(&x).unwrap();
+            for (got, layer) in [q, k, v].iter().zip(&apart) {
+                assert_eq!(got.dims(), x.dims());
+                assert_eq!(bits(got), bits(&layer.forward(&x).unwrap()), "{dims:?}");
+            }
+        }
+        let wrong = Tensor::zeros((2, h + 32), DType::F32, &Device::Cpu).unwrap();
+        assert!(fused.forward(&wrong).is_err());
+    }
+
     #[test]
     fn the_q8_gelu_stays_within_a_millionth_of_candles_exact_one() {
         let xs: Vec<f32> = (-1200..=1200).map(|i| i as f32 / 100.0).collect();
