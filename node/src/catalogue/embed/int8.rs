@@ -16,13 +16,23 @@
 //! (portable; AVX2; AVX-512 VNNI, chosen at run time) compute the same bits:
 //! - the integer part is exact in each (AVX2 multiplies `|x|` by `w` with `x`'s sign in
 //!   pairs that fit an i16; VNNI multiplies `x + 128` by `w` into 32-bit sums and takes
-//!   `128 · Σw` off);
+//!   `128 · Σw` off, and on 512-bit registers adds the sums of a register's two halves, as
+//!   integers, into the eight lanes below);
 //! - each block adds `(partial as f32) * scale` into one of eight lanes, lane `k` taking
 //!   values `4k..4k+4` of every 32-value chunk, with a multiply and an add that are rounded
 //!   each (never fused);
 //! - the eight lanes are summed in one fixed order at the end.
 //!
-//! A test compares their bits on random data. (The rest of the encoder runs on candle,
+//! A test compares their bits on random data. Inputs are quantized by portable code or with
+//! AVX-512 where the CPU has it, to the same bits (a test compares those too).
+//!
+//! # Work and threads
+//!
+//! A kernel takes tiles of input rows by weight rows (4 × 4 in VNNI), so each chunk loaded
+//! serves several products. A large product is shared out over rayon's threads by runs of
+//! weight rows, a few per thread. Ask runners run on rayon's threads themselves (see
+//! `semantic`), so when the other threads are busy a runner computes its own shares instead
+//! of handing them over and waiting. (The rest of the encoder runs on candle,
 //! whose softmax takes `exp` from the platform's math library.)
 
 /// Values sharing one scale, largest first: a row takes the first that divides its length.
@@ -149,11 +159,8 @@ impl Matrix8 {
     /// products are shared out over rayon's threads by runs of weight rows; every output
     /// value is computed alike however the work is split.
     pub(super) fn product(&self, input: &Rows8, bias: &[f32]) -> Vec<f32> {
-        self.product_with(kernel(), input, bias)
-    }
-
-    fn product_with(&self, kernel: Kernel, input: &Rows8, bias: &[f32]) -> Vec<f32> {
         use rayon::prelude::*;
+        let kernel = kernel();
         assert_eq!((input.cols, input.block), (self.cols, self.block));
         assert_eq!(bias.len(), self.rows);
         let n = input.values.len() / self.cols;
@@ -600,10 +607,11 @@ mod simd {
         lanes.iter().sum::<i32>() + tail
     }
 
-    /// Whether the CPU multiplies bytes into 32-bit sums in one instruction (AVX-512 VNNI
-    /// on 256-bit registers).
+    /// Whether the CPU multiplies bytes into 32-bit sums in one instruction (AVX-512 VNNI,
+    /// on 256- and 512-bit registers).
     pub(super) fn has_vnni() -> bool {
         std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512vl")
             && std::arch::is_x86_feature_detected!("avx2")
     }
@@ -636,9 +644,10 @@ mod simd {
         assert!(has_vnni() && dots_fit(x, xs, w, size, out));
         let (n, m) = (x.len() / w.cols, w.values.len() / w.cols);
         let (whole_n, whole_m) = (n / K * K, m / J * J);
-        // SAFETY: the CPU has VNNI and AVX2, `dots_fit` checked the lengths, and every
-        // call's tile lies within the `n` input and `m` weight rows.
         if size.is_multiple_of(2 * CHUNK) {
+            // SAFETY: the CPU has VNNI and AVX2 (so AVX-512F), `dots_fit` checked the
+            // lengths, blocks are whole pairs of chunks, and every call's tile lies within
+            // the `n` input and `m` weight rows.
             unsafe {
                 for j in (0..whole_m).step_by(J) {
                     for r in (0..whole_n).step_by(K) {
@@ -659,6 +668,7 @@ mod simd {
             }
             return;
         }
+        // SAFETY: as above, for blocks of one chunk.
         unsafe {
             for j in (0..whole_m).step_by(J) {
                 for r in (0..whole_n).step_by(K) {
