@@ -1062,6 +1062,26 @@ mod tests {
     }
 
     #[test]
+    fn exact_dot_products_agree_on_every_path_and_count_every_component() {
+        // Lengths below, at and past whole chunks, with tails; codes over the whole range.
+        for n in [0usize, 3, 32, 33, 96, 384, 390] {
+            let a: Vec<i8> = (0..n)
+                .map(|i| (((i * 53 + 7) % 255) as i32 - 127) as i8)
+                .collect();
+            let b: Vec<i8> = (0..n)
+                .map(|i| (127 - (i * 31 % 255) as i32) as i8)
+                .collect();
+            let want: i32 = a
+                .iter()
+                .zip(&b)
+                .map(|(&x, &y)| i32::from(x) * i32::from(y))
+                .sum();
+            assert_eq!(exact_dot_portable(&a, &b), want, "portable, {n}");
+            assert_eq!(ExactDot::new(&a).dot(&b), want, "chosen, {n}");
+        }
+    }
+
+    #[test]
     fn quantizing_gives_the_same_bits_on_every_path() {
         // Random values, with the values that round at a half, zeros of both signs, a
         // block of zeros, infinities and NaN.
