@@ -520,6 +520,11 @@ mod tests {
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
         let fused = Projections::load(h, vb.clone(), Weights::Q8).unwrap();
         assert!(matches!(fused, Projections::Fused { .. }));
+        let f32 = Projections::load(h, vb.clone(), Weights::F32).unwrap();
+        assert!(
+            matches!(f32, Projections::Apart(_)),
+            "f32 layers stay apart"
+        );
         let apart = ["query", "key", "value"].map(|n| linear(h, h, vb.pp(n), Weights::Q8).unwrap());
         let bits = |t: &Tensor| -> Vec<u32> {
             let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
