@@ -644,47 +644,35 @@ mod simd {
         assert!(has_vnni() && dots_fit(x, xs, w, size, out));
         let (n, m) = (x.len() / w.cols, w.values.len() / w.cols);
         let (whole_n, whole_m) = (n / K * K, m / J * J);
-        if size.is_multiple_of(2 * CHUNK) {
-            // SAFETY: the CPU has VNNI and AVX2 (so AVX-512F), `dots_fit` checked the
-            // lengths, blocks are whole pairs of chunks, and every call's tile lies within
-            // the `n` input and `m` weight rows.
-            unsafe {
+        // Whole tiles, then the rows of the input and of the weights left over.
+        macro_rules! tiles {
+            ($tile:ident) => {
                 for j in (0..whole_m).step_by(J) {
                     for r in (0..whole_n).step_by(K) {
-                        vnni512::<K, J>(x, xs, w, size, out, r, j);
+                        $tile::<K, J>(x, xs, w, size, out, r, j);
                     }
                     for r in whole_n..n {
-                        vnni512::<1, J>(x, xs, w, size, out, r, j);
+                        $tile::<1, J>(x, xs, w, size, out, r, j);
                     }
                 }
                 for j in whole_m..m {
                     for r in (0..whole_n).step_by(K) {
-                        vnni512::<K, 1>(x, xs, w, size, out, r, j);
+                        $tile::<K, 1>(x, xs, w, size, out, r, j);
                     }
                     for r in whole_n..n {
-                        vnni512::<1, 1>(x, xs, w, size, out, r, j);
+                        $tile::<1, 1>(x, xs, w, size, out, r, j);
                     }
                 }
-            }
-            return;
+            };
         }
-        // SAFETY: as above, for blocks of one chunk.
+        // SAFETY: the CPU has VNNI and AVX2 (so AVX-512F), `dots_fit` checked the lengths,
+        // and every call's tile lies within the `n` input and `m` weight rows; `vnni512`
+        // takes only blocks of whole pairs of chunks.
         unsafe {
-            for j in (0..whole_m).step_by(J) {
-                for r in (0..whole_n).step_by(K) {
-                    vnni::<K, J>(x, xs, w, size, out, r, j);
-                }
-                for r in whole_n..n {
-                    vnni::<1, J>(x, xs, w, size, out, r, j);
-                }
-            }
-            for j in whole_m..m {
-                for r in (0..whole_n).step_by(K) {
-                    vnni::<K, 1>(x, xs, w, size, out, r, j);
-                }
-                for r in whole_n..n {
-                    vnni::<1, 1>(x, xs, w, size, out, r, j);
-                }
+            if size.is_multiple_of(2 * CHUNK) {
+                tiles!(vnni512);
+            } else {
+                tiles!(vnni);
             }
         }
     }
