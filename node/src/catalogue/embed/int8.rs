@@ -6,47 +6,46 @@
 //! values where the row length allows (fewer scales to apply; fused top-1 within 0.004 of
 //! f32 on the five public sets), else 32.
 //!
-//! A product of an input row with a weight row is, block by block, an exact integer dot
-//! product times the two blocks' scales, summed in f32.
+//! A product of an input row with a weight row is, block by block, the block's exact
+//! integer dot product (as f32: at most 128 · 127² < 2²⁴, so exact) times the input block's
+//! scale times the weight block's, added in block order into one f32 sum from zero.
 //!
 //! # Same bits on every CPU
 //!
 //! Nodes embed the rows they apply themselves, and every node of a cluster must rank alike,
 //! so a product may not depend on the instructions a CPU has. The three kernels here
-//! (portable; AVX2; AVX-512 VNNI, chosen at run time) compute the same bits:
-//! - the integer part is exact in each (AVX2 multiplies `|x|` by `w` with `x`'s sign in
-//!   pairs that fit an i16; VNNI multiplies `x + 128` by `w` into 32-bit sums and takes
-//!   `128 · Σw` off, and on 512-bit registers adds the sums of a register's two halves, as
-//!   integers, into the eight lanes below);
-//! - each block adds `(partial as f32) * scale` into one of eight lanes, lane `k` taking
-//!   values `4k..4k+4` of every 32-value chunk, with a multiply and an add that are rounded
-//!   each (never fused);
-//! - the eight lanes are summed in one fixed order at the end.
+//! (portable; AVX2; AVX-512 VNNI, chosen at run time) compute the same bits: a block's
+//! integer is exact in each, and the f32 steps after it are the ones above, each multiply
+//! and add rounded on its own (never fused), in the same order. A test compares their bits
+//! on random data. Inputs are quantized by portable code or with AVX-512 where the CPU has
+//! it, to the same bits (a test compares those too).
 //!
-//! A test compares their bits on random data. Inputs are quantized by portable code or with
-//! AVX-512 where the CPU has it, to the same bits (a test compares those too).
+//! # Layout and work
 //!
-//! # Work and threads
+//! The VNNI kernel keeps its weights interleaved: 16 weight rows at a time, four bytes of
+//! each in turn ([`GROUP`]), so one 512-bit register holds four values of 16 rows and one
+//! `dpbusd` adds the products of four input values with each of the 16 rows into its own
+//! lane (the input's four bytes broadcast). Each lane is one output, so a block ends with
+//! one vector of 16 integers to scale, and no sum across lanes. It takes tiles of 4 input
+//! rows by 32 weight rows, so each register of weights loaded serves four inputs. The other
+//! kernels read weights row by row.
 //!
-//! A kernel takes tiles of input rows by weight rows (4 × 4 in VNNI), so each chunk loaded
-//! serves several products. A large product is shared out over rayon's threads by runs of
-//! weight rows, a few per thread. Ask runners run on rayon's threads themselves (see
-//! `semantic`), so when the other threads are busy a runner computes its own shares instead
-//! of handing them over and waiting. (The rest of the encoder runs on candle,
-//! whose softmax takes `exp` from the platform's math library.)
+//! A large product is shared out over rayon's threads by runs of weight rows, a few per
+//! thread. Ask runners run on rayon's threads themselves (see `semantic`), so when the
+//! other threads are busy a runner computes its own shares instead of handing them over and
+//! waiting. (The rest of the encoder runs on candle, whose softmax takes `exp` from the
+//! platform's math library.)
 
 /// Values sharing one scale, largest first: a row takes the first that divides its length.
 const BLOCKS: [usize; 2] = [128, 32];
 /// Values one AVX2 instruction multiplies (32 bytes); a block is whole chunks.
 const CHUNK: usize = 32;
-/// Lanes of the f32 sums (the eight f32 of a 256-bit register).
-const LANES: usize = 8;
+/// Weight rows the VNNI kernel interleaves (the 16 i32 lanes of a 512-bit register); runs
+/// of a product shared over threads are whole groups.
+const GROUP: usize = 16;
 /// Multiply-adds from which a product is shared out over threads (a short query's layer
 /// is a few million).
 const PARALLEL_WORK: usize = 1 << 20;
-/// Weight rows a kernel call takes at once (the VNNI kernel's tile); shares of a product
-/// are whole tiles.
-const TILE_WEIGHTS: usize = 4;
 /// Bytes of input rows a kernel call takes at once (a tile kept in the first-level cache).
 const TILE_BYTES: usize = 16 * 1024;
 /// Largest magnitude of a quantized value. Never -128, so that the AVX2 kernel's pairs of
@@ -54,16 +53,20 @@ const TILE_BYTES: usize = 16 * 1024;
 const MAX: f32 = 127.0;
 
 /// A quantized matrix of `rows` rows of `cols` values (a linear layer's weight, one row per
-/// output).
+/// output), laid out for the kernel that multiplies by it.
 pub(super) struct Matrix8 {
     rows: usize,
     cols: usize,
     /// Values per scale.
     block: usize,
+    kernel: Kernel,
+    /// `rows × cols` values in the kernel's layout ([`Kernel::group`]), with zero rows up
+    /// to a whole group.
     values: Vec<i8>,
-    /// One per block, row-major.
+    /// One per block of every stored row, in the kernel's layout.
     scales: Vec<f32>,
-    /// Per block, per lane: 128 × the sum of the lane's weights (see [`Dots`]).
+    /// 128 × the sum of each block's values, laid out as `scales`: the VNNI kernel
+    /// multiplies `x + 128` by `w` and takes this off to get `x · w`.
     offsets: Vec<i32>,
 }
 
@@ -112,14 +115,52 @@ fn quantize_portable(values: &[f32], size: usize, out: &mut [i8], scales: &mut [
     }
 }
 
+/// Row-major `rows × cols` values and their per-block `scales` and `offsets`, interleaved
+/// by `group` rows (four values of each row in turn; per block, one scale of each row in
+/// turn), with zero rows added up to a whole group. A group of 1 is row-major.
+fn interleave(
+    (values, scales, offsets): (Vec<i8>, Vec<f32>, Vec<i32>),
+    rows: usize,
+    cols: usize,
+    group: usize,
+) -> (Vec<i8>, Vec<f32>, Vec<i32>) {
+    if group == 1 {
+        return (values, scales, offsets);
+    }
+    let blocks = scales.len() / rows.max(1);
+    let stored = rows.next_multiple_of(group);
+    let mut v = vec![0i8; stored * cols];
+    let mut s = vec![0f32; stored * blocks];
+    let mut o = vec![0i32; stored * blocks];
+    for row in 0..rows {
+        let (g, lane) = (row / group, row % group);
+        for q in 0..cols / 4 {
+            let at = ((g * cols / 4 + q) * group + lane) * 4;
+            v[at..at + 4].copy_from_slice(&values[row * cols + 4 * q..][..4]);
+        }
+        for b in 0..blocks {
+            let at = (g * blocks + b) * group + lane;
+            s[at] = scales[row * blocks + b];
+            o[at] = offsets[row * blocks + b];
+        }
+    }
+    (v, s, o)
+}
+
 impl Matrix8 {
     /// Whether a matrix of `cols` columns can be quantized (whole blocks per row).
     pub(super) fn fits(cols: usize) -> bool {
         block_for(cols).is_some()
     }
 
-    /// Quantizes a row-major `rows × cols` matrix; `cols` must [fit](Self::fits).
+    /// Quantizes a row-major `rows × cols` matrix for this CPU's kernel; `cols` must
+    /// [fit](Self::fits).
     pub(super) fn quantize(values: &[f32], rows: usize, cols: usize) -> Self {
+        Self::quantize_for(kernel(), values, rows, cols)
+    }
+
+    /// [`Matrix8::quantize`] for `kernel`.
+    fn quantize_for(kernel: Kernel, values: &[f32], rows: usize, cols: usize) -> Self {
         let block = block_for(cols).expect("a row length that fits");
         assert_eq!(values.len(), rows * cols);
         let mut q = vec![0i8; values.len()];
@@ -127,21 +168,15 @@ impl Matrix8 {
         quantize_into(values, block, &mut q, &mut scales);
         let offsets = q
             .chunks_exact(block)
-            .flat_map(|block| {
-                let mut lanes = [0i32; LANES];
-                for chunk in block.chunks_exact(CHUNK) {
-                    for (lane, four) in lanes.iter_mut().zip(chunk.chunks_exact(CHUNK / LANES)) {
-                        *lane += four.iter().map(|&w| i32::from(w)).sum::<i32>();
-                    }
-                }
-                lanes.map(|sum| 128 * sum)
-            })
+            .map(|block| 128 * block.iter().map(|&w| i32::from(w)).sum::<i32>())
             .collect();
+        let (values, scales, offsets) = interleave((q, scales, offsets), rows, cols, kernel.group);
         Self {
             rows,
             cols,
             block,
-            values: q,
+            kernel,
+            values,
             scales,
             offsets,
         }
@@ -160,32 +195,33 @@ impl Matrix8 {
     /// value is computed alike however the work is split.
     pub(super) fn product(&self, input: &Rows8, bias: &[f32]) -> Vec<f32> {
         use rayon::prelude::*;
-        let kernel = kernel();
         assert_eq!((input.cols, input.block), (self.cols, self.block));
         assert_eq!(bias.len(), self.rows);
         let n = input.values.len() / self.cols;
         let run = self.run_rows(n);
         let blocks = self.cols / self.block;
-        let x = kernel.input(&input.values);
+        let x = self.kernel.input(&input.values);
         if run >= self.rows {
             // One share: computed here, without a hand-over to the pool and back.
-            return self.run(kernel, &x, &input.scales, self.weights(), bias);
+            return self.run(&x, &input.scales, self.weights(), bias);
         }
-        // Each run's outputs, input row by input row: `n × run` values.
+        // Each run's outputs, input row by input row: `n × run` values (fewer in the last).
         let runs: Vec<Vec<f32>> = self
             .values
             .par_chunks(run * self.cols)
             .zip(self.scales.par_chunks(run * blocks))
-            .zip(self.offsets.par_chunks(run * blocks * LANES))
+            .zip(self.offsets.par_chunks(run * blocks))
             .zip(bias.par_chunks(run))
             .map(|(((values, scales), offsets), bias)| {
                 let weights = Weights {
+                    rows: bias.len(),
                     cols: self.cols,
+                    group: self.kernel.group,
                     values,
                     scales,
                     offsets,
                 };
-                self.run(kernel, &x, &input.scales, weights, bias)
+                self.run(&x, &input.scales, weights, bias)
             })
             .collect();
         let mut out = vec![0f32; n * self.rows];
@@ -200,7 +236,9 @@ impl Matrix8 {
 
     fn weights(&self) -> Weights<'_> {
         Weights {
+            rows: self.rows,
             cols: self.cols,
+            group: self.kernel.group,
             values: &self.values,
             scales: &self.scales,
             offsets: &self.offsets,
@@ -208,7 +246,7 @@ impl Matrix8 {
     }
 
     /// Weight rows per share of a product with `n` input rows: all of them when the product
-    /// is small, else a few shares per thread (whole kernel tiles), each large enough that
+    /// is small, else a few shares per thread (whole [`GROUP`]s), each large enough that
     /// handing it to a thread costs little beside it.
     fn run_rows(&self, n: usize) -> usize {
         let work = n * self.rows * self.cols;
@@ -220,20 +258,13 @@ impl Matrix8 {
         self.rows
             .div_ceil(shares)
             .max(fewest)
-            .next_multiple_of(TILE_WEIGHTS)
+            .next_multiple_of(GROUP)
             .min(self.rows.max(1))
     }
 
-    /// The products of every input row (`x`, as `kernel` takes it) with one run of weight
+    /// The products of every input row (`x`, as the kernel takes it) with one run of weight
     /// rows: `n × width` values.
-    fn run(
-        &self,
-        kernel: Kernel,
-        x: &[i8],
-        xs: &[f32],
-        weights: Weights<'_>,
-        bias: &[f32],
-    ) -> Vec<f32> {
+    fn run(&self, x: &[i8], xs: &[f32], weights: Weights<'_>, bias: &[f32]) -> Vec<f32> {
         let blocks = self.cols / self.block;
         let n = x.len() / self.cols;
         let width = bias.len();
@@ -246,7 +277,7 @@ impl Matrix8 {
             .zip(xs.chunks(tile * blocks))
             .zip(out.chunks_mut(tile * width))
         {
-            (kernel.dots)(x, xs, weights, self.block, out);
+            (self.kernel.dots)(x, xs, weights, self.block, out);
         }
         for row in out.chunks_exact_mut(width.max(1)) {
             for (value, bias) in row.iter_mut().zip(bias) {
@@ -330,15 +361,19 @@ fn exact_dot_portable(a: &[i8], b: &[i8]) -> i32 {
     lanes.iter().sum::<i32>() + tail
 }
 
-/// Weight rows as a kernel reads them: values, block scales and lane offsets, row-major.
+/// Weight rows as a kernel reads them: values, block scales and offsets, in the layout of
+/// the kernel's [`Kernel::group`].
 #[derive(Clone, Copy)]
 struct Weights<'a> {
+    /// Rows (outputs); the layout holds them rounded up to whole groups.
+    rows: usize,
     /// Values per row.
     cols: usize,
+    /// Rows interleaved together (1: row-major); see [`interleave`].
+    group: usize,
     values: &'a [i8],
     scales: &'a [f32],
-    /// 128 × the sum of each lane's weights per block: the VNNI kernel multiplies `x + 128`
-    /// (unsigned) by `w` and takes this off to get `x · w`.
+    /// 128 × the sum of each block's values (see [`Matrix8::offsets`]).
     offsets: &'a [i32],
 }
 
@@ -347,12 +382,14 @@ struct Weights<'a> {
 /// product of input row `r` with weight row `j` of `m`.
 type Dots = fn(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f32]);
 
-/// A kernel and the form it takes its input in.
+/// A kernel, and the forms it takes its input and its weights in.
 #[derive(Clone, Copy)]
 struct Kernel {
     dots: Dots,
     /// Whether input values come plus 128, as unsigned bytes (each stored in an `i8`).
     biased: bool,
+    /// Weight rows interleaved together ([`interleave`]).
+    group: usize,
 }
 
 impl Kernel {
@@ -373,16 +410,17 @@ fn dots_fit(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &[f32]) -> b
     let Some(blocks) = w.cols.checked_div(size) else {
         return false;
     };
-    if !size.is_multiple_of(CHUNK) || w.cols != blocks * size || blocks == 0 {
+    if !size.is_multiple_of(CHUNK) || w.cols != blocks * size || blocks == 0 || w.group == 0 {
         return false;
     }
-    let (n, m) = (x.len() / w.cols, w.values.len() / w.cols);
+    let n = x.len() / w.cols;
+    let stored = w.rows.next_multiple_of(w.group);
     x.len() == n * w.cols
-        && w.values.len() == m * w.cols
-        && w.scales.len() == m * blocks
-        && w.offsets.len() == w.scales.len() * LANES
+        && w.values.len() == stored * w.cols
+        && w.scales.len() == stored * blocks
+        && w.offsets.len() == w.scales.len()
         && xs.len() == n * blocks
-        && out.len() == n * m
+        && out.len() == n * w.rows
 }
 
 /// The fastest kernel this CPU runs (they all agree to the bit).
@@ -394,6 +432,7 @@ fn kernel() -> Kernel {
 const PORTABLE: Kernel = Kernel {
     dots: dots_portable,
     biased: false,
+    group: 1,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -412,19 +451,20 @@ fn choose() -> Kernel {
     PORTABLE
 }
 
-/// Sums the lanes in the one order every kernel uses.
-fn sum_lanes(l: &[f32; LANES]) -> f32 {
-    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+/// One block's step of a product: its exact integer `sum` scaled by the input block's and
+/// the weight block's scales, added to `acc`. Every kernel takes exactly these steps.
+#[inline]
+fn add_block(acc: f32, sum: i32, xs: f32, ws: f32) -> f32 {
+    acc + sum as f32 * (xs * ws)
 }
 
 fn dots_portable(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f32]) {
-    assert!(dots_fit(x, xs, w, size, out));
+    assert!(w.group == 1 && dots_fit(x, xs, w, size, out));
     let blocks = w.cols / size;
-    let m = w.values.len() / w.cols;
     for ((x, xs), out) in x
         .chunks_exact(w.cols)
         .zip(xs.chunks_exact(blocks))
-        .zip(out.chunks_exact_mut(m.max(1)))
+        .zip(out.chunks_exact_mut(w.rows.max(1)))
     {
         for ((w, ws), out) in w
             .values
@@ -432,32 +472,21 @@ fn dots_portable(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f
             .zip(w.scales.chunks_exact(blocks))
             .zip(out.iter_mut())
         {
-            let mut lanes = [0f32; LANES];
+            let mut acc = 0f32;
             for (((x, w), xs), ws) in x
                 .chunks_exact(size)
                 .zip(w.chunks_exact(size))
                 .zip(xs)
                 .zip(ws)
             {
-                let mut partial = [0i32; LANES];
-                for (x, w) in x.chunks_exact(CHUNK).zip(w.chunks_exact(CHUNK)) {
-                    for (sum, (x, w)) in partial.iter_mut().zip(
-                        x.chunks_exact(CHUNK / LANES)
-                            .zip(w.chunks_exact(CHUNK / LANES)),
-                    ) {
-                        *sum += x
-                            .iter()
-                            .zip(w)
-                            .map(|(&a, &b)| a as i32 * b as i32)
-                            .sum::<i32>();
-                    }
-                }
-                let scale = xs * ws;
-                for (lane, sum) in lanes.iter_mut().zip(partial) {
-                    *lane += sum as f32 * scale;
-                }
+                let sum = x
+                    .iter()
+                    .zip(w)
+                    .map(|(&a, &b)| i32::from(a) * i32::from(b))
+                    .sum::<i32>();
+                acc = add_block(acc, sum, *xs, *ws);
             }
-            *out = sum_lanes(&lanes);
+            *out = acc;
         }
     }
 }
@@ -466,40 +495,43 @@ fn dots_portable(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f
 #[allow(unsafe_code)]
 mod simd {
     use std::arch::x86_64::{
-        __m256, __m256i, __m512i, _mm256_add_epi32, _mm256_add_ps, _mm256_cvtepi32_ps,
-        _mm256_dpbusd_epi32, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
-        _mm256_mul_ps, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
-        _mm256_sign_epi8, _mm256_storeu_ps, _mm256_storeu_si256, _mm256_sub_epi32,
-        _mm512_castsi512_si256, _mm512_dpbusd_epi32, _mm512_extracti64x4_epi64, _mm512_loadu_si512,
-        _mm512_setzero_si512,
+        __m256i, __m512, __m512i, _mm256_add_epi32, _mm256_dpbusd_epi32, _mm256_loadu_si256,
+        _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_set1_epi16, _mm256_setzero_si256,
+        _mm256_sign_epi8, _mm256_storeu_si256, _mm512_add_ps, _mm512_cvtepi32_ps,
+        _mm512_dpbusd_epi32, _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mask_storeu_ps,
+        _mm512_mul_ps, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512,
+        _mm512_sub_epi32,
     };
 
     use std::arch::x86_64::{
-        __m128i, _mm512_add_ps, _mm512_and_si512, _mm512_castps_si512, _mm512_castsi512_ps,
-        _mm512_cvtepi32_epi8, _mm512_cvttps_epi32, _mm512_loadu_ps, _mm512_max_ps, _mm512_min_ps,
-        _mm512_mul_ps, _mm512_or_si512, _mm512_reduce_max_ps, _mm512_set1_epi32, _mm512_set1_ps,
-        _mm512_setzero_ps, _mm_storeu_si128,
+        __m128i, _mm512_and_si512, _mm512_castps_si512, _mm512_castsi512_ps, _mm512_cvtepi32_epi8,
+        _mm512_cvttps_epi32, _mm512_max_ps, _mm512_min_ps, _mm512_or_si512, _mm512_reduce_max_ps,
+        _mm_storeu_si128,
     };
 
-    use super::{dots_fit, sum_lanes, Kernel, Weights, CHUNK, LANES, MAX, TILE_WEIGHTS};
+    use super::{add_block, dots_fit, Kernel, Weights, CHUNK, GROUP, MAX};
 
     pub(super) const AVX2: Kernel = Kernel {
         dots: dots_avx2,
         biased: false,
+        group: 1,
     };
 
     pub(super) const VNNI: Kernel = Kernel {
         dots: dots_vnni,
         biased: true,
+        group: GROUP,
     };
 
-    /// Input rows of the VNNI kernel's tile: with [`TILE_WEIGHTS`] weight rows, 16 integer
-    /// and 16 f32 sums, and 8 loaded chunks, in AVX-512's 32 registers.
+    /// Input rows of the VNNI kernel's tile: with [`TILE_GROUPS`] groups of weight rows, 8
+    /// integer and 8 f32 sums, 2 loaded weight registers and a broadcast input, in
+    /// AVX-512's 32 registers.
     const TILE_INPUTS: usize = 4;
+    /// Groups of [`GROUP`] weight rows in the VNNI kernel's tile.
+    const TILE_GROUPS: usize = 2;
 
     /// Values of one AVX-512 register of f32.
     const F32S: usize = 16;
-
     /// Whether [`quantize`] takes blocks of `size` on this CPU.
     pub(super) fn quantizes(size: usize) -> bool {
         static AVX512: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -591,7 +623,7 @@ mod simd {
             let s = &mut sums[i % 2];
             *s = _mm256_dpbusd_epi32(*s, mv, _mm256_sign_epi8(bv, av));
         }
-        let mut lanes = [0i32; LANES];
+        let mut lanes = [0i32; 8];
         // SAFETY: `lanes` holds eight i32.
         unsafe {
             _mm256_storeu_si256(
@@ -616,78 +648,28 @@ mod simd {
             && std::arch::is_x86_feature_detected!("avx2")
     }
 
-    /// The lanes' sum, in the order of [`sum_lanes`].
-    ///
-    /// # Safety
-    /// The CPU has AVX.
-    #[target_feature(enable = "avx")]
-    unsafe fn total(lanes: __m256) -> f32 {
-        let mut sum = [0f32; LANES];
-        // SAFETY: `sum` holds eight f32.
-        unsafe { _mm256_storeu_ps(sum.as_mut_ptr(), lanes) };
-        sum_lanes(&sum)
-    }
-
     /// [`super::dots_portable`] with AVX2; only chosen once the CPU is known to have it.
     fn dots_avx2(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f32]) {
-        assert!(std::arch::is_x86_feature_detected!("avx2") && dots_fit(x, xs, w, size, out));
+        assert!(
+            std::arch::is_x86_feature_detected!("avx2")
+                && w.group == 1
+                && dots_fit(x, xs, w, size, out)
+        );
         // SAFETY: the CPU has AVX2, and `dots_fit` checked the lengths read within.
         unsafe { avx2(x, xs, w, size, out) }
     }
 
-    /// [`super::dots_portable`] with VNNI, for input values plus 128 ([`Kernel::biased`]);
-    /// only chosen once the CPU is known to have it. Tiles of [`TILE_INPUTS`] input rows by
-    /// [`TILE_WEIGHTS`] weight rows, and the rest by smaller tiles.
-    fn dots_vnni(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f32]) {
-        const K: usize = TILE_INPUTS;
-        const J: usize = TILE_WEIGHTS;
-        assert!(has_vnni() && dots_fit(x, xs, w, size, out));
-        let (n, m) = (x.len() / w.cols, w.values.len() / w.cols);
-        let (whole_n, whole_m) = (n / K * K, m / J * J);
-        // Whole tiles, then the rows of the input and of the weights left over.
-        macro_rules! tiles {
-            ($tile:ident) => {
-                for j in (0..whole_m).step_by(J) {
-                    for r in (0..whole_n).step_by(K) {
-                        $tile::<K, J>(x, xs, w, size, out, r, j);
-                    }
-                    for r in whole_n..n {
-                        $tile::<1, J>(x, xs, w, size, out, r, j);
-                    }
-                }
-                for j in whole_m..m {
-                    for r in (0..whole_n).step_by(K) {
-                        $tile::<K, 1>(x, xs, w, size, out, r, j);
-                    }
-                    for r in whole_n..n {
-                        $tile::<1, 1>(x, xs, w, size, out, r, j);
-                    }
-                }
-            };
-        }
-        // SAFETY: the CPU has VNNI and AVX2 (so AVX-512F), `dots_fit` checked the lengths,
-        // and every call's tile lies within the `n` input and `m` weight rows; `vnni512`
-        // takes only blocks of whole pairs of chunks.
-        unsafe {
-            if size.is_multiple_of(2 * CHUNK) {
-                tiles!(vnni512);
-            } else {
-                tiles!(vnni);
-            }
-        }
-    }
-
     /// # Safety
-    /// The CPU has AVX2, and the arguments pass [`dots_fit`].
+    /// The CPU has AVX2, the arguments pass [`dots_fit`], and the weights are row-major.
     #[target_feature(enable = "avx2")]
     unsafe fn avx2(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f32]) {
         let ones = _mm256_set1_epi16(1);
         let cols = w.cols;
         let blocks = cols / size;
-        let m = w.values.len() / cols;
+        let m = w.rows;
         for (i, out) in out.iter_mut().enumerate() {
             let (r, j) = (i / m, i % m);
-            let mut lanes = _mm256_setzero_ps();
+            let mut acc = 0f32;
             for b in 0..blocks {
                 let mut sums = _mm256_setzero_si256();
                 for c in (b * size..(b + 1) * size).step_by(CHUNK) {
@@ -702,164 +684,138 @@ mod simd {
                         )
                     };
                     // |x| · (w with x's sign) = x · w, as unsigned × signed bytes summed
-                    // in pairs (within an i16: no value is -128), then in fours: lane k
-                    // takes values 4k..4k+4 of each chunk.
+                    // in pairs (within an i16: no value is -128), then in fours.
                     let pairs =
                         _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
                     sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, ones));
                 }
-                let scale = _mm256_set1_ps(xs[r * blocks + b] * w.scales[j * blocks + b]);
-                lanes = _mm256_add_ps(lanes, _mm256_mul_ps(_mm256_cvtepi32_ps(sums), scale));
+                let mut lanes = [0i32; 8];
+                // SAFETY: `lanes` holds eight i32.
+                unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), sums) };
+                let sum = lanes.iter().sum::<i32>();
+                acc = add_block(acc, sum, xs[r * blocks + b], w.scales[j * blocks + b]);
             }
-            // SAFETY: the CPU has AVX2, so AVX.
-            *out = unsafe { total(lanes) };
+            *out = acc;
         }
     }
 
-    /// [`vnni`] on 512-bit registers, for blocks of whole pairs of chunks: lane `l` of a
-    /// 512-bit sum holds lane `l mod 8` of the chunk `l / 8` of each pair, so adding its two
-    /// halves gives the 256-bit kernel's integers exactly.
+    /// [`super::dots_portable`] with VNNI, for input values plus 128 ([`Kernel::biased`])
+    /// and weights interleaved by [`GROUP`]; only chosen once the CPU is known to have it.
+    /// Tiles of [`TILE_INPUTS`] input rows by [`TILE_GROUPS`] groups, and the rest by
+    /// smaller tiles.
+    fn dots_vnni(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f32]) {
+        const K: usize = TILE_INPUTS;
+        const G: usize = TILE_GROUPS;
+        assert!(has_vnni() && w.group == GROUP && dots_fit(x, xs, w, size, out));
+        let n = x.len() / w.cols;
+        let groups = w.rows.div_ceil(GROUP);
+        let (whole_n, whole_g) = (n / K * K, groups / G * G);
+        // SAFETY: the CPU has VNNI and AVX-512F, `dots_fit` checked the lengths, and every
+        // call's tile lies within the `n` input rows and the stored groups.
+        unsafe {
+            for g in (0..whole_g).step_by(G) {
+                for r in (0..whole_n).step_by(K) {
+                    vnni::<K, G>(x, xs, w, size, out, r, g);
+                }
+                for r in whole_n..n {
+                    vnni::<1, G>(x, xs, w, size, out, r, g);
+                }
+            }
+            for g in whole_g..groups {
+                for r in (0..whole_n).step_by(K) {
+                    vnni::<K, 1>(x, xs, w, size, out, r, g);
+                }
+                for r in whole_n..n {
+                    vnni::<1, 1>(x, xs, w, size, out, r, g);
+                }
+            }
+        }
+    }
+
+    /// The products of input rows `r..r + K` with the weight rows of groups `g..g + G`:
+    /// per block, one `dpbusd` per four input values, input row and group, each lane a
+    /// weight row's sum; then the block's step ([`add_block`]) on 16 rows at once.
     ///
     /// # Safety
-    /// As [`vnni`], and the CPU has AVX-512F; `size` is a multiple of `2 · CHUNK`.
-    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-    unsafe fn vnni512<const K: usize, const J: usize>(
+    /// The CPU has AVX-512 VNNI and F, the arguments pass [`dots_fit`] with weights
+    /// interleaved by [`GROUP`], `x` holds input values plus 128 ([`Kernel::biased`]), and
+    /// `r + K` and `g + G` are at most the input rows and the stored groups.
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    unsafe fn vnni<const K: usize, const G: usize>(
         x: &[i8],
         xs: &[f32],
         w: Weights<'_>,
         size: usize,
         out: &mut [f32],
         r: usize,
-        j: usize,
+        g: usize,
     ) {
         let cols = w.cols;
         let blocks = cols / size;
-        let m = w.values.len() / cols;
-        let mut lanes = [[_mm256_setzero_ps(); J]; K];
+        let mut acc: [[__m512; G]; K] = [[_mm512_setzero_ps(); G]; K];
         for b in 0..blocks {
-            let mut sums = [[_mm512_setzero_si512(); J]; K];
-            for c in (b * size..(b + 1) * size).step_by(2 * CHUNK) {
-                let mut wv = [_mm512_setzero_si512(); J];
-                for (jj, wv) in wv.iter_mut().enumerate() {
-                    // SAFETY: weight row `j + jj` and column `c + 2 · CHUNK` lie within the
-                    // weights (the caller's bound on `j + J`, `dots_fit`, and `size`).
+            let mut sums = [[_mm512_setzero_si512(); G]; K];
+            for q in (b * size / 4)..((b + 1) * size / 4) {
+                let mut wv = [_mm512_setzero_si512(); G];
+                for (gg, wv) in wv.iter_mut().enumerate() {
+                    // SAFETY: group `g + gg` holds `cols / 4` runs of 64 bytes (four values
+                    // of its 16 rows) within the weights (`dots_fit`, the caller's bound).
                     *wv = unsafe {
                         _mm512_loadu_si512(
-                            w.values.as_ptr().add((j + jj) * cols + c).cast::<__m512i>(),
+                            w.values
+                                .as_ptr()
+                                .add(((g + gg) * cols / 4 + q) * 4 * GROUP)
+                                .cast::<__m512i>(),
                         )
                     };
                 }
                 for (k, sums) in sums.iter_mut().enumerate() {
-                    // SAFETY: input row `r + k` and column `c + 2 · CHUNK` lie within `x`.
-                    let xv = unsafe {
-                        _mm512_loadu_si512(x.as_ptr().add((r + k) * cols + c).cast::<__m512i>())
+                    // SAFETY: values `4q..4q + 4` of input row `r + k` lie within `x`.
+                    let four = unsafe {
+                        x.as_ptr()
+                            .add((r + k) * cols + 4 * q)
+                            .cast::<i32>()
+                            .read_unaligned()
                     };
+                    let xv = _mm512_set1_epi32(four);
                     for (sum, wv) in sums.iter_mut().zip(wv) {
+                        // Lane l: (x + 128) · w of the four values, for the group's row l.
                         *sum = _mm512_dpbusd_epi32(*sum, xv, wv);
                     }
                 }
             }
-            for jj in 0..J {
-                let at = (j + jj) * blocks + b;
-                // SAFETY: block `b` of weight row `j + jj` has eight offsets within
-                // `w.offsets` (`dots_fit`).
-                let offset = unsafe {
-                    _mm256_loadu_si256(w.offsets.as_ptr().add(at * LANES).cast::<__m256i>())
+            for gg in 0..G {
+                let at = ((g + gg) * blocks + b) * GROUP;
+                // SAFETY: block `b` of group `g + gg` has 16 scales and offsets within
+                // `w.scales` and `w.offsets` (`dots_fit`).
+                let (offset, ws) = unsafe {
+                    (
+                        _mm512_loadu_si512(w.offsets.as_ptr().add(at).cast::<__m512i>()),
+                        _mm512_loadu_ps(w.scales.as_ptr().add(at)),
+                    )
                 };
-                let ws = w.scales[at];
                 for k in 0..K {
-                    let sum = sums[k][jj];
-                    let halves = _mm256_add_epi32(
-                        _mm512_castsi512_si256(sum),
-                        _mm512_extracti64x4_epi64::<1>(sum),
-                    );
-                    let exact = _mm256_sub_epi32(halves, offset);
-                    let scale = _mm256_set1_ps(xs[(r + k) * blocks + b] * ws);
-                    lanes[k][jj] = _mm256_add_ps(
-                        lanes[k][jj],
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(exact), scale),
-                    );
+                    // Σ (x + 128) · w − 128 · Σ w = Σ x · w, exactly; then `add_block`
+                    // lane by lane: acc + sum · (xs · ws), each step rounded.
+                    let exact = _mm512_sub_epi32(sums[k][gg], offset);
+                    let scale = _mm512_mul_ps(_mm512_set1_ps(xs[(r + k) * blocks + b]), ws);
+                    acc[k][gg] =
+                        _mm512_add_ps(acc[k][gg], _mm512_mul_ps(_mm512_cvtepi32_ps(exact), scale));
                 }
             }
         }
-        for (k, lanes) in lanes.iter().enumerate() {
-            for (jj, lanes) in lanes.iter().enumerate() {
-                // SAFETY: the CPU has AVX2, so AVX.
-                out[(r + k) * m + j + jj] = unsafe { total(*lanes) };
-            }
-        }
-    }
-
-    /// The products of input rows `r..r + K` with weight rows `j..j + J`: `K × J` sums kept
-    /// in registers while each chunk of the `K + J` rows is loaded once.
-    ///
-    /// # Safety
-    /// The CPU has AVX-512 VNNI and VL and AVX2, the arguments pass [`dots_fit`], `x`
-    /// holds input values plus 128 ([`Kernel::biased`]), and rows `r + K` and `j + J` are
-    /// at most the input's and the weights' row counts.
-    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-    unsafe fn vnni<const K: usize, const J: usize>(
-        x: &[i8],
-        xs: &[f32],
-        w: Weights<'_>,
-        size: usize,
-        out: &mut [f32],
-        r: usize,
-        j: usize,
-    ) {
-        let cols = w.cols;
-        let blocks = cols / size;
-        let m = w.values.len() / cols;
-        let mut lanes = [[_mm256_setzero_ps(); J]; K];
-        for b in 0..blocks {
-            let mut sums = [[_mm256_setzero_si256(); J]; K];
-            for c in (b * size..(b + 1) * size).step_by(CHUNK) {
-                let mut wv = [_mm256_setzero_si256(); J];
-                for (jj, wv) in wv.iter_mut().enumerate() {
-                    // SAFETY: weight row `j + jj` and column `c + CHUNK` lie within the
-                    // weights (the caller's bound on `j + J`, and `dots_fit`).
-                    *wv = unsafe {
-                        _mm256_loadu_si256(
-                            w.values.as_ptr().add((j + jj) * cols + c).cast::<__m256i>(),
-                        )
-                    };
-                }
-                for (k, sums) in sums.iter_mut().enumerate() {
-                    // SAFETY: input row `r + k` and column `c + CHUNK` lie within `x` (the
-                    // caller's bound on `r + K`, and `dots_fit`).
-                    let xv = unsafe {
-                        _mm256_loadu_si256(x.as_ptr().add((r + k) * cols + c).cast::<__m256i>())
-                    };
-                    for (sum, wv) in sums.iter_mut().zip(wv) {
-                        // (x + 128) · w in fours: lane k takes values 4k..4k+4 of a chunk.
-                        *sum = _mm256_dpbusd_epi32(*sum, xv, wv);
-                    }
-                }
-            }
-            for jj in 0..J {
-                let at = (j + jj) * blocks + b;
-                // SAFETY: block `b` of weight row `j + jj` has eight offsets within
-                // `w.offsets` (`dots_fit`).
-                let offset = unsafe {
-                    _mm256_loadu_si256(w.offsets.as_ptr().add(at * LANES).cast::<__m256i>())
+        let m = w.rows;
+        for (k, acc) in acc.iter().enumerate() {
+            for (gg, acc) in acc.iter().enumerate() {
+                let first = (g + gg) * GROUP;
+                // Rows past `m` are the zeros that fill the last group: not stored.
+                let lanes = m.saturating_sub(first).min(GROUP);
+                let mask = ((1u32 << lanes) - 1) as u16;
+                // SAFETY: the masked lanes are rows `first..first + lanes` of input row
+                // `r + k`, within `out` (`n × m` values).
+                unsafe {
+                    _mm512_mask_storeu_ps(out.as_mut_ptr().add((r + k) * m + first), mask, *acc)
                 };
-                let ws = w.scales[at];
-                for k in 0..K {
-                    // Σ (x + 128) · w − 128 · Σ w = Σ x · w: the integers the AVX2 kernel
-                    // sums, so the same bits from here on.
-                    let exact = _mm256_sub_epi32(sums[k][jj], offset);
-                    let scale = _mm256_set1_ps(xs[(r + k) * blocks + b] * ws);
-                    lanes[k][jj] = _mm256_add_ps(
-                        lanes[k][jj],
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(exact), scale),
-                    );
-                }
-            }
-        }
-        for (k, lanes) in lanes.iter().enumerate() {
-            for (jj, lanes) in lanes.iter().enumerate() {
-                // SAFETY: the CPU has AVX2, so AVX.
-                out[(r + k) * m + j + jj] = unsafe { total(*lanes) };
             }
         }
     }
@@ -943,10 +899,8 @@ mod tests {
         assert!(m.run_rows(n) < rows, "the product is shared out");
         let input = Rows8::quantize(&values(n * cols, 4), &m);
         let bias: Vec<f32> = (0..rows).map(|j| j as f32).collect();
-        let k = kernel();
         let whole = m.run(
-            k,
-            &k.input(&input.values),
+            &m.kernel.input(&input.values),
             &input.scales,
             weights(&m),
             &bias,
@@ -963,7 +917,7 @@ mod tests {
         for n in [3, 20, 640] {
             let run = m.run_rows(n);
             assert!(run < 1536, "{n} rows");
-            assert!(run.is_multiple_of(TILE_WEIGHTS), "{n} rows: {run}");
+            assert!(run.is_multiple_of(GROUP), "{n} rows: {run}");
             assert!(run * n * 384 >= PARALLEL_WORK, "{n} rows: {run}");
         }
         // One row is too little work to share.
@@ -973,7 +927,9 @@ mod tests {
 
     fn weights(m: &Matrix8) -> Weights<'_> {
         Weights {
+            rows: m.rows,
             cols: m.cols,
+            group: m.kernel.group,
             values: &m.values,
             scales: &m.scales,
             offsets: &m.offsets,
@@ -997,26 +953,35 @@ mod tests {
             }
         }
         // Blocks of 128 and of 32; input and weight row counts with and without a
-        // remainder of a tile.
-        for (cols, n, rows) in [(1536, 7, 5), (384, 8, 8), (96, 5, 3), (384, 1, 1)] {
+        // remainder of a tile (4 inputs by 2 groups of 16 weight rows in VNNI).
+        for (cols, n, rows) in [
+            (1536, 7, 5),
+            (384, 8, 8),
+            (96, 5, 3),
+            (384, 1, 1),
+            (384, 9, 48),
+            (128, 6, 71),
+        ] {
             for seed in 0..10 {
-                let w = Matrix8::quantize(&values(rows * cols, 2 * seed + 1), rows, cols);
-                let x = Rows8::quantize(&values(n * cols, 2 * seed), &w);
-                let mut portable = vec![0f32; n * rows];
-                dots_portable(&x.values, &x.scales, weights(&w), w.block, &mut portable);
+                let w = values(rows * cols, 2 * seed + 1);
+                let mut want = vec![0f32; n * rows];
+                let m = Matrix8::quantize_for(PORTABLE, &w, rows, cols);
+                let x = Rows8::quantize(&values(n * cols, 2 * seed), &m);
+                dots_portable(&x.values, &x.scales, weights(&m), m.block, &mut want);
                 for (name, k) in &kernels {
+                    let m = Matrix8::quantize_for(*k, &w, rows, cols);
                     let mut got = vec![0f32; n * rows];
                     (k.dots)(
                         &k.input(&x.values),
                         &x.scales,
-                        weights(&w),
-                        w.block,
+                        weights(&m),
+                        m.block,
                         &mut got,
                     );
                     assert_eq!(
-                        bits(&portable),
+                        bits(&want),
                         bits(&got),
-                        "{name}, {cols} columns, seed {seed}"
+                        "{name}, {cols} columns, {rows} rows, seed {seed}"
                     );
                 }
             }
@@ -1024,29 +989,45 @@ mod tests {
     }
 
     #[test]
-    fn the_portable_kernel_gives_each_row_pair_its_own_product() {
-        // Output `r · m + j` is input row `r` with weight row `j`, as one row alone gives.
+    fn a_row_is_the_scaled_sum_of_its_blocks_in_order() {
+        // Output `r · m + j` is input row `r` with weight row `j`: block by block, the
+        // integer dot product times both scales, added from zero in block order.
         let (cols, n, rows) = (96, 3, 2);
-        let w = Matrix8::quantize(&values(rows * cols, 7), rows, cols);
-        let x = Rows8::quantize(&values(n * cols, 8), &w);
+        let m = Matrix8::quantize_for(PORTABLE, &values(rows * cols, 7), rows, cols);
+        let x = Rows8::quantize(&values(n * cols, 8), &m);
         let mut all = vec![0f32; n * rows];
-        dots_portable(&x.values, &x.scales, weights(&w), w.block, &mut all);
-        let blocks = cols / w.block;
+        dots_portable(&x.values, &x.scales, weights(&m), m.block, &mut all);
+        let blocks = cols / m.block;
         for r in 0..n {
             for j in 0..rows {
-                let one = Weights {
-                    cols,
-                    values: &w.values[j * cols..][..cols],
-                    scales: &w.scales[j * blocks..][..blocks],
-                    offsets: &w.offsets[j * blocks * LANES..][..blocks * LANES],
-                };
-                let mut alone = [0f32];
-                let xr = &x.values[r * cols..][..cols];
-                let xsr = &x.scales[r * blocks..][..blocks];
-                dots_portable(xr, xsr, one, w.block, &mut alone);
-                assert_eq!(all[r * rows + j].to_bits(), alone[0].to_bits(), "{r}, {j}");
+                let mut want = 0f32;
+                for b in 0..blocks {
+                    let sum: i32 = (0..m.block)
+                        .map(|i| {
+                            let c = b * m.block + i;
+                            i32::from(x.values[r * cols + c]) * i32::from(m.values[j * cols + c])
+                        })
+                        .sum();
+                    want += sum as f32 * (x.scales[r * blocks + b] * m.scales[j * blocks + b]);
+                }
+                assert_eq!(all[r * rows + j].to_bits(), want.to_bits(), "{r}, {j}");
             }
         }
+    }
+
+    #[test]
+    fn interleaving_puts_four_values_of_each_row_of_a_group_in_turn() {
+        // 3 rows of 8 values (one block of 8 for the layout's sake), groups of 2: the last
+        // group is filled with a zero row.
+        let values: Vec<i8> = (0..24).collect();
+        let (v, s, o) = interleave((values, vec![1.0, 2.0, 3.0], vec![10, 20, 30]), 3, 8, 2);
+        let want: Vec<i8> = vec![
+            0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15, // rows 0 and 1
+            16, 17, 18, 19, 0, 0, 0, 0, 20, 21, 22, 23, 0, 0, 0, 0, // row 2 and zeros
+        ];
+        assert_eq!(v, want);
+        assert_eq!(s, vec![1.0, 2.0, 3.0, 0.0]);
+        assert_eq!(o, vec![10, 20, 30, 0]);
     }
 
     #[test]
@@ -1118,31 +1099,38 @@ mod tests {
 
     #[test]
     fn kernel_arguments_agree_only_when_every_length_does() {
-        // `out` values, x, `xs` scales, weight values, scales and offsets, row length,
-        // block size; the first agrees, each other breaks one agreement only.
+        // Weight rows and group, out values, x, `xs` scales, weight values, scales and
+        // offsets, row length, block size; the first agrees, each other breaks one
+        // agreement only.
         let cases = [
-            (2, 128, 4, 64, 2, 16, 64, 32, true),
-            (4, 128, 4, 128, 4, 32, 64, 32, true), // two weight rows
-            (2, 128, 8, 64, 4, 32, 64, 16, false), // a block of part chunks
-            (2, 128, 6, 64, 3, 24, 64, 32, false), // values not the scales' blocks
-            (2, 128, 4, 64, 2, 8, 64, 32, false),  // offsets missing
-            (2, 96, 4, 64, 2, 16, 64, 32, false),  // an input row cut short
-            (2, 128, 3, 64, 2, 16, 64, 32, false), // an input scale missing
-            (3, 128, 4, 64, 2, 16, 64, 32, false), // an output too many
-            (2, 128, 4, 64, 2, 16, 48, 32, false), // a row of part blocks
-            (2, 128, 4, 96, 2, 16, 64, 32, false), // a weight row cut short
+            (1, 1, 2, 128, 4, 64, 2, 2, 64, 32, true),
+            (2, 1, 4, 128, 4, 128, 4, 4, 64, 32, true), // two weight rows
+            (3, 2, 6, 128, 4, 256, 8, 8, 64, 32, true), // a group filled with a zero row
+            (3, 2, 6, 128, 4, 192, 6, 6, 64, 32, false), // no row to fill the group
+            (1, 0, 2, 128, 4, 64, 2, 2, 64, 32, false), // no group
+            (1, 1, 2, 128, 8, 64, 4, 4, 64, 16, false), // a block of part chunks
+            (1, 1, 2, 128, 6, 64, 3, 3, 64, 32, false), // values not the scales' blocks
+            (1, 1, 2, 128, 4, 64, 2, 1, 64, 32, false), // an offset missing
+            (1, 1, 2, 96, 4, 64, 2, 2, 64, 32, false),  // an input row cut short
+            (1, 1, 2, 128, 3, 64, 2, 2, 64, 32, false), // an input scale missing
+            (1, 1, 3, 128, 4, 64, 2, 2, 64, 32, false), // an output too many
+            (1, 1, 2, 128, 4, 64, 2, 2, 48, 32, false), // a row of part blocks
+            (1, 1, 2, 128, 4, 96, 2, 2, 64, 32, false), // a weight row cut short
         ];
-        for (rows, x, xs, values, scales, offsets, cols, size, agree) in cases {
+        for (rows, group, out, x, xs, values, scales, offsets, cols, size, agree) in cases {
             let w = Weights {
+                rows,
                 cols,
+                group,
                 values: &vec![0i8; values],
                 scales: &vec![0f32; scales],
                 offsets: &vec![0i32; offsets],
             };
-            let fit = dots_fit(&vec![0i8; x], &vec![0f32; xs], w, size, &vec![0f32; rows]);
+            let fit = dots_fit(&vec![0i8; x], &vec![0f32; xs], w, size, &vec![0f32; out]);
             assert_eq!(
                 fit, agree,
-                "x {x}, xs {xs}, w {values}/{scales}/{offsets}, cols {cols}, size {size}"
+                "rows {rows}/{group}, x {x}, xs {xs}, w {values}/{scales}/{offsets}, \
+                 cols {cols}, size {size}"
             );
         }
     }
@@ -1153,7 +1141,7 @@ mod tests {
         let x = Rows8::quantize(&values(128, 2), &w);
         let mut out = vec![0f32; 3]; // two rows given, three asked for
         let call = std::panic::catch_unwind(move || {
-            let k = kernel();
+            let k = w.kernel;
             (k.dots)(
                 &k.input(&x.values),
                 &x.scales,
@@ -1186,14 +1174,16 @@ mod tests {
             .iter_mut()
             .enumerate()
             .for_each(|(i, v)| *v = if i % 2 == 0 { 1e30 } else { -1.0 });
-        let m = Matrix8::quantize(&w, 1, cols);
+        let m = Matrix8::quantize_for(PORTABLE, &w, 1, cols);
         assert_eq!(m.scales[0], 0.0);
         assert!(m.values[..32].iter().all(|&q| q == 0));
         assert_eq!(m.values[32], 127);
         assert!(m.values.iter().all(|&q| q != -128));
         let x = Rows8::quantize(&[-1f32; 64], &m);
         assert!(x.values.iter().all(|&q| q == -127));
-        let out = m.product(&x, &[0.0]);
-        assert!(out[0].is_finite() && out[0] < 0.0);
+        for m in [m, Matrix8::quantize(&w, 1, cols)] {
+            let out = m.product(&x, &[0.0]);
+            assert!(out[0].is_finite() && out[0] < 0.0);
+        }
     }
 }

@@ -150,12 +150,14 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
-    /// What names the vectors this model computes: the fingerprint, and `-q8` for
-    /// quantized weights (whose vectors are not the f32 ones).
+    /// What names the vectors this model computes: the fingerprint, and a `-q8` suffix for
+    /// quantized weights (whose vectors are not the f32 ones), with a letter for each
+    /// change of the 8-bit products' arithmetic (`g`: one f32 sum per product, block by
+    /// block), so a node never reads vectors an older build computed otherwise.
     pub fn vectors_id(&self) -> String {
         match self.weights {
             Weights::F32 => self.fingerprint.clone(),
-            Weights::Q8 => format!("{}-q8i", self.fingerprint),
+            Weights::Q8 => format!("{}-q8g", self.fingerprint),
         }
     }
 }
