@@ -311,8 +311,8 @@ impl Rows8 {
 #[derive(Debug, Clone)]
 pub(crate) struct ExactDot {
     codes: Vec<i8>,
-    /// `|code|`, the unsigned side of the SIMD kernels' byte products.
-    magnitudes: Vec<i8>,
+    /// `code + 128` as unsigned bytes, the side VNNI multiplies unsigned.
+    biased: Vec<i8>,
     simd: bool,
 }
 
@@ -325,20 +325,34 @@ impl ExactDot {
         let simd = false;
         Self {
             codes: codes.to_vec(),
-            magnitudes: codes.iter().map(|c| c.unsigned_abs() as i8).collect(),
+            biased: codes.iter().map(|&c| c ^ i8::MIN).collect(),
             simd,
         }
     }
 
     /// `Σ self[i] · other[i]`; `other` has this vector's length and its codes lie within
     /// −127..=127.
+    #[cfg(test)]
     pub(crate) fn dot(&self, other: &[i8]) -> i32 {
-        assert_eq!(other.len(), self.codes.len());
+        let mut out = [0];
+        self.dots(other, &mut out);
+        out[0]
+    }
+
+    /// [`ExactDot::dot`] of each of the vectors laid one after the other in `vectors`, into
+    /// `out` (one per vector).
+    pub(crate) fn dots(&self, vectors: &[i8], out: &mut [i32]) {
+        assert_eq!(vectors.len(), out.len() * self.codes.len());
         #[cfg(target_arch = "x86_64")]
         if self.simd {
-            return simd::exact_dot(&self.codes, &self.magnitudes, other);
+            return simd::exact_dots(&self.codes, &self.biased, vectors, out);
         }
-        exact_dot_portable(&self.codes, other)
+        if self.codes.is_empty() {
+            return out.fill(0);
+        }
+        for (v, out) in vectors.chunks_exact(self.codes.len()).zip(out) {
+            *out = exact_dot_portable(&self.codes, v);
+        }
     }
 }
 
@@ -495,12 +509,12 @@ fn dots_portable(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f
 #[allow(unsafe_code)]
 mod simd {
     use std::arch::x86_64::{
-        __m256i, __m512, __m512i, _mm256_add_epi32, _mm256_dpbusd_epi32, _mm256_loadu_si256,
-        _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_set1_epi16, _mm256_setzero_si256,
-        _mm256_sign_epi8, _mm256_storeu_si256, _mm512_add_ps, _mm512_cvtepi32_ps,
-        _mm512_dpbusd_epi32, _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mask_storeu_ps,
-        _mm512_mul_ps, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512,
-        _mm512_sub_epi32,
+        __m256i, __m512, __m512i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_madd_epi16,
+        _mm256_maddubs_epi16, _mm256_set1_epi16, _mm256_setzero_si256, _mm256_sign_epi8,
+        _mm256_storeu_si256, _mm512_add_ps, _mm512_cvtepi32_ps, _mm512_dpbusd_epi32,
+        _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mask_storeu_ps, _mm512_mul_ps,
+        _mm512_reduce_add_epi32, _mm512_set1_epi32, _mm512_set1_epi8, _mm512_set1_ps,
+        _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32, _mm512_sub_epi32,
     };
 
     use std::arch::x86_64::{
@@ -597,46 +611,47 @@ mod simd {
         }
     }
 
-    /// [`super::ExactDot::dot`] with VNNI: `|a|` times `b` with `a`'s sign, as unsigned by
-    /// signed bytes into 32-bit sums (exact: no value is −128), then the rest one by one.
-    pub(super) fn exact_dot(a: &[i8], magnitudes: &[i8], b: &[i8]) -> i32 {
-        assert!(has_vnni() && a.len() == b.len() && magnitudes.len() == a.len());
-        // SAFETY: the CPU has VNNI, VL and AVX2, and the three slices have one length.
-        unsafe { exact_dot_vnni(a, magnitudes, b) }
+    /// [`super::ExactDot::dots`] with VNNI: per vector `v`, `Σ (a + 128) · v − 128 · Σ v`
+    /// over whole 64-byte chunks (the first as unsigned by signed bytes, the second as ones
+    /// by signed bytes, into 32-bit sums: exact), then the rest one by one.
+    pub(super) fn exact_dots(a: &[i8], biased: &[i8], vectors: &[i8], out: &mut [i32]) {
+        assert!(has_vnni() && biased.len() == a.len() && vectors.len() == out.len() * a.len());
+        // SAFETY: the CPU has VNNI and AVX-512F, and the lengths agree.
+        unsafe { exact_dots_vnni(a, biased, vectors, out) }
     }
 
     /// # Safety
-    /// The CPU has AVX-512 VNNI and VL and AVX2; the slices have one length.
-    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-    unsafe fn exact_dot_vnni(a: &[i8], magnitudes: &[i8], b: &[i8]) -> i32 {
-        let whole = a.len() / CHUNK * CHUNK;
-        let mut sums = [_mm256_setzero_si256(); 2];
-        for (i, c) in (0..whole).step_by(CHUNK).enumerate() {
-            // SAFETY: `c + CHUNK <= whole <= len` for each slice.
-            let (av, mv, bv) = unsafe {
-                (
-                    _mm256_loadu_si256(a.as_ptr().add(c).cast::<__m256i>()),
-                    _mm256_loadu_si256(magnitudes.as_ptr().add(c).cast::<__m256i>()),
-                    _mm256_loadu_si256(b.as_ptr().add(c).cast::<__m256i>()),
-                )
-            };
-            let s = &mut sums[i % 2];
-            *s = _mm256_dpbusd_epi32(*s, mv, _mm256_sign_epi8(bv, av));
+    /// The CPU has AVX-512 VNNI and F; `biased` has `a`'s length and `vectors` holds
+    /// `out.len()` vectors of it.
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    unsafe fn exact_dots_vnni(a: &[i8], biased: &[i8], vectors: &[i8], out: &mut [i32]) {
+        const WIDE: usize = 64;
+        let dim = a.len();
+        let whole = dim / WIDE * WIDE;
+        let ones = _mm512_set1_epi8(1);
+        for (i, out) in out.iter_mut().enumerate() {
+            let v = &vectors[i * dim..][..dim];
+            let (mut products, mut sums) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for c in (0..whole).step_by(WIDE) {
+                // SAFETY: `c + WIDE <= whole <= dim`, the length of `v` and `biased`.
+                let (bv, vv) = unsafe {
+                    (
+                        _mm512_loadu_si512(biased.as_ptr().add(c).cast::<__m512i>()),
+                        _mm512_loadu_si512(v.as_ptr().add(c).cast::<__m512i>()),
+                    )
+                };
+                products = _mm512_dpbusd_epi32(products, bv, vv);
+                sums = _mm512_dpbusd_epi32(sums, ones, vv);
+            }
+            let tail: i32 = a[whole..]
+                .iter()
+                .zip(&v[whole..])
+                .map(|(&x, &y)| i32::from(x) * i32::from(y))
+                .sum();
+            // Each lane: Σ (a + 128) · v − 128 · Σ v of its values, within an i32.
+            let exact = _mm512_sub_epi32(products, _mm512_slli_epi32::<7>(sums));
+            *out = _mm512_reduce_add_epi32(exact) + tail;
         }
-        let mut lanes = [0i32; 8];
-        // SAFETY: `lanes` holds eight i32.
-        unsafe {
-            _mm256_storeu_si256(
-                lanes.as_mut_ptr().cast::<__m256i>(),
-                _mm256_add_epi32(sums[0], sums[1]),
-            )
-        };
-        let tail: i32 = a[whole..]
-            .iter()
-            .zip(&b[whole..])
-            .map(|(&x, &y)| i32::from(x) * i32::from(y))
-            .sum();
-        lanes.iter().sum::<i32>() + tail
     }
 
     /// Whether the CPU multiplies bytes into 32-bit sums in one instruction (AVX-512 VNNI,
@@ -1047,6 +1062,17 @@ mod tests {
                 .sum();
             assert_eq!(exact_dot_portable(&a, &b), want, "portable, {n}");
             assert_eq!(ExactDot::new(&a).dot(&b), want, "chosen, {n}");
+            // Several vectors at once: each gets its own product.
+            let reversed: Vec<i8> = b.iter().rev().copied().collect();
+            let want_reversed: i32 = a
+                .iter()
+                .zip(&reversed)
+                .map(|(&x, &y)| i32::from(x) * i32::from(y))
+                .sum();
+            let three = [b.clone(), reversed, b.clone()].concat();
+            let mut got = [0i32; 3];
+            ExactDot::new(&a).dots(&three, &mut got);
+            assert_eq!(got, [want, want_reversed, want], "three at once, {n}");
         }
     }
 

@@ -38,21 +38,44 @@ impl Rounded {
     }
 }
 
-/// One row's views: their codes one after the other, and a scale each.
-#[derive(Debug, Clone)]
-struct Views {
-    codes: Box<[i8]>,
-    scales: Box<[f32]>,
+/// One row's views where [`Vectors`] holds them: views `first..first + views`.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    /// The row's slot; [`Run::DEAD`] once the row's views were replaced or cleared.
+    slot: u32,
+    first: usize,
+    views: usize,
 }
 
+impl Run {
+    const DEAD: u32 = u32::MAX;
+}
+
+/// Views held below this many are never compacted away (compacting a few costs more than
+/// it frees).
+const COMPACT_FLOOR: usize = 1024;
+
+/// Every row's view vectors, held one after the other in two arrays (codes and scales), so
+/// a scan reads memory in order, with no allocation per row to look up: the scan is bound
+/// by how fast bytes arrive, and scattered rows made it wait for each.
+///
+/// A row's views are a run; replacing them appends a new run and leaves the old one dead,
+/// and once dead views outnumber a quarter of the live ones the arrays are compacted in
+/// order (amortised O(1) per view stored).
 #[derive(Debug, Default)]
 pub(crate) struct Vectors {
     dim: usize,
-    /// The views of each slot (`None`: not embedded).
-    slots: Vec<Option<Views>>,
+    /// `dim` codes per view, run after run.
+    codes: Vec<i8>,
+    /// One scale per view, as `codes`.
+    scales: Vec<f32>,
+    /// The runs in the order they are held.
+    runs: Vec<Run>,
+    /// By slot, the index of its run in `runs` (`None`: not embedded).
+    slots: Vec<Option<usize>>,
     count: usize,
-    /// Views held, for the memory gauge.
-    views: usize,
+    /// Views of live runs.
+    live: usize,
 }
 
 impl Vectors {
@@ -71,31 +94,70 @@ impl Vectors {
             return false;
         }
         self.dim = dim;
-        let rounded: Vec<Rounded> = views.iter().map(|v| Rounded::of(v)).collect();
-        let held = Views {
-            codes: rounded
-                .iter()
-                .flat_map(|r| r.codes.iter().copied())
-                .collect(),
-            scales: rounded.iter().map(|r| r.scale).collect(),
+        self.clear(slot);
+        let run = Run {
+            slot,
+            first: self.scales.len(),
+            views: views.len(),
         };
-        let slot = slot as usize;
-        if self.slots.len() <= slot {
-            self.slots.resize(slot + 1, None);
+        for view in views {
+            let rounded = Rounded::of(view);
+            self.codes.extend_from_slice(&rounded.codes);
+            self.scales.push(rounded.scale);
         }
-        self.views += held.scales.len();
-        match self.slots[slot].replace(held) {
-            Some(old) => self.views -= old.scales.len(),
-            None => self.count += 1,
+        let at = slot as usize;
+        if self.slots.len() <= at {
+            self.slots.resize(at + 1, None);
         }
+        self.slots[at] = Some(self.runs.len());
+        self.runs.push(run);
+        self.live += run.views;
+        self.count += 1;
         true
     }
 
     pub(crate) fn clear(&mut self, slot: u32) {
-        if let Some(old) = self.slots.get_mut(slot as usize).and_then(Option::take) {
-            self.views -= old.scales.len();
-            self.count -= 1;
+        let Some(at) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
+            return;
+        };
+        if let Some(run) = self.runs.get_mut(at) {
+            run.slot = Run::DEAD;
+            self.live -= run.views;
         }
+        self.count -= 1;
+        let dead = self.scales.len() - self.live;
+        if dead > COMPACT_FLOOR.max(self.live / 4) {
+            self.compact();
+        }
+    }
+
+    /// Drops the dead runs' views, keeping the live ones in their order.
+    fn compact(&mut self) {
+        let dim = self.dim;
+        let (mut views, mut runs) = (0, 0);
+        for i in 0..self.runs.len() {
+            let run = self.runs[i];
+            if run.slot == Run::DEAD {
+                continue;
+            }
+            self.codes
+                .copy_within(run.first * dim..(run.first + run.views) * dim, views * dim);
+            self.scales
+                .copy_within(run.first..run.first + run.views, views);
+            self.runs[runs] = Run {
+                first: views,
+                ..run
+            };
+            self.slots[run.slot as usize] = Some(runs);
+            views += run.views;
+            runs += 1;
+        }
+        self.codes.truncate(views * dim);
+        self.scales.truncate(views);
+        self.runs.truncate(runs);
+        self.codes.shrink_to_fit();
+        self.scales.shrink_to_fit();
+        self.runs.shrink_to_fit();
     }
 
     pub(crate) fn has(&self, slot: u32) -> bool {
@@ -105,28 +167,40 @@ impl Vectors {
     /// Cosine of `query` with the closest view of every row, by slot (0 where there is
     /// none), both rounded to 8 bits.
     pub(crate) fn cosines(&self, query: &[f32]) -> Vec<f32> {
+        let mut out = vec![0.0; self.slots.len()];
         if query.len() != self.dim {
-            return vec![0.0; self.slots.len()];
+            return out;
         }
         let query = Rounded::of(query);
         let dot = ExactDot::new(&query.codes);
-        self.slots
-            .iter()
-            .map(|views| match views {
-                Some(views) => views
-                    .codes
-                    .chunks_exact(self.dim)
-                    .zip(views.scales.iter())
-                    .map(|(codes, scale)| dot.dot(codes) as f32 * (query.scale * scale))
-                    .fold(f32::NEG_INFINITY, f32::max),
-                None => 0.0,
-            })
-            .collect()
+        let mut dots = Vec::new();
+        for run in &self.runs {
+            if run.slot == Run::DEAD {
+                continue;
+            }
+            let scales = &self.scales[run.first..run.first + run.views];
+            dots.resize(run.views, 0);
+            dot.dots(
+                &self.codes[run.first * self.dim..][..run.views * self.dim],
+                &mut dots,
+            );
+            out[run.slot as usize] = dots
+                .iter()
+                .zip(scales)
+                .map(|(&dot, scale)| dot as f32 * (query.scale * scale))
+                .fold(f32::NEG_INFINITY, f32::max);
+        }
+        out
     }
 
+    /// Bytes held: every view's codes and scale, the dead ones not yet compacted away
+    /// included, and the tables of runs and slots.
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.views * (self.dim + std::mem::size_of::<f32>())
-            + self.slots.capacity() * std::mem::size_of::<Option<Views>>()
+        use std::mem::size_of;
+        self.codes.len()
+            + self.scales.len() * size_of::<f32>()
+            + self.runs.len() * size_of::<Run>()
+            + self.slots.len() * size_of::<Option<usize>>()
     }
 }
 
@@ -155,14 +229,8 @@ mod tests {
     fn replacing_and_clearing_a_rows_views_keeps_the_counts() {
         let mut vectors = Vectors::default();
         vectors.set(0, &[&[1.0, 0.0], &[0.0, 1.0]]);
-        let two = vectors.memory_bytes();
         vectors.set(0, &[&[1.0, 0.0]]);
         assert_eq!(vectors.len(), 1);
-        assert_eq!(
-            two - vectors.memory_bytes(),
-            6,
-            "one view: two codes and a scale"
-        );
         assert!(close(&vectors.cosines(&[0.0, 1.0]), &[0.0]));
         vectors.clear(0);
         vectors.clear(0);
@@ -258,19 +326,74 @@ mod tests {
     }
 
     #[test]
-    fn the_memory_gauge_follows_the_views_held() {
+    fn the_memory_gauge_counts_every_view_held_and_replaced_views_are_given_back() {
+        use std::mem::size_of;
         let mut vectors = Vectors::default();
         vectors.set(0, &[&[1.0, 0.0]]);
-        let one = vectors.memory_bytes();
-        vectors.set(0, &[&[1.0, 0.0], &[0.0, 1.0]]);
-        assert_eq!(
-            vectors.memory_bytes() - one,
-            6,
-            "a second view: two codes and a scale"
-        );
+        let table = size_of::<Run>() + size_of::<Option<usize>>();
+        assert_eq!(vectors.memory_bytes(), 2 + 4 + table, "two codes, a scale");
+        // A row replaced again and again: its old views wait to be compacted away, never
+        // more than the floor of them.
+        for _ in 0..5_000 {
+            assert!(vectors.set(0, &[&[1.0, 0.0], &[0.0, 1.0]]));
+            let held = vectors.scales.len();
+            assert!(held <= COMPACT_FLOOR + 4, "{held} views held");
+            assert_eq!(
+                vectors.memory_bytes(),
+                held * 6 + vectors.runs.len() * size_of::<Run>() + size_of::<Option<usize>>()
+            );
+        }
         vectors.clear(0);
-        assert_eq!(one - vectors.memory_bytes(), 6, "nothing held but the slot");
-        vectors.set(0, &[&[1.0, 0.0]]);
-        assert_eq!(vectors.memory_bytes(), one);
+        assert_eq!(vectors.len(), 0);
+    }
+
+    #[test]
+    fn rows_replaced_and_cleared_in_any_order_keep_their_own_cosines() {
+        // Rows of one to three views, replaced and cleared at random until the arrays have
+        // been compacted several times: every row left scores as it does in a store that
+        // only ever held it.
+        let pool = unit_vectors(64, 16, 3);
+        let mut state = 11u64;
+        let mut next = |n: u64| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) % n
+        };
+        let mut vectors = Vectors::default();
+        let mut held: Vec<Option<Vec<usize>>> = vec![None; 300];
+        let mut compactions = 0;
+        for _ in 0..20_000 {
+            let slot = next(300) as usize;
+            let before = vectors.scales.len();
+            if next(5) == 0 {
+                vectors.clear(slot as u32);
+                held[slot] = None;
+            } else {
+                let views: Vec<usize> = (0..=next(3)).map(|_| next(64) as usize).collect();
+                let refs: Vec<&[f32]> = views.iter().map(|&v| &pool[v][..]).collect();
+                assert!(vectors.set(slot as u32, &refs));
+                held[slot] = Some(views);
+            }
+            compactions += usize::from(vectors.scales.len() < before);
+        }
+        assert!(compactions >= 3, "{compactions} compactions");
+        let mut fresh = Vectors::default();
+        for (slot, views) in held.iter().enumerate() {
+            if let Some(views) = views {
+                let refs: Vec<&[f32]> = views.iter().map(|&v| &pool[v][..]).collect();
+                fresh.set(slot as u32, &refs);
+            }
+        }
+        assert_eq!(vectors.len(), fresh.len());
+        for (slot, views) in held.iter().enumerate() {
+            assert_eq!(vectors.has(slot as u32), views.is_some(), "slot {slot}");
+        }
+        for query in unit_vectors(5, 16, 9) {
+            let (got, want) = (vectors.cosines(&query), fresh.cosines(&query));
+            let bits = |v: &[f32]| v.iter().map(|c| c.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got[..want.len()]), bits(&want));
+            assert!(got[want.len()..].iter().all(|&c| c == 0.0));
+        }
     }
 }
