@@ -76,6 +76,8 @@ pub(crate) struct Vectors {
     count: usize,
     /// Views of live runs.
     live: usize,
+    /// Compactions so far.
+    compactions: u64,
 }
 
 impl Vectors {
@@ -158,6 +160,7 @@ impl Vectors {
         self.codes.shrink_to_fit();
         self.scales.shrink_to_fit();
         self.runs.shrink_to_fit();
+        self.compactions += 1;
     }
 
     pub(crate) fn has(&self, slot: u32) -> bool {
@@ -345,6 +348,32 @@ mod tests {
         }
         vectors.clear(0);
         assert_eq!(vectors.len(), 0);
+    }
+
+    #[test]
+    fn compaction_waits_for_a_quarter_of_the_live_views_to_be_dead() {
+        // 3,000 rows of two views (6,000 live, a quarter is 1,500: above the floor), each
+        // replaced in turn 20,000 times: 40,000 views die, so compacting only once more
+        // than 1,500 are dead does it at most 40,000 / 1,501 times, and never lets more
+        // than 1,500 (and the row being replaced) wait.
+        let pool = unit_vectors(2, 8, 5);
+        let views: [&[f32]; 2] = [&pool[0], &pool[1]];
+        let mut vectors = Vectors::default();
+        for slot in 0..3_000 {
+            vectors.set(slot, &views);
+        }
+        for i in 0..20_000u32 {
+            vectors.set(i % 3_000, &views);
+            let dead = vectors.scales.len() - vectors.live;
+            assert!(dead <= 1_500, "{dead} dead views after {i} replacements");
+        }
+        assert_eq!(vectors.live, 6_000);
+        let most = 40_000 / 1_501;
+        assert!(
+            (1..=most).contains(&vectors.compactions),
+            "{} compactions",
+            vectors.compactions
+        );
     }
 
     #[test]
