@@ -4,7 +4,7 @@
 //! ```text
 //!  ids ─► word + position + token-type embeddings ─► LayerNorm
 //!      ─► N × [ self-attention ─► add & LayerNorm ─► GELU feed-forward ─► add & LayerNorm ]
-//!      ─► mean of the unpadded positions ─► L2 normalised sentence vector
+//!      ─► mean of the unpadded positions (or the [CLS] state) ─► L2 normalised sentence vector
 //! ```
 //!
 //! Weights are read by the names Hugging Face's `BertModel` writes
@@ -403,17 +403,35 @@ impl Layer {
     }
 }
 
-/// The encoder: embeddings and layers, no pooler (sentence vectors are mean-pooled).
+/// How a sentence's vector is taken from its tokens' last hidden states (what the model was
+/// trained with: sentence-transformers' `1_Pooling/config.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pooling {
+    /// The mean over the sentence's tokens (MiniLM, gte, e5).
+    #[default]
+    Mean,
+    /// The first token's state, the one of `[CLS]` (bge).
+    Cls,
+}
+
+/// The encoder: embeddings and layers, no pooler layer (sentence vectors are pooled as
+/// [`Pooling`] says, then L2-normalised).
 pub struct Bert {
     embeddings: Embeddings,
     layers: Vec<Layer>,
+    pooling: Pooling,
     device: Device,
 }
 
 impl Bert {
     /// Builds the encoder from safetensors bytes, its linear layers in `kind` (embeddings
     /// and LayerNorms stay in f32 either way).
-    pub fn load(weights: Vec<u8>, config: &BertConfig, kind: Weights) -> candle_core::Result<Self> {
+    pub fn load(
+        weights: Vec<u8>,
+        config: &BertConfig,
+        kind: Weights,
+        pooling: Pooling,
+    ) -> candle_core::Result<Self> {
         let device = Device::Cpu;
         let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)?;
         let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
@@ -428,11 +446,12 @@ impl Bert {
         Ok(Self {
             embeddings,
             layers,
+            pooling,
             device,
         })
     }
 
-    /// Mean-pooled, L2-normalised vectors of token sequences, run together without padding:
+    /// Pooled, L2-normalised vectors of token sequences, run together without padding:
     /// each sequence's vector is the one it gets run alone (see [`Layer::forward_flat`]).
     pub fn sequence_vectors(&self, sequences: &[Vec<u32>]) -> candle_core::Result<Vec<Vec<f32>>> {
         let lengths: Vec<usize> = sequences.iter().map(Vec::len).collect();
@@ -454,15 +473,18 @@ impl Bert {
         let mut out = Vec::with_capacity(lengths.len());
         let mut start = 0;
         for &len in &lengths {
-            let mean = (x.narrow(0, start, len)?.sum(0)? / len as f64)?;
-            let norm = mean.sqr()?.sum_all()?.sqrt()?.clamp(1e-12, f64::MAX)?;
-            out.push(mean.broadcast_div(&norm)?.to_vec1::<f32>()?);
+            let pooled = match self.pooling {
+                Pooling::Mean => (x.narrow(0, start, len)?.sum(0)? / len as f64)?,
+                Pooling::Cls => x.get(start)?,
+            };
+            let norm = pooled.sqr()?.sum_all()?.sqrt()?.clamp(1e-12, f64::MAX)?;
+            out.push(pooled.broadcast_div(&norm)?.to_vec1::<f32>()?);
             start += len;
         }
         Ok(out)
     }
 
-    /// Mean-pooled, L2-normalised vectors of a padded batch: `ids` and `mask` are
+    /// Pooled, L2-normalised vectors of a padded batch: `ids` and `mask` are
     /// `batch × len`, row-major, `mask` 1 for a real token and 0 for padding.
     pub fn sentence_vectors(
         &self,
@@ -483,16 +505,22 @@ impl Bert {
         for layer in &self.layers {
             x = layer.forward(&x, &bias)?;
         }
-        let weights = mask.unsqueeze(2)?; // [batch, len, 1]
-        let summed = x.broadcast_mul(&weights)?.sum(1)?; // [batch, hidden]
-        let counts = weights.sum(1)?.clamp(1e-9, f64::MAX)?; // [batch, 1]
-        let mean = summed.broadcast_div(&counts)?;
-        let norms = mean
+        let pooled = match self.pooling {
+            Pooling::Mean => {
+                let weights = mask.unsqueeze(2)?; // [batch, len, 1]
+                let summed = x.broadcast_mul(&weights)?.sum(1)?; // [batch, hidden]
+                let counts = weights.sum(1)?.clamp(1e-9, f64::MAX)?; // [batch, 1]
+                summed.broadcast_div(&counts)?
+            }
+            // Padding is at the end, so every sequence's first token is its own.
+            Pooling::Cls => x.narrow(1, 0, 1)?.squeeze(1)?,
+        };
+        let norms = pooled
             .sqr()?
             .sum_keepdim(D::Minus1)?
             .sqrt()?
             .clamp(1e-12, f64::MAX)?;
-        mean.broadcast_div(&norms)?.to_vec2::<f32>()
+        pooled.broadcast_div(&norms)?.to_vec2::<f32>()
     }
 }
 

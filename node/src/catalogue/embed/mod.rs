@@ -3,7 +3,8 @@
 //!
 //! A model folder is what sentence-transformers writes: `config.json`, `tokenizer.json`,
 //! `model.safetensors`, optionally `sentence_bert_config.json` (the input length) and
-//! `1_Pooling/config.json` (which must ask for mean pooling).
+//! `1_Pooling/config.json` (mean pooling, or the `[CLS]` token's) and
+//! `config_sentence_transformers.json` (the prompts put before queries and documents).
 //!
 //! Rows are embedded with the full model. Queries are embedded one of two ways
 //! ([`QueryMode`]):
@@ -36,8 +37,8 @@ use sha2::{Digest, Sha256};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 use utoipa::ToSchema;
 
-use bert::Bert;
 pub use bert::BertConfig;
+use bert::{Bert, Pooling};
 
 /// File name of the distilled token vectors inside a model folder.
 pub const STATIC_FILE: &str = "static-vectors.safetensors";
@@ -167,6 +168,8 @@ pub struct Embedder {
     bert: Bert,
     tokenizer: Tokenizer,
     info: ModelInfo,
+    /// What goes before a query's and a row's text (the model's own prompts).
+    prompts: Prompts,
     /// Distilled token vectors, `vocab × dimensions` (static query mode only).
     token_vectors: Option<Vec<f32>>,
     queries: Mutex<Lru>,
@@ -185,6 +188,99 @@ fn read(path: &Path) -> Result<Vec<u8>, EmbedError> {
         path: path.to_owned(),
         source,
     })
+}
+
+/// The model folder's sentence-transformers settings, with the prompts it was trained to
+/// see before queries and documents.
+const PROMPTS_FILE: &str = "config_sentence_transformers.json";
+
+/// How the model pools its tokens: `1_Pooling/config.json` if the folder has one (mean
+/// pooling otherwise, as MiniLM's folders always had).
+fn read_pooling(path: &Path) -> Result<Pooling, EmbedError> {
+    if !path.is_file() {
+        return Ok(Pooling::Mean);
+    }
+    let value: serde_json::Value =
+        serde_json::from_slice(&read(path)?).map_err(|e| invalid(path, e))?;
+    let on = |mode: &str| value.get(mode) == Some(&serde_json::Value::Bool(true));
+    if value.get("include_prompt") == Some(&serde_json::Value::Bool(false)) {
+        return Err(invalid(
+            path,
+            "pooling that leaves the prompt's tokens out (include_prompt: false) is not supported",
+        ));
+    }
+    let others = [
+        "pooling_mode_max_tokens",
+        "pooling_mode_mean_sqrt_len_tokens",
+        "pooling_mode_weightedmean_tokens",
+        "pooling_mode_lasttoken",
+    ];
+    match (on("pooling_mode_mean_tokens"), on("pooling_mode_cls_token")) {
+        _ if others.iter().any(|m| on(m)) => {}
+        (true, false) => return Ok(Pooling::Mean),
+        (false, true) => return Ok(Pooling::Cls),
+        _ => {}
+    }
+    Err(invalid(
+        path,
+        "only mean pooling (pooling_mode_mean_tokens) or the [CLS] token's \
+         (pooling_mode_cls_token), one of them alone, is supported",
+    ))
+}
+
+/// Text a model was trained to see before queries and documents (e5's `query: ` and
+/// `passage: `), from the `prompts` of `config_sentence_transformers.json`: `query`, and
+/// `document` or `passage`. Absent, nothing is added.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Prompts {
+    query: String,
+    document: String,
+}
+
+impl Prompts {
+    fn read(path: &Path) -> Result<Self, EmbedError> {
+        if !path.is_file() {
+            return Ok(Self::default());
+        }
+        let value: serde_json::Value =
+            serde_json::from_slice(&read(path)?).map_err(|e| invalid(path, e))?;
+        let prompt = |names: &[&str]| -> Result<String, EmbedError> {
+            for name in names {
+                match value.get("prompts").and_then(|p| p.get(*name)) {
+                    None | Some(serde_json::Value::Null) => continue,
+                    Some(serde_json::Value::String(s)) => return Ok(s.clone()),
+                    Some(_) => {
+                        return Err(invalid(path, format!("prompts.{name} is not a string")))
+                    }
+                }
+            }
+            Ok(String::new())
+        };
+        Ok(Self {
+            query: prompt(&["query"])?,
+            document: prompt(&["document", "passage"])?,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.query.is_empty() && self.document.is_empty()
+    }
+
+    fn query<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        Self::prefixed(&self.query, text)
+    }
+
+    fn document(&self, text: &str) -> String {
+        Self::prefixed(&self.document, text).into_owned()
+    }
+
+    fn prefixed<'t>(prompt: &str, text: &'t str) -> std::borrow::Cow<'t, str> {
+        if prompt.is_empty() {
+            std::borrow::Cow::Borrowed(text)
+        } else {
+            std::borrow::Cow::Owned(format!("{prompt}{text}"))
+        }
+    }
 }
 
 fn invalid(path: &Path, message: impl std::fmt::Display) -> EmbedError {
@@ -209,17 +305,8 @@ impl Embedder {
             serde_json::from_slice(&config_bytes).map_err(|e| invalid(&config_path, e))?;
         config.check().map_err(|e| invalid(&config_path, e))?;
 
-        let pooling = dir.join("1_Pooling").join("config.json");
-        if pooling.is_file() {
-            let value: serde_json::Value =
-                serde_json::from_slice(&read(&pooling)?).map_err(|e| invalid(&pooling, e))?;
-            if value.get("pooling_mode_mean_tokens") != Some(&serde_json::Value::Bool(true)) {
-                return Err(invalid(
-                    &pooling,
-                    "only mean pooling is supported (pooling_mode_mean_tokens: true)",
-                ));
-            }
-        }
+        let pooling = read_pooling(&dir.join("1_Pooling").join("config.json"))?;
+        let prompts = Prompts::read(&dir.join(PROMPTS_FILE))?;
         let mut max_len = config.max_position_embeddings;
         let st_config = dir.join("sentence_bert_config.json");
         if st_config.is_file() {
@@ -252,9 +339,20 @@ impl Embedder {
             hash.update((part.len() as u64).to_be_bytes());
             hash.update(part);
         }
+        // What else changes the vectors, hashed only where it is not the default, so a mean-
+        // pooled model without prompts (MiniLM) keeps the fingerprint it always had.
+        if pooling == Pooling::Cls {
+            hash.update(b"pooling: cls");
+        }
+        if !prompts.is_empty() {
+            for prompt in [&prompts.query, &prompts.document] {
+                hash.update((prompt.len() as u64).to_be_bytes());
+                hash.update(prompt.as_bytes());
+            }
+        }
         let fingerprint = hex::encode(&hash.finalize()[..8]);
-        let bert =
-            Bert::load(weight_bytes, &config, weights).map_err(|e| invalid(&weights_path, e))?;
+        let bert = Bert::load(weight_bytes, &config, weights, pooling)
+            .map_err(|e| invalid(&weights_path, e))?;
 
         let name = dir
             .canonicalize()
@@ -271,6 +369,7 @@ impl Embedder {
                 query,
                 weights,
             },
+            prompts,
             token_vectors: None,
             queries: Mutex::new(Lru::new(QUERY_CACHE)),
         };
@@ -297,7 +396,11 @@ impl Embedder {
         order.sort_by_key(|&i| texts[i].len());
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
         for chunk in order.chunks(BATCH) {
-            let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
+            let prompted: Vec<String> = chunk
+                .iter()
+                .map(|&i| self.prompts.document(texts[i]))
+                .collect();
+            let batch: Vec<&str> = prompted.iter().map(String::as_str).collect();
             for (&i, v) in chunk.iter().zip(self.run(&batch)?) {
                 out[i] = v;
             }
@@ -377,7 +480,7 @@ impl Embedder {
             .map(|text| {
                 let encoding = self
                     .tokenizer
-                    .encode(*text, true)
+                    .encode(self.prompts.query(text), true)
                     .map_err(|e| EmbedError::Run(e.to_string()))?;
                 Ok(encoding
                     .get_ids()
@@ -724,6 +827,98 @@ mod tests {
         assert_ne!(&*other.embed_query("weather forecast").unwrap(), &*v);
     }
 
+    fn pooled_by(dir: &Path, pooling: &str) {
+        std::fs::write(dir.join("1_Pooling").join("config.json"), pooling).unwrap();
+    }
+
+    #[test]
+    fn a_cls_pooled_model_takes_the_first_tokens_state_batched_or_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        tiny(dir.path());
+        let texts = ["weather forecast", "pay the invoice today", "forecast"];
+        let mean = Embedder::load(dir.path(), QueryMode::Model).unwrap();
+        pooled_by(
+            dir.path(),
+            r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#,
+        );
+        let cls = Embedder::load(dir.path(), QueryMode::Model).unwrap();
+        assert_ne!(
+            cls.info().fingerprint,
+            mean.info().fingerprint,
+            "nodes pooling otherwise must not count as ranking alike"
+        );
+        let documents = cls.embed_documents(&texts).unwrap();
+        for (text, document) in texts.iter().zip(&documents) {
+            assert!((norm(document) - 1.0).abs() < 1e-4);
+            // A padded batch and a query run alone pool the same token.
+            let alone = cls.embed_query(text).unwrap();
+            let drift: f32 = alone.iter().zip(document).map(|(a, b)| (a - b).abs()).sum();
+            assert!(drift < 1e-3, "{text}: batch and alone differ by {drift}");
+            let pooled_otherwise = &mean.embed_documents(&[text]).unwrap()[0];
+            assert!(
+                dot(document, pooled_otherwise) < 0.999,
+                "{text}: mean-pooled"
+            );
+        }
+        // The [CLS] state sees the whole sentence: texts that share their first word differ.
+        let same_start = dot(&documents[0], &documents[2]);
+        assert!(same_start < 0.999_99, "{same_start}");
+    }
+
+    #[test]
+    fn a_models_prompts_go_before_queries_and_documents() {
+        let dir = tempfile::tempdir().unwrap();
+        tiny(dir.path());
+        let plain = Embedder::load(dir.path(), QueryMode::Model).unwrap();
+        std::fs::write(
+            dir.path().join(PROMPTS_FILE),
+            r#"{"prompts": {"query": "weather ", "passage": "invoice "}, "default_prompt_name": null}"#,
+        )
+        .unwrap();
+        let prompted = Embedder::load(dir.path(), QueryMode::Model).unwrap();
+        assert_ne!(prompted.info().fingerprint, plain.info().fingerprint);
+        let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-4);
+        let query = prompted.embed_query("pay").unwrap();
+        assert!(close(&query, &plain.embed_query("weather pay").unwrap()));
+        assert!(!close(&query, &plain.embed_query("pay").unwrap()));
+        let document = &prompted.embed_documents(&["pay"]).unwrap()[0];
+        assert!(close(
+            document,
+            &plain.embed_documents(&["invoice pay"]).unwrap()[0]
+        ));
+        // `document` is taken before `passage`.
+        std::fs::write(
+            dir.path().join(PROMPTS_FILE),
+            r#"{"prompts": {"document": "forecast ", "passage": "invoice "}}"#,
+        )
+        .unwrap();
+        let documents = Embedder::load(dir.path(), QueryMode::Model).unwrap();
+        assert!(close(
+            &documents.embed_documents(&["pay"]).unwrap()[0],
+            &plain.embed_documents(&["forecast pay"]).unwrap()[0]
+        ));
+        assert!(close(
+            &documents.embed_query("pay").unwrap(),
+            &plain.embed_query("pay").unwrap()
+        ));
+        // A file without prompts changes nothing, the fingerprint included.
+        std::fs::write(dir.path().join(PROMPTS_FILE), r#"{"prompts": {}}"#).unwrap();
+        let none = Embedder::load(dir.path(), QueryMode::Model).unwrap();
+        assert_eq!(none.info().fingerprint, plain.info().fingerprint);
+        std::fs::write(
+            dir.path().join(PROMPTS_FILE),
+            r#"{"prompts": {"query": 3}}"#,
+        )
+        .unwrap();
+        let err = Embedder::load(dir.path(), QueryMode::Model)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(PROMPTS_FILE) && err.contains("prompts.query"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn an_unusable_folder_is_refused_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
@@ -732,15 +927,22 @@ mod tests {
             .to_string();
         assert!(err.contains("config.json"), "{err}");
         tiny(dir.path());
-        std::fs::write(
-            dir.path().join("1_Pooling").join("config.json"),
-            r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#,
-        )
-        .unwrap();
-        let err = Embedder::load(dir.path(), QueryMode::Model)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("mean pooling"), "{err}");
+        for pooling in [
+            r#"{"pooling_mode_max_tokens": true, "pooling_mode_mean_tokens": false}"#,
+            r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": true}"#,
+            r#"{"pooling_mode_mean_tokens": true, "pooling_mode_lasttoken": true}"#,
+            r#"{}"#,
+            r#"{"pooling_mode_mean_tokens": true, "include_prompt": false}"#,
+        ] {
+            pooled_by(dir.path(), pooling);
+            let err = Embedder::load(dir.path(), QueryMode::Model)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("1_Pooling") && err.contains("supported"),
+                "{pooling}: {err}"
+            );
+        }
         tiny(dir.path());
         std::fs::write(dir.path().join("model.safetensors"), b"not weights").unwrap();
         let err = Embedder::load(dir.path(), QueryMode::Model)
