@@ -832,6 +832,28 @@ mod tests {
     }
 
     #[test]
+    fn a_mean_pooled_model_without_prompts_is_fingerprinted_by_its_three_files() {
+        // Nodes of a release before pooling and prompts were read must keep counting a
+        // MiniLM folder as the same model (and its stored vectors as current).
+        let dir = tempfile::tempdir().unwrap();
+        tiny(dir.path());
+        std::fs::write(
+            dir.path().join(PROMPTS_FILE),
+            r#"{"__version__": {"sentence_transformers": "2.0.0"}}"#,
+        )
+        .unwrap();
+        let mut hash = Sha256::new();
+        for file in ["config.json", "tokenizer.json", "model.safetensors"] {
+            let bytes = std::fs::read(dir.path().join(file)).unwrap();
+            hash.update((bytes.len() as u64).to_be_bytes());
+            hash.update(&bytes);
+        }
+        let want = hex::encode(&hash.finalize()[..8]);
+        let model = Embedder::load(dir.path(), QueryMode::Model).unwrap();
+        assert_eq!(model.info().fingerprint, want);
+    }
+
+    #[test]
     fn a_cls_pooled_model_takes_the_first_tokens_state_batched_or_alone() {
         let dir = tempfile::tempdir().unwrap();
         tiny(dir.path());
@@ -893,6 +915,7 @@ mod tests {
         )
         .unwrap();
         let documents = Embedder::load(dir.path(), QueryMode::Model).unwrap();
+        assert_ne!(documents.info().fingerprint, plain.info().fingerprint);
         assert!(close(
             &documents.embed_documents(&["pay"]).unwrap()[0],
             &plain.embed_documents(&["forecast pay"]).unwrap()[0]
