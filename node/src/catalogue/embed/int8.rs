@@ -27,8 +27,11 @@
 //! `dpbusd` adds the products of four input values with each of the 16 rows into its own
 //! lane (the input's four bytes broadcast). Each lane is one output, so a block ends with
 //! one vector of 16 integers to scale, and no sum across lanes. It takes tiles of 4 input
-//! rows by 32 weight rows, so each register of weights loaded serves four inputs. The other
-//! kernels read weights row by row.
+//! rows by 32 weight rows, so each register of weights loaded serves four inputs. The AVX2
+//! kernel keeps the same layout, a group's 16 rows in two 256-bit registers: without
+//! `dpbusd`, four values take a sign, a `maddubs` and a `madd` per register, but still no sum
+//! across lanes (which cost it as much as its products when it read weights row by row).
+//! The portable kernel reads weights row by row.
 //!
 //! A large product is shared out over rayon's threads by runs of weight rows, a few per
 //! thread. Ask runners run on rayon's threads themselves (see `semantic`), so when the
@@ -38,7 +41,7 @@
 
 /// Values sharing one scale, largest first: a row takes the first that divides its length.
 const BLOCKS: [usize; 2] = [128, 32];
-/// Values one AVX2 instruction multiplies (32 bytes); a block is whole chunks.
+/// A block is whole chunks of this many values.
 const CHUNK: usize = 32;
 /// Weight rows the VNNI kernel interleaves (the 16 i32 lanes of a 512-bit register); runs
 /// of a product shared over threads are whole groups.
@@ -509,12 +512,14 @@ fn dots_portable(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f
 #[allow(unsafe_code)]
 mod simd {
     use std::arch::x86_64::{
-        __m256i, __m512, __m512i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_madd_epi16,
-        _mm256_maddubs_epi16, _mm256_set1_epi16, _mm256_setzero_si256, _mm256_sign_epi8,
-        _mm256_storeu_si256, _mm512_add_ps, _mm512_cvtepi32_ps, _mm512_dpbusd_epi32,
-        _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mask_storeu_ps, _mm512_mul_ps,
-        _mm512_reduce_add_epi32, _mm512_set1_epi32, _mm512_set1_epi8, _mm512_set1_ps,
-        _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32, _mm512_sub_epi32,
+        __m256, __m256i, __m512, __m512i, _mm256_add_epi32, _mm256_add_ps, _mm256_cvtepi32_ps,
+        _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
+        _mm256_mul_ps, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps,
+        _mm256_setzero_si256, _mm256_sign_epi8, _mm256_storeu_ps, _mm512_add_ps,
+        _mm512_cvtepi32_ps, _mm512_dpbusd_epi32, _mm512_loadu_ps, _mm512_loadu_si512,
+        _mm512_mask_storeu_ps, _mm512_mul_ps, _mm512_reduce_add_epi32, _mm512_set1_epi32,
+        _mm512_set1_epi8, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512,
+        _mm512_slli_epi32, _mm512_sub_epi32,
     };
 
     use std::arch::x86_64::{
@@ -523,13 +528,17 @@ mod simd {
         _mm_storeu_si128,
     };
 
-    use super::{add_block, dots_fit, Kernel, Weights, CHUNK, GROUP, MAX};
+    use super::{dots_fit, Kernel, Weights, GROUP, MAX};
 
     pub(super) const AVX2: Kernel = Kernel {
         dots: dots_avx2,
         biased: false,
-        group: 1,
+        group: GROUP,
     };
+
+    /// Input rows of the AVX2 kernel's tile: 8 integer sums (a group's 16 rows are two
+    /// registers), 2 loaded weight registers and 3 temporaries in AVX2's 16 registers.
+    const AVX2_INPUTS: usize = 4;
 
     pub(super) const VNNI: Kernel = Kernel {
         dots: dots_vnni,
@@ -665,52 +674,111 @@ mod simd {
 
     /// [`super::dots_portable`] with AVX2; only chosen once the CPU is known to have it.
     fn dots_avx2(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f32]) {
+        const K: usize = AVX2_INPUTS;
         assert!(
             std::arch::is_x86_feature_detected!("avx2")
-                && w.group == 1
+                && w.group == GROUP
                 && dots_fit(x, xs, w, size, out)
         );
-        // SAFETY: the CPU has AVX2, and `dots_fit` checked the lengths read within.
-        unsafe { avx2(x, xs, w, size, out) }
+        let n = x.len() / w.cols;
+        let whole_n = n / K * K;
+        // SAFETY: the CPU has AVX2, `dots_fit` checked the lengths, and every call's tile
+        // lies within the `n` input rows and the stored groups.
+        unsafe {
+            for g in 0..w.rows.div_ceil(GROUP) {
+                for r in (0..whole_n).step_by(K) {
+                    avx2::<K>(x, xs, w, size, out, r, g);
+                }
+                for r in whole_n..n {
+                    avx2::<1>(x, xs, w, size, out, r, g);
+                }
+            }
+        }
     }
 
+    /// The products of input rows `r..r + K` with the 16 weight rows of group `g`, held in
+    /// two registers of eight: per four input values, |x| (broadcast) times each row's
+    /// four values with x's signs, summed in pairs then in fours into the row's own lane
+    /// (no value is −128, so a pair stays within an i16); then the block's step
+    /// ([`super::add_block`]) on eight rows at once.
+    ///
     /// # Safety
-    /// The CPU has AVX2, the arguments pass [`dots_fit`], and the weights are row-major.
+    /// The CPU has AVX2, the arguments pass [`dots_fit`] with weights interleaved by
+    /// [`GROUP`], and `r + K` and `g + 1` are at most the input rows and the stored groups.
     #[target_feature(enable = "avx2")]
-    unsafe fn avx2(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f32]) {
+    unsafe fn avx2<const K: usize>(
+        x: &[i8],
+        xs: &[f32],
+        w: Weights<'_>,
+        size: usize,
+        out: &mut [f32],
+        r: usize,
+        g: usize,
+    ) {
+        const HALF: usize = GROUP / 2;
         let ones = _mm256_set1_epi16(1);
         let cols = w.cols;
         let blocks = cols / size;
-        let m = w.rows;
-        for (i, out) in out.iter_mut().enumerate() {
-            let (r, j) = (i / m, i % m);
-            let mut acc = 0f32;
-            for b in 0..blocks {
-                let mut sums = _mm256_setzero_si256();
-                for c in (b * size..(b + 1) * size).step_by(CHUNK) {
-                    // SAFETY: input row `r`, weight row `j` and column `c + CHUNK` lie
-                    // within `x` and the weights (`dots_fit`); unaligned loads are allowed.
-                    let (xv, wv) = unsafe {
-                        (
-                            _mm256_loadu_si256(x.as_ptr().add(r * cols + c).cast::<__m256i>()),
-                            _mm256_loadu_si256(
-                                w.values.as_ptr().add(j * cols + c).cast::<__m256i>(),
-                            ),
-                        )
+        let mut acc: [[__m256; 2]; K] = [[_mm256_setzero_ps(); 2]; K];
+        for b in 0..blocks {
+            let mut sums = [[_mm256_setzero_si256(); 2]; K];
+            for q in (b * size / 4)..((b + 1) * size / 4) {
+                // SAFETY: group `g` holds `cols / 4` runs of 64 bytes (four values of its
+                // 16 rows) within the weights (`dots_fit`, the caller's bound).
+                let wv = unsafe {
+                    let at = w.values.as_ptr().add((g * cols / 4 + q) * 4 * GROUP);
+                    [
+                        _mm256_loadu_si256(at.cast::<__m256i>()),
+                        _mm256_loadu_si256(at.add(4 * HALF).cast::<__m256i>()),
+                    ]
+                };
+                for (k, sums) in sums.iter_mut().enumerate() {
+                    // SAFETY: values `4q..4q + 4` of input row `r + k` lie within `x`.
+                    let four = unsafe {
+                        x.as_ptr()
+                            .add((r + k) * cols + 4 * q)
+                            .cast::<i32>()
+                            .read_unaligned()
                     };
-                    // |x| · (w with x's sign) = x · w, as unsigned × signed bytes summed
-                    // in pairs (within an i16: no value is -128), then in fours.
-                    let pairs =
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
-                    sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, ones));
+                    let xv = _mm256_set1_epi32(four);
+                    let magnitude = _mm256_sign_epi8(xv, xv);
+                    for (sum, wv) in sums.iter_mut().zip(wv) {
+                        let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(wv, xv));
+                        *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
+                    }
                 }
-                let mut lanes = [0i32; 8];
-                // SAFETY: `lanes` holds eight i32.
-                unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), sums) };
-                let sum = lanes.iter().sum::<i32>();
-                acc = add_block(acc, sum, xs[r * blocks + b], w.scales[j * blocks + b]);
             }
-            *out = acc;
+            let at = (g * blocks + b) * GROUP;
+            // SAFETY: block `b` of group `g` has 16 scales within `w.scales` (`dots_fit`).
+            let ws = unsafe {
+                [
+                    _mm256_loadu_ps(w.scales.as_ptr().add(at)),
+                    _mm256_loadu_ps(w.scales.as_ptr().add(at + HALF)),
+                ]
+            };
+            for (k, (acc, sums)) in acc.iter_mut().zip(&sums).enumerate() {
+                let input_scale = _mm256_set1_ps(xs[(r + k) * blocks + b]);
+                for ((acc, sum), ws) in acc.iter_mut().zip(sums).zip(ws) {
+                    // acc + sum · (xs · ws), lane by lane, each step rounded.
+                    let scale = _mm256_mul_ps(input_scale, ws);
+                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(*sum), scale));
+                }
+            }
+        }
+        let m = w.rows;
+        for (k, acc) in acc.iter().enumerate() {
+            for (h, acc) in acc.iter().enumerate() {
+                let first = g * GROUP + h * HALF;
+                // Rows past `m` are the zeros that fill the last group: not stored.
+                let lanes = m.saturating_sub(first).min(HALF);
+                if lanes == 0 {
+                    continue;
+                }
+                let mut values = [0f32; HALF];
+                // SAFETY: `values` holds eight f32.
+                unsafe { _mm256_storeu_ps(values.as_mut_ptr(), *acc) };
+                out[(r + k) * m + first..][..lanes].copy_from_slice(&values[..lanes]);
+            }
         }
     }
 
@@ -749,7 +817,7 @@ mod simd {
 
     /// The products of input rows `r..r + K` with the weight rows of groups `g..g + G`:
     /// per block, one `dpbusd` per four input values, input row and group, each lane a
-    /// weight row's sum; then the block's step ([`add_block`]) on 16 rows at once.
+    /// weight row's sum; then the block's step ([`super::add_block`]) on 16 rows at once.
     ///
     /// # Safety
     /// The CPU has AVX-512 VNNI and F, the arguments pass [`dots_fit`] with weights
