@@ -138,8 +138,9 @@ impl From<candle_core::Error> for EmbedError {
 pub struct ModelInfo {
     /// The folder's name, e.g. `all-minilm-l6-v2`.
     pub name: String,
-    /// First 16 hex digits of SHA-256 over the config, tokenizer and weights: nodes with
-    /// the same fingerprint and weights rank identically.
+    /// First 16 hex digits of SHA-256 over the config, tokenizer and weights, and the
+    /// pooling and prompts where they are not the defaults (mean pooling, no prompts):
+    /// nodes with the same fingerprint and weights rank identically.
     pub fingerprint: String,
     /// Vector length.
     pub dimensions: usize,
