@@ -19,7 +19,7 @@ use crate::api::peer::RaftGrpc;
 use crate::api::{grpc, http};
 use crate::app::App;
 use crate::auth::{generate_key, Credentials};
-use crate::catalogue::embed::Embedder;
+use crate::catalogue::embed::{self, Embedder, Weights};
 use crate::catalogue::semantic::{self, Semantic};
 use crate::catalogue::{demo, SharedCatalogue};
 use crate::cluster::enter::{enter, Entered, Plan};
@@ -756,15 +756,27 @@ async fn load_model(config: &Config, storage: &Durable) -> anyhow::Result<Option
         .context("loading the resolver's model")?
         .with_context(|| format!("loading the resolver's model from {shown}"))?;
     let info = embedder.info().clone();
+    let kernel = match info.weights {
+        Weights::Q8 => embed::int8_kernel(),
+        Weights::F32 => "f32",
+    };
     tracing::info!(
         model = %info.name,
         fingerprint = %info.fingerprint,
         dimensions = info.dimensions,
         query = ?info.query,
         weights = info.weights.as_str(),
+        kernel,
         seconds = started.elapsed().as_secs_f32(),
         "resolver model loaded: asks rank by words and meaning"
     );
+    if kernel == "portable" {
+        tracing::warn!(
+            "q8 weights run on portable code on this CPU (no AVX2): f32 weights may be \
+             faster here; compare them (the ranking chapter, \"The AVX2 kernel\") and set \
+             [resolver] weights alike on every node"
+        );
+    }
     let tree = storage
         .db()
         .open_tree(semantic::TREE)

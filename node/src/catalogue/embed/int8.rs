@@ -402,6 +402,8 @@ type Dots = fn(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f32
 /// A kernel, and the forms it takes its input and its weights in.
 #[derive(Clone, Copy)]
 struct Kernel {
+    /// What the node's log calls it.
+    name: &'static str,
     dots: Dots,
     /// Whether input values come plus 128, as unsigned bytes (each stored in an `i8`).
     biased: bool,
@@ -440,6 +442,12 @@ fn dots_fit(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &[f32]) -> b
         && out.len() == n * w.rows
 }
 
+/// The name of the kernel q8 products run on this CPU: `avx512-vnni`, `avx2` or
+/// `portable`.
+pub(super) fn kernel_name() -> &'static str {
+    kernel().name
+}
+
 /// The fastest kernel this CPU runs (they all agree to the bit).
 fn kernel() -> Kernel {
     static CHOSEN: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
@@ -447,6 +455,7 @@ fn kernel() -> Kernel {
 }
 
 const PORTABLE: Kernel = Kernel {
+    name: "portable",
     dots: dots_portable,
     biased: false,
     group: 1,
@@ -531,6 +540,7 @@ mod simd {
     use super::{dots_fit, Kernel, Weights, GROUP, MAX};
 
     pub(super) const AVX2: Kernel = Kernel {
+        name: "avx2",
         dots: dots_avx2,
         biased: false,
         group: GROUP,
@@ -541,6 +551,7 @@ mod simd {
     const AVX2_INPUTS: usize = 4;
 
     pub(super) const VNNI: Kernel = Kernel {
+        name: "avx512-vnni",
         dots: dots_vnni,
         biased: true,
         group: GROUP,

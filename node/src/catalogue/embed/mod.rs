@@ -164,6 +164,13 @@ impl ModelInfo {
     }
 }
 
+/// The kernel 8-bit products run on this CPU (`avx512-vnni`, `avx2` or `portable`; all give
+/// the same bits): q8 weights pay off with the first two; on `portable` (CPUs without AVX2,
+/// such as ARM servers) f32 may be faster (the ranking chapter, "The AVX2 kernel").
+pub fn int8_kernel() -> &'static str {
+    int8::kernel_name()
+}
+
 /// A loaded model: embeds row texts and queries.
 pub struct Embedder {
     bert: Bert,
