@@ -683,6 +683,18 @@ mod simd {
             && std::arch::is_x86_feature_detected!("avx2")
     }
 
+    /// Input values `at..at + 4` as one i32, to broadcast against four values of each row
+    /// of an interleaved group.
+    ///
+    /// # Safety
+    /// `at + 4` is at most `x.len()`.
+    #[inline(always)]
+    unsafe fn four_values(x: &[i8], at: usize) -> i32 {
+        debug_assert!(at + 4 <= x.len());
+        // SAFETY: the caller keeps the four bytes within `x`; the read may be unaligned.
+        unsafe { x.as_ptr().add(at).cast::<i32>().read_unaligned() }
+    }
+
     /// [`super::dots_portable`] with AVX2; only chosen once the CPU is known to have it.
     fn dots_avx2(x: &[i8], xs: &[f32], w: Weights<'_>, size: usize, out: &mut [f32]) {
         const K: usize = AVX2_INPUTS;
@@ -745,13 +757,7 @@ mod simd {
                 };
                 for (k, sums) in sums.iter_mut().enumerate() {
                     // SAFETY: values `4q..4q + 4` of input row `r + k` lie within `x`.
-                    let four = unsafe {
-                        x.as_ptr()
-                            .add((r + k) * cols + 4 * q)
-                            .cast::<i32>()
-                            .read_unaligned()
-                    };
-                    let xv = _mm256_set1_epi32(four);
+                    let xv = _mm256_set1_epi32(unsafe { four_values(x, (r + k) * cols + 4 * q) });
                     let magnitude = _mm256_sign_epi8(xv, xv);
                     for (sum, wv) in sums.iter_mut().zip(wv) {
                         let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(wv, xv));
@@ -865,13 +871,7 @@ mod simd {
                 }
                 for (k, sums) in sums.iter_mut().enumerate() {
                     // SAFETY: values `4q..4q + 4` of input row `r + k` lie within `x`.
-                    let four = unsafe {
-                        x.as_ptr()
-                            .add((r + k) * cols + 4 * q)
-                            .cast::<i32>()
-                            .read_unaligned()
-                    };
-                    let xv = _mm512_set1_epi32(four);
+                    let xv = _mm512_set1_epi32(unsafe { four_values(x, (r + k) * cols + 4 * q) });
                     for (sum, wv) in sums.iter_mut().zip(wv) {
                         // Lane l: (x + 128) · w of the four values, for the group's row l.
                         *sum = _mm512_dpbusd_epi32(*sum, xv, wv);

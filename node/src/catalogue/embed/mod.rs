@@ -27,6 +27,7 @@ mod int8;
 pub(crate) use int8::ExactDot;
 pub mod tiny;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -274,19 +275,19 @@ impl Prompts {
         self.query.is_empty() && self.document.is_empty()
     }
 
-    fn query<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+    fn query<'t>(&self, text: &'t str) -> Cow<'t, str> {
         Self::prefixed(&self.query, text)
     }
 
-    fn document(&self, text: &str) -> String {
-        Self::prefixed(&self.document, text).into_owned()
+    fn document<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        Self::prefixed(&self.document, text)
     }
 
-    fn prefixed<'t>(prompt: &str, text: &'t str) -> std::borrow::Cow<'t, str> {
+    fn prefixed<'t>(prompt: &str, text: &'t str) -> Cow<'t, str> {
         if prompt.is_empty() {
-            std::borrow::Cow::Borrowed(text)
+            Cow::Borrowed(text)
         } else {
-            std::borrow::Cow::Owned(format!("{prompt}{text}"))
+            Cow::Owned(format!("{prompt}{text}"))
         }
     }
 }
@@ -404,11 +405,11 @@ impl Embedder {
         order.sort_by_key(|&i| texts[i].len());
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
         for chunk in order.chunks(BATCH) {
-            let prompted: Vec<String> = chunk
+            let prompted: Vec<Cow<'_, str>> = chunk
                 .iter()
                 .map(|&i| self.prompts.document(texts[i]))
                 .collect();
-            let batch: Vec<&str> = prompted.iter().map(String::as_str).collect();
+            let batch: Vec<&str> = prompted.iter().map(AsRef::as_ref).collect();
             for (&i, v) in chunk.iter().zip(self.run(&batch)?) {
                 out[i] = v;
             }
