@@ -54,7 +54,8 @@ fn main() -> anyhow::Result<()> {
     let copy_to = args.next();
     let dir = Path::new(&dir);
     let on_disk = disk_bytes(dir);
-    let db = sled::Config::new().path(dir).open()?;
+    let compression = rowcall_node::store::compression::written_with(dir)?.unwrap_or(false);
+    let db = rowcall_node::store::compression::open_as_written(dir)?;
 
     let mut total = Usage::default();
     println!(
@@ -106,6 +107,7 @@ fn main() -> anyhow::Result<()> {
         let fresh = sled::Config::new()
             .path(copy_to)
             .mode(sled::Mode::LowSpace)
+            .use_compression(compression)
             .open()?;
         for name in db.tree_names() {
             let (from, to) = (db.open_tree(&name)?, fresh.open_tree(&name)?);

@@ -270,9 +270,8 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let format = options
         .data_format
         .unwrap_or(crate::raft::identity::DATA_FORMAT);
-    let storage =
-        Durable::open_with_cache(&database, config.storage.sync, config.storage.cache_bytes())
-            .context("opening the sled database")?;
+    let storage = Durable::open_configured(&database, &config.storage)
+        .context("opening the sled database")?;
     // The log first: it settles whether this database still has the entries it was bound
     // to, and clears its Raft state when not, before the identity reads it.
     let mut log = LogStore::open(&storage, &node.data.join(crate::store::wal::DIR)).await?;

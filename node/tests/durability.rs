@@ -18,10 +18,18 @@ use support::{get_json, spawn, wait_ready, Process, ADMIN};
 
 /// Starts the binary with its snapshot policy in a config file (so that path is real too).
 fn start(root: &std::path::Path, snapshot_every: u64) -> Process {
+    start_with(root, snapshot_every, "")
+}
+
+/// [`start`] with more of the config file (`storage` settings).
+fn start_with(root: &std::path::Path, snapshot_every: u64, storage: &str) -> Process {
     let config = root.join("rowcall.toml");
     std::fs::write(
         &config,
-        format!("[raft]\nsnapshot_every = {snapshot_every}\nkeep_after_snapshot = 0\n"),
+        format!(
+            "[raft]\nsnapshot_every = {snapshot_every}\nkeep_after_snapshot = 0\n\
+             [storage]\n{storage}\n"
+        ),
     )
     .unwrap();
     spawn(
@@ -171,6 +179,33 @@ async fn acknowledged_writes_survive_sigkill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_sigkill_after_snapshot_and_purge() {
     kill_and_restart(100, true).await;
+}
+
+/// A data folder written without compression (the default, and every release before the
+/// setting), killed mid-life, opens compressed with every row and receipt, and converts back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_written_uncompressed_opens_compressed_with_everything_kept() {
+    use rowcall_node::store::compression::written_with;
+    let dir = tempfile::tempdir().unwrap();
+    let sled = dir.path().join("data").join("sled");
+    let http = reqwest::Client::new();
+    let mut node = start(dir.path(), 100);
+    wait_ready(&http, &node.url).await;
+    let receipts = write_load(&http, &node.url).await;
+    node.kill();
+    assert_eq!(written_with(&sled).unwrap(), Some(false));
+
+    let mut node = start_with(dir.path(), 100, "compression = true");
+    wait_ready(&http, &node.url).await;
+    verify(&http, &node.url, &receipts).await;
+    node.kill();
+    assert_eq!(written_with(&sled).unwrap(), Some(true), "converted");
+
+    let mut node = start(dir.path(), 100);
+    wait_ready(&http, &node.url).await;
+    verify(&http, &node.url, &receipts).await;
+    node.kill();
+    assert_eq!(written_with(&sled).unwrap(), Some(false), "and back");
 }
 
 /// What the writers of the mid-write kill got answered.

@@ -311,7 +311,7 @@ async fn rowcall_verify_proves_a_receipt_and_an_edit_in_a_nodes_store_fails_it_l
         let data = cluster.member_config(3).node.data.join("sled");
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         let db = loop {
-            match sled::open(&data) {
+            match rowcall_node::store::compression::open_as_written(&data) {
                 Ok(db) => break db,
                 Err(e) if std::time::Instant::now() < deadline => {
                     let _ = e;

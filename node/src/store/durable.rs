@@ -110,8 +110,10 @@ impl From<sled::Error> for SyncError {
 }
 
 /// Opens sled's database in `dir`, waiting a few seconds for its lock
-/// ([`super::wait_for_lock`]), as the Raft log's open does for its own. Blocking.
-fn open_sled(dir: &Path, cache_bytes: u64) -> Result<sled::Db, SyncError> {
+/// ([`super::wait_for_lock`]), as the Raft log's open does for its own, after converting it
+/// to `compression` if it was written the other way ([`super::compression`]). Blocking.
+fn open_sled(dir: &Path, cache_bytes: u64, compression: bool) -> Result<sled::Db, SyncError> {
+    super::compression::convert_if_needed(dir, compression)?;
     // sled reports the lock as an I/O error of its own wording.
     let locked = |e: &sled::Error| matches!(e, sled::Error::Io(e) if e.to_string().contains("could not acquire lock"));
     let opened = super::wait_for_lock(
@@ -122,6 +124,7 @@ fn open_sled(dir: &Path, cache_bytes: u64) -> Result<sled::Db, SyncError> {
                 // Durability comes from explicit syncs; the background flusher only adds I/O.
                 .flush_every_ms(None)
                 .mode(sled::Mode::LowSpace)
+                .use_compression(compression)
                 .open()
         },
         locked,
@@ -180,19 +183,23 @@ struct Synced {
 
 impl Durable {
     /// Opens (or creates) the sled database in `dir` and makes what is already there durable,
-    /// with the default cache ([`crate::config::DEFAULT_CACHE_MB`]).
+    /// with the default cache and compression ([`crate::config::StorageConfig`]).
     pub fn open(dir: &Path, mode: SyncMode) -> Result<Self, SyncError> {
-        let default = crate::config::StorageConfig::default();
-        Self::open_with_cache(dir, mode, default.cache_bytes())
+        let config = crate::config::StorageConfig {
+            sync: mode,
+            ..Default::default()
+        };
+        Self::open_configured(dir, &config)
     }
 
-    /// [`Durable::open`] with a page cache of at most `cache_bytes` (`[storage] cache_mb`).
-    pub fn open_with_cache(
+    /// [`Durable::open`] as `[storage]` says: its sync mode, a page cache of at most
+    /// `cache_mb`, and its compression (a database written the other way is converted first).
+    pub fn open_configured(
         dir: &Path,
-        mode: SyncMode,
-        cache_bytes: u64,
+        config: &crate::config::StorageConfig,
     ) -> Result<Self, SyncError> {
-        let db = open_sled(dir, cache_bytes)?;
+        let mode = config.sync;
+        let db = open_sled(dir, config.cache_bytes(), config.compression)?;
         let db_path = dir.join("db");
         let db_file = File::open(&db_path).map_err(io_err("open", &db_path))?;
         let mut inner = Inner {
@@ -515,7 +522,17 @@ mod tests {
         let path = dir.path().join("db");
         let durable = Durable::open(&path, SyncMode::Fdatasync).unwrap();
         let tree = durable.db().open_tree("t").unwrap();
-        tree.insert("big", vec![7u8; 300 * 1024]).unwrap();
+        // Bytes zstd cannot shrink: sled compresses a value before it decides on a blob.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let big: Vec<u8> = (0..300 * 1024)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        tree.insert("big", big).unwrap();
         durable.sync().await.unwrap();
         let blobs: Vec<_> = std::fs::read_dir(path.join("blobs")).unwrap().collect();
         assert!(!blobs.is_empty(), "sled put the value in a blob file");

@@ -7,12 +7,15 @@
 //! files in the node's `snapshots/` folder ([`snapshot`]). Logical tables are key prefixes
 //! inside a tree, which keeps sled's tree count small. Nothing is acknowledged before
 //! [`Durable::sync`] has returned for it: sled's flush followed by fdatasync/fsync of every
-//! file and folder it changed (see [`durable`] for what sled leaves undone and why).
+//! file and folder it changed (see [`durable`] for what sled leaves undone and why). sled may
+//! compress its pages (`[storage] compression`); a database written the other way is
+//! converted when the node opens it ([`compression`]).
 
 // openraft's trait methods return its `StorageError` (over 200 bytes); helpers that feed them
 // return the same type rather than box and unbox it at every call.
 #![allow(clippy::result_large_err)]
 
+pub mod compression;
 pub mod durable;
 pub mod log;
 pub mod requests;

@@ -1,0 +1,413 @@
+//! Whether sled compresses its pages, and turning a database written the other way into one
+//! written this way, once, when the node opens it.
+//!
+//! sled 0.34 compresses each page with zstd when it is opened with `use_compression`; it
+//! records the choice in its `conf` file and refuses to open the folder with the other
+//! value. Compressed, a node's database takes about half the disk under invocation load
+//! (receipts, request ids and their indexes are JSON and hex: see the performance chapter),
+//! for some CPU on every page it writes.
+//!
+//! A node whose `[storage] compression` differs from its database's copies the database,
+//! tree by tree, into a new folder opened the configured way, checks that both hold the
+//! same keys and values (sled's checksum over every tree), makes the copy durable, and puts
+//! it in the old one's place. It needs room on the disk for the copy while it runs.
+//!
+//! # Recovery argument
+//!
+//! With the database at `sled`, the steps are:
+//! 1. copy into `sled.converting` (removed first if a crash left one), flush, compare
+//!    checksums, drop both handles, fsync every file and folder of the copy;
+//! 2. rename `sled` to `sled.converted-from`, fsync the parent folder;
+//! 3. rename `sled.converting` to `sled`, fsync the parent folder;
+//! 4. remove `sled.converted-from`.
+//!
+//! Before opening, [`finish_interrupted`] looks at what a crash left:
+//! - `sled.converted-from` without `sled`: the crash came between 2 and 3; the copy was
+//!   complete and durable before 2 began, so step 3 is redone (and if the copy is missing,
+//!   the old folder goes back to its name and the conversion starts over).
+//! - `sled.converted-from` beside `sled`: the crash came between 3 and 4; step 4 is redone.
+//! - `sled.converting` alone: the crash came during 1; the copy is removed and the
+//!   conversion starts over from the untouched database.
+//!
+//! At every point one complete database is under one of the names, and the node opens the
+//! one in place only once no step is left half done.
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::durable::SyncError;
+
+/// Bytes of keys and values a copy applies to the new database in one batch.
+const COPY_BATCH_BYTES: usize = 4 << 20;
+
+/// The compression a sled folder was written with: `None` for a folder sled has not
+/// written yet (no `conf`, or one too short to hold settings, which sled itself ignores).
+pub fn written_with(dir: &Path) -> io::Result<Option<bool>> {
+    let conf = match std::fs::read(dir.join("conf")) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if conf.len() <= 8 {
+        return Ok(None);
+    }
+    let text = String::from_utf8_lossy(&conf);
+    let value = text
+        .lines()
+        .find_map(|line| line.strip_prefix("use_compression: "))
+        .map(str::trim);
+    match value {
+        Some("true") => Ok(Some(true)),
+        Some("false") => Ok(Some(false)),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: no use_compression setting sled can read",
+                dir.join("conf").display()
+            ),
+        )),
+    }
+}
+
+/// Opens a stopped node's sled folder as it was written (compressed or not), for tools
+/// and tests that read a data folder directly.
+pub fn open_as_written(dir: &Path) -> Result<sled::Db, SyncError> {
+    let compression = written_with(dir)
+        .map_err(|e| io_failure("read", &dir.join("conf"), e))?
+        .unwrap_or(false);
+    Ok(sled::Config::new()
+        .path(dir)
+        .use_compression(compression)
+        .open()?)
+}
+
+fn sibling(dir: &Path, suffix: &str) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_owned();
+    name.push(suffix);
+    dir.with_file_name(name)
+}
+
+fn converting(dir: &Path) -> PathBuf {
+    sibling(dir, ".converting")
+}
+
+fn converted_from(dir: &Path) -> PathBuf {
+    sibling(dir, ".converted-from")
+}
+
+fn io_failure(call: &'static str, path: &Path, e: io::Error) -> SyncError {
+    SyncError::Io {
+        call,
+        path: path.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+/// Completes or undoes a conversion a crash cut short (see the recovery argument). Blocking.
+pub fn finish_interrupted(dir: &Path) -> Result<(), SyncError> {
+    let (copy, old) = (converting(dir), converted_from(dir));
+    if old.exists() {
+        if dir.exists() {
+            tracing::info!(folder = %old.display(), "removing the database a finished conversion replaced");
+            return remove_dir(&old);
+        }
+        let back = if copy.exists() { &copy } else { &old };
+        tracing::warn!(
+            from = %back.display(),
+            "a conversion of the database was cut short between its renames; completing it"
+        );
+        rename(back, dir)?;
+        if back == &copy {
+            remove_dir(&old)?;
+        }
+        return Ok(());
+    }
+    if copy.exists() {
+        tracing::warn!(folder = %copy.display(), "removing the copy of a conversion cut short");
+        remove_dir(&copy)?;
+    }
+    Ok(())
+}
+
+/// Rewrites the database in `dir` with `compression` if it was written the other way
+/// (see the module documentation); does nothing otherwise. Blocking.
+pub fn convert_if_needed(dir: &Path, compression: bool) -> Result<(), SyncError> {
+    finish_interrupted(dir)?;
+    let written = written_with(dir).map_err(|e| io_failure("read", &dir.join("conf"), e))?;
+    match written {
+        Some(was) if was != compression => convert(dir, was, compression),
+        _ => Ok(()),
+    }
+}
+
+fn convert(dir: &Path, was: bool, compression: bool) -> Result<(), SyncError> {
+    let started = Instant::now();
+    tracing::info!(
+        folder = %dir.display(),
+        compression,
+        "the database was written with compression = {was}; converting it (once, needs room for a copy)"
+    );
+    let copy = converting(dir);
+    let copied = copy_database(dir, was, &copy, compression)
+        .and_then(|copied| sync_tree(&copy).map(|()| copied))
+        .map_err(|e| {
+            // Whatever failed (a full disk, most likely), the database in place is untouched.
+            let _ = std::fs::remove_dir_all(&copy);
+            SyncError::Sled(format!(
+                "converting the database to compression = {compression} failed, and it was \
+                 left as it was: {e}. Start with compression = {was} \
+                 (ROWCALL_STORAGE_COMPRESSION), or make room for a copy of it"
+            ))
+        })?;
+    let old = converted_from(dir);
+    rename(dir, &old)?;
+    rename(&copy, dir)?;
+    remove_dir(&old)?;
+    tracing::info!(
+        keys = copied,
+        seconds = started.elapsed().as_secs_f64(),
+        compression,
+        "database converted"
+    );
+    Ok(())
+}
+
+/// Copies every tree of the database in `from` into a new one in `to` and checks that both
+/// hold the same; returns the number of keys copied.
+fn copy_database(from: &Path, was: bool, to: &Path, compression: bool) -> Result<u64, SyncError> {
+    let old = super::wait_for_lock(
+        || sled::Config::new().path(from).use_compression(was).open(),
+        |e| matches!(e, sled::Error::Io(e) if e.to_string().contains("could not acquire lock")),
+    )?;
+    let new = sled::Config::new()
+        .path(to)
+        .use_compression(compression)
+        .flush_every_ms(None)
+        .open()?;
+    let mut copied = 0u64;
+    for name in old.tree_names() {
+        let (source, target) = (old.open_tree(&name)?, new.open_tree(&name)?);
+        let mut batch = sled::Batch::default();
+        let mut batch_bytes = 0usize;
+        for item in source.iter() {
+            let (key, value) = item?;
+            batch_bytes += key.len() + value.len();
+            batch.insert(key, value);
+            copied += 1;
+            if batch_bytes >= COPY_BATCH_BYTES {
+                target.apply_batch(std::mem::take(&mut batch))?;
+                batch_bytes = 0;
+            }
+        }
+        target.apply_batch(batch)?;
+    }
+    new.flush()?;
+    let (before, after) = (old.checksum()?, new.checksum()?);
+    if before != after {
+        return Err(SyncError::Sled(format!(
+            "the converted copy of the database differs from it (checksum {after:08x}, \
+             expected {before:08x}); the database was left as it was"
+        )));
+    }
+    Ok(copied)
+}
+
+/// fsyncs every file and folder under `dir`, and `dir` itself.
+fn sync_tree(dir: &Path) -> Result<(), SyncError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| io_failure("read_dir", dir, e))?;
+    for entry in entries {
+        let path = entry.map_err(|e| io_failure("read_dir", dir, e))?.path();
+        if path.is_dir() {
+            sync_tree(&path)?;
+        } else {
+            fsync(&path)?;
+        }
+    }
+    fsync(dir)
+}
+
+fn fsync(path: &Path) -> Result<(), SyncError> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io_failure("fsync", path, e))
+}
+
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
+/// Renames `from` to `to` and makes the rename durable.
+fn rename(from: &Path, to: &Path) -> Result<(), SyncError> {
+    std::fs::rename(from, to).map_err(|e| io_failure("rename", from, e))?;
+    fsync(parent(to))
+}
+
+fn remove_dir(dir: &Path) -> Result<(), SyncError> {
+    std::fs::remove_dir_all(dir).map_err(|e| io_failure("remove_dir_all", dir, e))?;
+    fsync(parent(dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database with a few trees and a value large enough for sled to keep as a blob.
+    fn fill(dir: &Path, compression: bool) -> u32 {
+        let db = sled::Config::new()
+            .path(dir)
+            .use_compression(compression)
+            .open()
+            .unwrap();
+        for tree in ["log", "sm", "outbox"] {
+            let tree = db.open_tree(tree).unwrap();
+            for i in 0..500u32 {
+                tree.insert(
+                    format!("k/{i:05}"),
+                    format!("{{\"receipt\":{i}}}").as_bytes(),
+                )
+                .unwrap();
+            }
+        }
+        db.insert("large", vec![7u8; 300 << 10]).unwrap();
+        db.flush().unwrap();
+        db.checksum().unwrap()
+    }
+
+    fn checksum(dir: &Path) -> u32 {
+        open_as_written(dir).unwrap().checksum().unwrap()
+    }
+
+    #[test]
+    fn a_database_is_converted_both_ways_with_every_key_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("sled");
+        let sum = fill(&dir, false);
+        assert_eq!(written_with(&dir).unwrap(), Some(false));
+
+        convert_if_needed(&dir, true).unwrap();
+        assert_eq!(written_with(&dir).unwrap(), Some(true));
+        assert_eq!(checksum(&dir), sum);
+        // Opening it compressed is what the node does next.
+        let db = sled::Config::new()
+            .path(&dir)
+            .use_compression(true)
+            .open()
+            .unwrap();
+        assert_eq!(db.open_tree("sm").unwrap().len(), 500);
+        drop(db);
+        // Nothing of the conversion is left beside it.
+        let names: Vec<_> = std::fs::read_dir(root.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("sled")]);
+
+        convert_if_needed(&dir, false).unwrap();
+        assert_eq!(written_with(&dir).unwrap(), Some(false));
+        assert_eq!(checksum(&dir), sum);
+    }
+
+    #[test]
+    fn a_database_already_written_as_configured_is_left_alone() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("sled");
+        fill(&dir, true);
+        let db_file = std::fs::metadata(dir.join("db")).unwrap();
+        convert_if_needed(&dir, true).unwrap();
+        let after = std::fs::metadata(dir.join("db")).unwrap();
+        assert_eq!(
+            db_file.modified().unwrap(),
+            after.modified().unwrap(),
+            "the database was rewritten"
+        );
+        // A folder sled has not written yet is not a conversion either.
+        let fresh = root.path().join("fresh");
+        convert_if_needed(&fresh, true).unwrap();
+        assert!(!fresh.exists());
+    }
+
+    #[test]
+    fn a_conversion_cut_short_at_any_step_ends_with_the_whole_database() {
+        // During the copy: the copy is dropped, the database in place is kept.
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("sled");
+        let sum = fill(&dir, false);
+        fill(&converting(&dir), true); // a partial copy, as far as anyone can tell
+        convert_if_needed(&dir, true).unwrap();
+        assert_eq!(
+            (written_with(&dir).unwrap(), checksum(&dir)),
+            (Some(true), sum)
+        );
+        assert!(!converting(&dir).exists());
+
+        // Between the renames: the complete copy is put in place.
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("sled");
+        let sum = fill(&dir, false);
+        copy_database(&dir, false, &converting(&dir), true).unwrap();
+        std::fs::rename(&dir, converted_from(&dir)).unwrap();
+        finish_interrupted(&dir).unwrap();
+        assert_eq!(
+            (written_with(&dir).unwrap(), checksum(&dir)),
+            (Some(true), sum)
+        );
+        assert!(!converted_from(&dir).exists() && !converting(&dir).exists());
+
+        // Between the renames with no copy left (removed by hand): the old one goes back.
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("sled");
+        let sum = fill(&dir, false);
+        std::fs::rename(&dir, converted_from(&dir)).unwrap();
+        finish_interrupted(&dir).unwrap();
+        assert_eq!(
+            (written_with(&dir).unwrap(), checksum(&dir)),
+            (Some(false), sum)
+        );
+
+        // After both renames: the old one is removed.
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("sled");
+        let sum = fill(&dir, true);
+        fill(&converted_from(&dir), false);
+        finish_interrupted(&dir).unwrap();
+        assert!(!converted_from(&dir).exists());
+        assert_eq!(checksum(&dir), sum);
+    }
+
+    #[test]
+    fn a_conversion_that_fails_leaves_the_database_as_it_was_and_says_how_out() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("sled");
+        let sum = fill(&dir, false);
+        // Another process holds the database: its copy cannot be made.
+        let held = open_as_written(&dir).unwrap();
+        let err = convert_if_needed(&dir, true).unwrap_err().to_string();
+        assert!(
+            err.contains("left as it was") && err.contains("Start with compression = false"),
+            "{err}"
+        );
+        drop(held);
+        assert!(!converting(&dir).exists() && !converted_from(&dir).exists());
+        assert_eq!((written_with(&dir).unwrap(), checksum(&dir)), (Some(false), sum));
+    }
+
+    #[test]
+    fn settings_sled_cannot_read_are_an_error_not_a_guess() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(
+            root.path().join("conf"),
+            b"segment_size: 524288\nversion: 0.34\n",
+        )
+        .unwrap();
+        let err = written_with(root.path()).unwrap_err();
+        assert!(err.to_string().contains("use_compression"), "{err}");
+        // Too short to hold settings: sled treats it as a new folder, and so does this.
+        std::fs::write(root.path().join("conf"), b"x").unwrap();
+        assert_eq!(written_with(root.path()).unwrap(), None);
+    }
+}
