@@ -177,6 +177,11 @@ pub struct StorageConfig {
     /// written the other way is converted once when the node starts, which needs room for a
     /// copy of it ([`crate::store::compression`]).
     pub compression: bool,
+    /// Rewrite the database with its live data alone when the node starts
+    /// (`rowcall-node --defragment`; not a file setting): gives back the space sled keeps
+    /// after deletes, such as receipts retention pruned.
+    #[serde(skip)]
+    pub defragment: bool,
     /// Bytes the data folder may hold (`ROWCALL_STORAGE_QUOTA_BYTES`; 0: no quota). Past it
     /// the node raises a storage alarm through Raft, and while any member holds one every
     /// node refuses row writes and invocations (507), serving reads, asks, confirms, deletes
@@ -205,6 +210,7 @@ impl Default for StorageConfig {
             sync: SyncMode::default(),
             cache_mb: DEFAULT_CACHE_MB,
             compression: false,
+            defragment: false,
             quota_bytes: DEFAULT_QUOTA_BYTES,
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
             check_space_every_ms: 5_000,

@@ -90,6 +90,10 @@ struct Flags {
     /// (`[tracing] otlp_endpoint`, `ROWCALL_OTLP_ENDPOINT`).
     #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// Before serving, rewrite the sled database with its live data alone, giving back the
+    /// space deletes left (receipts retention pruned); needs room for the copy while it runs.
+    #[arg(long)]
+    defragment: bool,
     /// TOML configuration file (see deploy/rowcall.toml).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -170,6 +174,9 @@ impl Flags {
                 .node
                 .peer_routes
                 .insert(peer.to_owned(), via.to_owned());
+        }
+        if self.defragment {
+            config.storage.defragment = true;
         }
         if self.no_demo {
             config.node.demo = false;

@@ -23,6 +23,16 @@ fn start(root: &std::path::Path, snapshot_every: u64) -> Process {
 
 /// [`start`] with more of the config file (`storage` settings).
 fn start_with(root: &std::path::Path, snapshot_every: u64, storage: &str) -> Process {
+    start_flags(root, snapshot_every, storage, &[])
+}
+
+/// [`start_with`] and more flags.
+fn start_flags(
+    root: &std::path::Path,
+    snapshot_every: u64,
+    storage: &str,
+    flags: &[&str],
+) -> Process {
     let config = root.join("rowcall.toml");
     std::fs::write(
         &config,
@@ -32,17 +42,15 @@ fn start_with(root: &std::path::Path, snapshot_every: u64, storage: &str) -> Pro
         ),
     )
     .unwrap();
-    spawn(
-        &[
-            "--http",
-            "127.0.0.1:0",
-            "--grpc",
-            "127.0.0.1:0",
-            "--no-demo",
-        ],
-        &root.join("data"),
-        Some(&config),
-    )
+    let mut args = vec![
+        "--http",
+        "127.0.0.1:0",
+        "--grpc",
+        "127.0.0.1:0",
+        "--no-demo",
+    ];
+    args.extend_from_slice(flags);
+    spawn(&args, &root.join("data"), Some(&config))
 }
 
 fn row(i: usize) -> Value {
@@ -206,6 +214,40 @@ async fn a_database_written_uncompressed_opens_compressed_with_everything_kept()
     verify(&http, &node.url, &receipts).await;
     node.kill();
     assert_eq!(written_with(&sled).unwrap(), Some(false), "and back");
+}
+
+/// `--defragment` rewrites a killed node's database with its live data alone: smaller, and
+/// with every row and receipt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_defragmented_database_is_smaller_and_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let sled = dir.path().join("data").join("sled");
+    let http = reqwest::Client::new();
+    let mut node = start(dir.path(), 100);
+    wait_ready(&http, &node.url).await;
+    let receipts = write_load(&http, &node.url).await;
+    node.kill();
+    let before = folder_bytes(&sled);
+
+    let mut node = start_flags(dir.path(), 100, "", &["--defragment"]);
+    wait_ready(&http, &node.url).await;
+    let after = folder_bytes(&sled);
+    verify(&http, &node.url, &receipts).await;
+    node.kill();
+    assert!(after < before, "{before} -> {after} bytes");
+}
+
+fn folder_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            match entry.metadata().unwrap() {
+                meta if meta.is_dir() => folder_bytes(&entry.path()),
+                meta => meta.len(),
+            }
+        })
+        .sum()
 }
 
 /// What the writers of the mid-write kill got answered.

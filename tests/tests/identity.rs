@@ -141,8 +141,10 @@ async fn a_voter_that_lost_its_state_cannot_elect_a_leader_that_lacks_committed_
     let rejoining = tokio::spawn(rowcall_node::start_with(config, options));
 
     let from = term(&cluster, lagging);
+    // Three campaigns take a few seconds; the bound is for a CI machine running many
+    // clusters at once on two cores (30 s was once not enough there).
     eventually(
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         "the lagging node campaigns three times",
         || {
             let elections = term(&cluster, lagging).saturating_sub(from);

@@ -1,5 +1,6 @@
-//! Whether sled compresses its pages, and turning a database written the other way into one
-//! written this way, once, when the node opens it.
+//! Whether sled compresses its pages, and rewriting a database when the node opens it: once
+//! to turn one written the other way into one written this way, or on the operator's word
+//! (`rowcall-node --defragment`) to give back the space sled keeps after deletes.
 //!
 //! sled 0.34 compresses each page with zstd when it is opened with `use_compression`; it
 //! records the choice in its `conf` file and refuses to open the folder with the other
@@ -11,6 +12,11 @@
 //! tree by tree, into a new folder opened the configured way, checks that both hold the
 //! same keys and values (sled's checksum over every tree), makes the copy durable, and puts
 //! it in the old one's place. It needs room on the disk for the copy while it runs.
+//!
+//! sled reuses the space of deleted and rewritten pages but never gives it back, so a
+//! database whose receipts retention pruned keeps its size. The same copy holds only the
+//! live data: `--defragment` makes it at start whatever the setting (as etcd's `defrag`,
+//! one member at a time; here while the node is down, for the seconds the copy takes).
 //!
 //! # Recovery argument
 //!
@@ -131,23 +137,32 @@ pub fn finish_interrupted(dir: &Path) -> Result<(), SyncError> {
     Ok(())
 }
 
-/// Rewrites the database in `dir` with `compression` if it was written the other way
-/// (see the module documentation); does nothing otherwise. Blocking.
-pub fn convert_if_needed(dir: &Path, compression: bool) -> Result<(), SyncError> {
+/// Rewrites the database in `dir` with `compression` if it was written the other way, or
+/// whenever `defragment` is set (see the module documentation); does nothing to a folder
+/// sled has not written yet. Blocking.
+pub fn rewrite_if_needed(dir: &Path, compression: bool, defragment: bool) -> Result<(), SyncError> {
     finish_interrupted(dir)?;
     let written = written_with(dir).map_err(|e| io_failure("read", &dir.join("conf"), e))?;
     match written {
-        Some(was) if was != compression => convert(dir, was, compression),
+        Some(was) if was != compression || defragment => rewrite(dir, was, compression),
         _ => Ok(()),
     }
 }
 
-fn convert(dir: &Path, was: bool, compression: bool) -> Result<(), SyncError> {
+fn rewrite(dir: &Path, was: bool, compression: bool) -> Result<(), SyncError> {
     let started = Instant::now();
+    let before = folder_bytes(dir);
+    let what = if was == compression {
+        "defragmenting"
+    } else {
+        "converting"
+    };
     tracing::info!(
         folder = %dir.display(),
         compression,
-        "the database was written with compression = {was}; converting it (once, needs room for a copy)"
+        bytes = before,
+        "{what} the database (written with compression = {was}): a copy of its live data \
+         replaces it, which needs room for the copy while it runs"
     );
     let copy = converting(dir);
     let copied = copy_database(dir, was, &copy, compression)
@@ -156,9 +171,10 @@ fn convert(dir: &Path, was: bool, compression: bool) -> Result<(), SyncError> {
             // Whatever failed (a full disk, most likely), the database in place is untouched.
             let _ = std::fs::remove_dir_all(&copy);
             SyncError::Sled(format!(
-                "converting the database to compression = {compression} failed, and it was \
+                "{what} the database (compression = {compression}) failed, and it was \
                  left as it was: {e}. Start with compression = {was} \
-                 (ROWCALL_STORAGE_COMPRESSION), or make room for a copy of it"
+                 (ROWCALL_STORAGE_COMPRESSION) and without --defragment, or make room for a \
+                 copy of it"
             ))
         })?;
     let old = converted_from(dir);
@@ -167,11 +183,28 @@ fn convert(dir: &Path, was: bool, compression: bool) -> Result<(), SyncError> {
     remove_dir(&old)?;
     tracing::info!(
         keys = copied,
+        bytes_before = before,
+        bytes_after = folder_bytes(dir),
         seconds = started.elapsed().as_secs_f64(),
         compression,
-        "database converted"
+        "database rewritten"
     );
     Ok(())
+}
+
+/// Bytes of the files under `dir` (0 where it cannot be read: for the log only).
+fn folder_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(meta) if meta.is_dir() => folder_bytes(&entry.path()),
+            Ok(meta) => meta.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 /// Copies every tree of the database in `from` into a new one in `to` and checks that both
@@ -289,7 +322,7 @@ mod tests {
         let sum = fill(&dir, false);
         assert_eq!(written_with(&dir).unwrap(), Some(false));
 
-        convert_if_needed(&dir, true).unwrap();
+        rewrite_if_needed(&dir, true, false).unwrap();
         assert_eq!(written_with(&dir).unwrap(), Some(true));
         assert_eq!(checksum(&dir), sum);
         // Opening it compressed is what the node does next.
@@ -307,7 +340,7 @@ mod tests {
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("sled")]);
 
-        convert_if_needed(&dir, false).unwrap();
+        rewrite_if_needed(&dir, false, false).unwrap();
         assert_eq!(written_with(&dir).unwrap(), Some(false));
         assert_eq!(checksum(&dir), sum);
     }
@@ -318,7 +351,7 @@ mod tests {
         let dir = root.path().join("sled");
         fill(&dir, true);
         let db_file = std::fs::metadata(dir.join("db")).unwrap();
-        convert_if_needed(&dir, true).unwrap();
+        rewrite_if_needed(&dir, true, false).unwrap();
         let after = std::fs::metadata(dir.join("db")).unwrap();
         assert_eq!(
             db_file.modified().unwrap(),
@@ -327,7 +360,7 @@ mod tests {
         );
         // A folder sled has not written yet is not a conversion either.
         let fresh = root.path().join("fresh");
-        convert_if_needed(&fresh, true).unwrap();
+        rewrite_if_needed(&fresh, true, false).unwrap();
         assert!(!fresh.exists());
     }
 
@@ -338,7 +371,7 @@ mod tests {
         let dir = root.path().join("sled");
         let sum = fill(&dir, false);
         fill(&converting(&dir), true); // a partial copy, as far as anyone can tell
-        convert_if_needed(&dir, true).unwrap();
+        rewrite_if_needed(&dir, true, false).unwrap();
         assert_eq!(
             (written_with(&dir).unwrap(), checksum(&dir)),
             (Some(true), sum)
@@ -380,20 +413,51 @@ mod tests {
     }
 
     #[test]
+    fn defragmenting_keeps_every_key_and_gives_back_what_deletes_left() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("sled");
+        {
+            let db = sled::Config::new().path(&dir).open().unwrap();
+            let tree = db.open_tree("sm").unwrap();
+            // Receipts written and then pruned: sled keeps the space they took.
+            for i in 0..20_000u32 {
+                tree.insert(format!("i/{i:06}"), vec![b'r'; 600]).unwrap();
+            }
+            for i in 0..19_000u32 {
+                tree.remove(format!("i/{i:06}")).unwrap();
+            }
+            db.flush().unwrap();
+        }
+        let (sum, before) = (checksum(&dir), folder_bytes(&dir));
+        rewrite_if_needed(&dir, false, true).unwrap();
+        let after = folder_bytes(&dir);
+        assert_eq!(
+            (written_with(&dir).unwrap(), checksum(&dir)),
+            (Some(false), sum)
+        );
+        assert!(after * 2 < before, "{before} -> {after} bytes");
+    }
+
+    #[test]
     fn a_conversion_that_fails_leaves_the_database_as_it_was_and_says_how_out() {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("sled");
         let sum = fill(&dir, false);
         // Another process holds the database: its copy cannot be made.
         let held = open_as_written(&dir).unwrap();
-        let err = convert_if_needed(&dir, true).unwrap_err().to_string();
+        let err = rewrite_if_needed(&dir, true, false)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("left as it was") && err.contains("Start with compression = false"),
             "{err}"
         );
         drop(held);
         assert!(!converting(&dir).exists() && !converted_from(&dir).exists());
-        assert_eq!((written_with(&dir).unwrap(), checksum(&dir)), (Some(false), sum));
+        assert_eq!(
+            (written_with(&dir).unwrap(), checksum(&dir)),
+            (Some(false), sum)
+        );
     }
 
     #[test]

@@ -110,10 +110,12 @@ impl From<sled::Error> for SyncError {
 }
 
 /// Opens sled's database in `dir`, waiting a few seconds for its lock
-/// ([`super::wait_for_lock`]), as the Raft log's open does for its own, after converting it
-/// to `compression` if it was written the other way ([`super::compression`]). Blocking.
-fn open_sled(dir: &Path, cache_bytes: u64, compression: bool) -> Result<sled::Db, SyncError> {
-    super::compression::convert_if_needed(dir, compression)?;
+/// ([`super::wait_for_lock`]), as the Raft log's open does for its own, after rewriting it
+/// when it was written with the other compression or `defragment` is set
+/// ([`super::compression`]). Blocking.
+fn open_sled(dir: &Path, config: &crate::config::StorageConfig) -> Result<sled::Db, SyncError> {
+    let (cache_bytes, compression) = (config.cache_bytes(), config.compression);
+    super::compression::rewrite_if_needed(dir, compression, config.defragment)?;
     // sled reports the lock as an I/O error of its own wording.
     let locked = |e: &sled::Error| matches!(e, sled::Error::Io(e) if e.to_string().contains("could not acquire lock"));
     let opened = super::wait_for_lock(
@@ -193,13 +195,14 @@ impl Durable {
     }
 
     /// [`Durable::open`] as `[storage]` says: its sync mode, a page cache of at most
-    /// `cache_mb`, and its compression (a database written the other way is converted first).
+    /// `cache_mb`, and its compression (a database written the other way is converted first,
+    /// and any is rewritten with its live data alone when `defragment` is set).
     pub fn open_configured(
         dir: &Path,
         config: &crate::config::StorageConfig,
     ) -> Result<Self, SyncError> {
         let mode = config.sync;
-        let db = open_sled(dir, config.cache_bytes(), config.compression)?;
+        let db = open_sled(dir, config)?;
         let db_path = dir.join("db");
         let db_file = File::open(&db_path).map_err(io_err("open", &db_path))?;
         let mut inner = Inner {
