@@ -382,7 +382,8 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("sled");
         let sum = fill(&dir, false);
-        copy_database(&dir, false, &converting(&dir), true).unwrap();
+        let copied = copy_database(&dir, false, &converting(&dir), true).unwrap();
+        assert_eq!(copied, 3 * 500 + 1, "every key of every tree, counted");
         std::fs::rename(&dir, converted_from(&dir)).unwrap();
         finish_interrupted(&dir).unwrap();
         assert_eq!(
@@ -449,7 +450,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("left as it was") && err.contains("Start with compression = false"),
+            err.contains("converting the database")
+                && err.contains("left as it was")
+                && err.contains("Start with compression = false"),
+            "{err}"
+        );
+        let err = rewrite_if_needed(&dir, false, true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("defragmenting the database") && err.contains("without --defragment"),
             "{err}"
         );
         drop(held);
@@ -458,6 +468,21 @@ mod tests {
             (written_with(&dir).unwrap(), checksum(&dir)),
             (Some(false), sum)
         );
+    }
+
+    #[test]
+    fn a_rename_syncs_the_folder_it_happened_in() {
+        assert_eq!(parent(Path::new("/data/sled")), Path::new("/data"));
+        assert_eq!(parent(Path::new("sled")), Path::new("."));
+    }
+
+    #[test]
+    fn a_folder_counts_the_files_of_its_folders() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("blobs")).unwrap();
+        std::fs::write(root.path().join("db"), [0u8; 100]).unwrap();
+        std::fs::write(root.path().join("blobs").join("7"), [0u8; 20_000]).unwrap();
+        assert_eq!(folder_bytes(root.path()), 20_100);
     }
 
     #[test]
@@ -470,6 +495,11 @@ mod tests {
         .unwrap();
         let err = written_with(root.path()).unwrap_err();
         assert!(err.to_string().contains("use_compression"), "{err}");
+        // Settings that cannot be read at all are not taken for a new folder either.
+        std::fs::remove_file(root.path().join("conf")).unwrap();
+        std::fs::create_dir(root.path().join("conf")).unwrap();
+        assert!(written_with(root.path()).is_err());
+        std::fs::remove_dir(root.path().join("conf")).unwrap();
         // Too short to hold settings: sled treats it as a new folder, and so does this.
         std::fs::write(root.path().join("conf"), b"x").unwrap();
         assert_eq!(written_with(root.path()).unwrap(), None);
