@@ -270,8 +270,21 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let format = options
         .data_format
         .unwrap_or(crate::raft::identity::DATA_FORMAT);
-    let storage = Durable::open_configured(&database, &config.storage)
+    // `--defragment`, or the marker file an operator who cannot change the command line
+    // (a Kubernetes pod's spec is shared by every member) leaves in the data folder.
+    let marker = node.data.join(crate::store::compression::DEFRAGMENT_MARKER);
+    let storage_config = crate::config::StorageConfig {
+        defragment: config.storage.defragment || marker.exists(),
+        ..config.storage.clone()
+    };
+    let storage = Durable::open_configured(&database, &storage_config)
         .context("opening the sled database")?;
+    if marker.exists() {
+        // Removed once the rewrite is done: a crash during it leaves the marker, and the
+        // next start rewrites again.
+        std::fs::remove_file(&marker)
+            .with_context(|| format!("removing {} after defragmenting", marker.display()))?;
+    }
     // The log first: it settles whether this database still has the entries it was bound
     // to, and clears its Raft state when not, before the identity reads it.
     let mut log = LogStore::open(&storage, &node.data.join(crate::store::wal::DIR)).await?;

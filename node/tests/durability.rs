@@ -237,6 +237,29 @@ async fn a_defragmented_database_is_smaller_and_keeps_everything() {
     assert!(after < before, "{before} -> {after} bytes");
 }
 
+/// The marker file asks for the same rewrite as the flag, once: the node removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_file_in_the_data_folder_defragments_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let sled = dir.path().join("data").join("sled");
+    let marker = dir.path().join("data").join("defragment");
+    let http = reqwest::Client::new();
+    let mut node = start(dir.path(), 100);
+    wait_ready(&http, &node.url).await;
+    let receipts = write_load(&http, &node.url).await;
+    node.kill();
+    let before = folder_bytes(&sled);
+
+    std::fs::write(&marker, b"").unwrap();
+    let mut node = start(dir.path(), 100);
+    wait_ready(&http, &node.url).await;
+    let after = folder_bytes(&sled);
+    verify(&http, &node.url, &receipts).await;
+    node.kill();
+    assert!(after < before, "{before} -> {after} bytes");
+    assert!(!marker.exists(), "the marker is removed once done");
+}
+
 fn folder_bytes(dir: &std::path::Path) -> u64 {
     std::fs::read_dir(dir)
         .unwrap()

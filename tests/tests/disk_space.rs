@@ -74,10 +74,15 @@ async fn a_member_past_its_quota_stops_writes_and_invocations_on_every_node_unti
     // Node 3 comes back with a quota its folder is far past.
     cluster.stop(3).await;
     restart_changed(&mut cluster, 3, |config| config.storage.quota_bytes = 1).await;
+    // Each node refuses once it has applied the alarm: nodes 1 and 2 both, before the
+    // checks below (node 2 applying it a moment after node 1 was seen under CI's load).
     eventually(
         Duration::from_secs(30),
-        "node 1 refuses a row write with 507",
-        || async { put(&cluster, 1, "REFUSED").await.0 == StatusCode::INSUFFICIENT_STORAGE },
+        "nodes 1 and 2 refuse a row write with 507",
+        || async {
+            put(&cluster, 1, "REFUSED").await.0 == StatusCode::INSUFFICIENT_STORAGE
+                && put(&cluster, 2, "REFUSED").await.0 == StatusCode::INSUFFICIENT_STORAGE
+        },
     )
     .await;
     let (_, refused) = put(&cluster, 2, "REFUSED").await;

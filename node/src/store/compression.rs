@@ -15,8 +15,9 @@
 //!
 //! sled reuses the space of deleted and rewritten pages but never gives it back, so a
 //! database whose receipts retention pruned keeps its size. The same copy holds only the
-//! live data: `--defragment` makes it at start whatever the setting (as etcd's `defrag`,
-//! one member at a time; here while the node is down, for the seconds the copy takes).
+//! live data: `--defragment` (or a file named [`DEFRAGMENT_MARKER`] in the data folder) makes
+//! it at start whatever the setting (as etcd's `defrag`, one member at a time; here while
+//! the node is down, for the seconds the copy takes).
 //!
 //! # Recovery argument
 //!
@@ -44,6 +45,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::durable::SyncError;
+
+/// A file in the data folder that asks the next start to defragment, as `--defragment` does;
+/// the node removes it once the rewrite is done.
+pub const DEFRAGMENT_MARKER: &str = "defragment";
 
 /// Bytes of keys and values a copy applies to the new database in one batch.
 const COPY_BATCH_BYTES: usize = 4 << 20;
