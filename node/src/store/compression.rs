@@ -146,12 +146,42 @@ pub fn finish_interrupted(dir: &Path) -> Result<(), SyncError> {
 /// whenever `defragment` is set (see the module documentation); does nothing to a folder
 /// sled has not written yet. Blocking.
 pub fn rewrite_if_needed(dir: &Path, compression: bool, defragment: bool) -> Result<(), SyncError> {
+    // Held until the rewrite is done: a second process started on the same folder meanwhile
+    // must not take this one's copy for a leftover and remove it, or rename its own
+    // half-made copy into place.
+    let _lock = lock_rewrites(dir)?;
     finish_interrupted(dir)?;
     let written = written_with(dir).map_err(|e| io_failure("read", &dir.join("conf"), e))?;
     match written {
         Some(was) if was != compression || defragment => rewrite(dir, was, compression),
         _ => Ok(()),
     }
+}
+
+/// Takes the lock on rewrites of the database in `dir` (`<dir>.lock` beside it), waiting a
+/// few seconds for it as for sled's own ([`super::wait_for_lock`]).
+fn lock_rewrites(dir: &Path) -> Result<File, SyncError> {
+    let path = sibling(dir, ".lock");
+    let folder = parent(&path);
+    std::fs::create_dir_all(folder).map_err(|e| io_failure("create_dir_all", folder, e))?;
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| io_failure("open", &path, e))?;
+    super::wait_for_lock(
+        || file.try_lock(),
+        |e| matches!(e, std::fs::TryLockError::WouldBlock),
+    )
+    .map_err(|e| match e {
+        std::fs::TryLockError::WouldBlock => SyncError::Sled(format!(
+            "{}: another process is rewriting or opening this data folder's database",
+            path.display()
+        )),
+        std::fs::TryLockError::Error(e) => io_failure("flock", &path, e),
+    })?;
+    Ok(file)
 }
 
 fn rewrite(dir: &Path, was: bool, compression: bool) -> Result<(), SyncError> {
@@ -178,8 +208,8 @@ fn rewrite(dir: &Path, was: bool, compression: bool) -> Result<(), SyncError> {
             SyncError::Sled(format!(
                 "{what} the database (compression = {compression}) failed, and it was \
                  left as it was: {e}. Start with compression = {was} \
-                 (ROWCALL_STORAGE_COMPRESSION) and without --defragment, or make room for a \
-                 copy of it"
+                 (ROWCALL_STORAGE_COMPRESSION) and without --defragment (or the `{DEFRAGMENT_MARKER}` \
+                 file in the data folder), or make room for a copy of it"
             ))
         })?;
     let old = converted_from(dir);
@@ -338,12 +368,13 @@ mod tests {
             .unwrap();
         assert_eq!(db.open_tree("sm").unwrap().len(), 500);
         drop(db);
-        // Nothing of the conversion is left beside it.
-        let names: Vec<_> = std::fs::read_dir(root.path())
+        // Nothing of the conversion is left beside it but the (unlocked) lock file.
+        let mut names: Vec<_> = std::fs::read_dir(root.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("sled")]);
+        names.sort();
+        assert_eq!(names, ["sled", "sled.lock"]);
 
         rewrite_if_needed(&dir, false, false).unwrap();
         assert_eq!(written_with(&dir).unwrap(), Some(false));
@@ -472,6 +503,27 @@ mod tests {
         assert_eq!(
             (written_with(&dir).unwrap(), checksum(&dir)),
             (Some(false), sum)
+        );
+    }
+
+    #[test]
+    fn one_process_at_a_time_rewrites_a_database() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("sled");
+        let sum = fill(&dir, false);
+        // Another process is in the middle of converting it: its copy is not a leftover.
+        let held = lock_rewrites(&dir).unwrap();
+        fill(&converting(&dir), true);
+        let err = rewrite_if_needed(&dir, false, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("another process"), "{err}");
+        assert!(converting(&dir).exists(), "the other's copy was removed");
+        drop(held);
+        rewrite_if_needed(&dir, true, false).unwrap();
+        assert_eq!(
+            (written_with(&dir).unwrap(), checksum(&dir)),
+            (Some(true), sum)
         );
     }
 
