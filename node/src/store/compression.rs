@@ -37,7 +37,9 @@
 //!   conversion starts over from the untouched database.
 //!
 //! At every point one complete database is under one of the names, and the node opens the
-//! one in place only once no step is left half done.
+//! one in place only once no step is left half done. The check and the steps run under a
+//! lock on `sled.lock` beside the database, so a second process started on the same folder
+//! meanwhile never takes the first one's copy for a leftover.
 
 use std::fs::File;
 use std::io;
