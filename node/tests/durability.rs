@@ -189,6 +189,18 @@ async fn acknowledged_writes_survive_sigkill_after_snapshot_and_purge() {
     kill_and_restart(100, true).await;
 }
 
+/// Starts a node in `root`, gives it the write load and kills it; returns its receipts.
+async fn loaded_and_killed(
+    http: &reqwest::Client,
+    root: &std::path::Path,
+) -> Vec<(String, String)> {
+    let mut node = start(root, 100);
+    wait_ready(http, &node.url).await;
+    let receipts = write_load(http, &node.url).await;
+    node.kill();
+    receipts
+}
+
 /// A data folder written without compression (the default, and every release before the
 /// setting), killed mid-life, opens compressed with every row and receipt, and converts back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,10 +209,7 @@ async fn a_database_written_uncompressed_opens_compressed_with_everything_kept()
     let dir = tempfile::tempdir().unwrap();
     let sled = dir.path().join("data").join("sled");
     let http = reqwest::Client::new();
-    let mut node = start(dir.path(), 100);
-    wait_ready(&http, &node.url).await;
-    let receipts = write_load(&http, &node.url).await;
-    node.kill();
+    let receipts = loaded_and_killed(&http, dir.path()).await;
     assert_eq!(written_with(&sled).unwrap(), Some(false));
 
     let mut node = start_with(dir.path(), 100, "compression = true");
@@ -223,10 +232,7 @@ async fn a_defragmented_database_is_smaller_and_keeps_everything() {
     let dir = tempfile::tempdir().unwrap();
     let sled = dir.path().join("data").join("sled");
     let http = reqwest::Client::new();
-    let mut node = start(dir.path(), 100);
-    wait_ready(&http, &node.url).await;
-    let receipts = write_load(&http, &node.url).await;
-    node.kill();
+    let receipts = loaded_and_killed(&http, dir.path()).await;
     let before = folder_bytes(&sled);
 
     let mut node = start_flags(dir.path(), 100, "", &["--defragment"]);
@@ -244,10 +250,7 @@ async fn a_marker_file_in_the_data_folder_defragments_once() {
     let sled = dir.path().join("data").join("sled");
     let marker = dir.path().join("data").join("defragment");
     let http = reqwest::Client::new();
-    let mut node = start(dir.path(), 100);
-    wait_ready(&http, &node.url).await;
-    let receipts = write_load(&http, &node.url).await;
-    node.kill();
+    let receipts = loaded_and_killed(&http, dir.path()).await;
     let before = folder_bytes(&sled);
 
     std::fs::write(&marker, b"").unwrap();
