@@ -305,6 +305,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     catalogue.write().set_learning(config.resolver.learn);
     let mut state_machine =
         StateMachine::open(&storage, &node.data.join("snapshots"), catalogue.clone())?;
+    restore_receipt_bodies(&mut state_machine, &mut log).await?;
     let me = NodeInfo {
         grpc_addr: node
             .advertise_grpc
@@ -794,6 +795,32 @@ async fn load_model(config: &Config, storage: &Durable) -> anyhow::Result<Option
         .open_tree(semantic::TREE)
         .context("opening the row vectors")?;
     Ok(Some(Semantic::new(Arc::new(embedder), Some(tree))))
+}
+
+/// Writes again from the Raft log the receipt bodies a power loss took while sled kept
+/// their values ([`crate::store::segments`], "Recovery argument"), before the node serves.
+async fn restore_receipt_bodies(
+    state_machine: &mut StateMachine,
+    log: &mut LogStore,
+) -> anyhow::Result<()> {
+    use openraft::storage::RaftLogReader as _;
+    let indexes = state_machine.missing_bodies();
+    if indexes.is_empty() {
+        return Ok(());
+    }
+    let mut entries = Vec::with_capacity(indexes.len());
+    for index in indexes {
+        entries.extend(
+            log.try_get_log_entries(index..=index)
+                .await
+                .with_context(|| format!("reading entry {index} of the Raft log"))?,
+        );
+    }
+    state_machine
+        .restore_bodies(&entries)
+        .await
+        .context("restoring receipt bodies from the Raft log")?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -322,7 +322,10 @@ async fn rowcall_verify_proves_a_receipt_and_an_edit_in_a_nodes_store_fails_it_l
         };
         let tree = db.open_tree("sm").unwrap();
         let key = format!("i/{receipt}");
-        let mut edited: Value = serde_json::from_slice(&tree.get(&key).unwrap().unwrap()).unwrap();
+        // The stored value says where the body is in node 3's segment files; the edit is
+        // stored inline instead, as folders written before segments keep receipts.
+        let value = tree.get(&key).unwrap().unwrap();
+        let mut edited: Value = serde_json::from_slice(&value).unwrap_or_else(|_| stored.clone());
         edited["output_sha256"] = json!("0".repeat(64));
         tree.insert(key, serde_json::to_vec(&edited).unwrap())
             .unwrap();

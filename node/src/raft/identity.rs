@@ -51,7 +51,10 @@ pub const SIGNING_KEY_FILE: &str = "signing.key";
 /// 3: the Raft log's entries on their own write-ahead log (`raft-log/`, [`crate::store::log`]).
 /// An older build would find no entries in the database and take the node's log for empty
 /// past its purge point, losing what it acknowledged.
-pub const DATA_FORMAT: u32 = 3;
+///
+/// 4: receipt bodies in segment files (`receipts/`, [`crate::store::segments`]), sled keeping
+/// where each is. An older build would read those values as receipts and fail on them.
+pub const DATA_FORMAT: u32 = 4;
 
 /// The peer protocol this build speaks: the envelope and payloads of the Raft messages
 /// between nodes. Builds one version apart interoperate, so a rolling upgrade moves one

@@ -80,7 +80,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::segments::Segments;
 use crate::config::SyncMode;
+
+/// Where the receipt bodies of the database in `dir` are kept: `receipts` beside it (the
+/// node's data folder holds `sled` and `receipts`).
+pub fn segments_dir(dir: &Path) -> PathBuf {
+    dir.parent()
+        .map_or_else(|| PathBuf::from("receipts"), |p| p.join("receipts"))
+}
 
 /// A failure to open the database or to make writes durable.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -155,6 +163,8 @@ pub struct Durable {
 
 struct Inner {
     db: sled::Db,
+    /// Receipt bodies beside the database ([`super::segments`]), synced before sled's flush.
+    segments: Segments,
     dir: PathBuf,
     /// `db`, opened a second time: fdatasync reaches the same inode as sled's own handle.
     db_file: File,
@@ -205,8 +215,12 @@ impl Durable {
         let db = open_sled(dir, config)?;
         let db_path = dir.join("db");
         let db_file = File::open(&db_path).map_err(io_err("open", &db_path))?;
+        let segments_dir = segments_dir(dir);
+        let segments = Segments::open(&segments_dir, mode == SyncMode::Fdatasync)
+            .map_err(io_err("open", &segments_dir))?;
         let mut inner = Inner {
             db,
+            segments,
             dir: dir.to_owned(),
             db_file,
             mode,
@@ -236,6 +250,11 @@ impl Durable {
     /// The sled database.
     pub fn db(&self) -> &sled::Db {
         &self.inner.db
+    }
+
+    /// The receipt bodies' segment files beside the database.
+    pub fn segments(&self) -> &Segments {
+        &self.inner.segments
     }
 
     /// Returns once every write this caller made to the database before calling is durable
@@ -323,6 +342,21 @@ impl Inner {
     }
 
     fn sync_now(&self, synced: &mut Synced) -> Result<(), SyncError> {
+        // Receipt bodies first: a sled value that is durable must never point at a body
+        // that is not ([`super::segments`], "Recovery argument").
+        let segments_dir = self.segments.dir();
+        let freed = self
+            .segments
+            .sync()
+            .map_err(io_err("fdatasync", &segments_dir))?;
+        self.sync_database(synced)?;
+        // The removals that emptied these files are durable now.
+        self.segments
+            .remove(freed)
+            .map_err(io_err("remove", &segments_dir))
+    }
+
+    fn sync_database(&self, synced: &mut Synced) -> Result<(), SyncError> {
         if self.mode == SyncMode::SledFlush {
             self.db.flush()?;
             return Ok(());

@@ -5,7 +5,9 @@
 //! `sm` (rows, receipts, the receipts-by-key index, share state, request ids, applied state,
 //! which snapshot is current) and `outbox` (`dispatch::outbox`); snapshots themselves are
 //! files in the node's `snapshots/` folder ([`snapshot`]). Logical tables are key prefixes
-//! inside a tree, which keeps sled's tree count small. Nothing is acknowledged before
+//! inside a tree, which keeps sled's tree count small. Receipt bodies are not in sled: they
+//! go into append-only files in the data folder's `receipts/` ([`segments`]), and sled keeps
+//! where each one is. Nothing is acknowledged before
 //! [`Durable::sync`] has returned for it: sled's flush followed by fdatasync/fsync of every
 //! file and folder it changed (see [`durable`] for what sled leaves undone and why). sled may
 //! compress its pages (`[storage] compression`); a database written the other way is
@@ -19,6 +21,7 @@ pub mod compression;
 pub mod durable;
 pub mod log;
 pub mod requests;
+pub mod segments;
 pub mod snapshot;
 pub mod state_machine;
 pub mod wal;

@@ -342,6 +342,7 @@ pub(crate) fn write_file(
 pub(crate) fn write_body<W: Write>(
     out: W,
     tree: &sled::Tree,
+    segments: &super::segments::Segments,
     header: &Header,
     rows: &[Arc<Row>],
     upto: u64,
@@ -355,8 +356,15 @@ pub(crate) fn write_body<W: Write>(
     let prefix = super::state_machine::RECEIPT;
     let mut passed: Option<Vec<u8>> = None;
     for item in tree.scan_prefix(prefix) {
-        let (key, bytes) = item.map_err(|e| fail(&e))?;
+        let (key, value) = item.map_err(|e| fail(&e))?;
         let id = key.get(prefix.len()..).unwrap_or_default();
+        let Some(bytes) =
+            super::state_machine::receipt_bytes(segments, &value).map_err(|e| fail(&e))?
+        else {
+            // Its body's file was removed after the scan read the value: pruned since, and
+            // held if the cut has it; not yielded, so the hold is consulted for it below.
+            continue;
+        };
         // Consulted after the read that yielded `id` (see "A consistent cut").
         for held in hold.take_between(passed.as_deref(), Some(id)) {
             writer.receipt_json(&held).map_err(|e| fail(&e))?;
@@ -510,10 +518,10 @@ impl SnapshotBuilder {
         };
         // Scans and file writes block: off the async workers.
         let (tree, folder, rows) = (self.tree.clone(), self.folder.clone(), self.rows.clone());
-        let hold = self.hold.hold.clone();
+        let (hold, segments) = (self.hold.hold.clone(), self.storage.segments().clone());
         let name = tokio::task::spawn_blocking(move || {
             write_file(&folder, upto, |out| {
-                write_body(out, &tree, &header, &rows, upto, &hold)
+                write_body(out, &tree, &segments, &header, &rows, upto, &hold)
             })
         })
         .await

@@ -35,6 +35,10 @@
 //! - The log never loses an entry the applied state still needs: it is purged only behind a
 //!   snapshot, and building one syncs (covering every batch applied up to its cut) before
 //!   the snapshot is named current and openraft purges.
+//! - A receipt's body is written to its segment file before the batch that points at it
+//!   (see [`super::segments`] for what a crash or a power loss can leave, and how the start
+//!   cuts off bodies no state points at and writes again, from the log, bodies a kept
+//!   state points at but the disk lost).
 //! - Nothing becomes visible before it is durable in the log (see above), and receipts,
 //!   though read from sled, are shown only up to the published index.
 //! - The index a reader is given is never behind what it was shown: the index is set under
@@ -62,6 +66,7 @@ use tokio::sync::watch;
 
 use super::durable::Durable;
 use super::requests::{self, Record};
+use super::segments::{End, Place, Segments};
 use super::snapshot::file::{Folder, SnapshotFile};
 use super::snapshot::{self, Membership, Meta, Revocation, SnapshotBuilder};
 use super::{io_error, Snapshot};
@@ -88,6 +93,8 @@ const SHARE_SECRET: &[u8] = b"m/share_secret";
 const SHARE_PREVIOUS: &[u8] = b"m/share_previous";
 /// `t/<started_ms:be8><id>`: receipts in the order they started, for the age rule.
 const RECEIPT_BY_TIME: &[u8] = b"t/";
+/// The end of the receipt bodies' segment files as of the applied state.
+const RECEIPTS_END: &[u8] = b"m/receipts_end";
 /// Set once every stored receipt has its `t/` entry (built at open for older folders).
 const TIME_INDEXED: &[u8] = b"m/receipts_time_indexed";
 const SHARE_REVOKED: &[u8] = b"v/";
@@ -102,14 +109,26 @@ fn row_key(key: &str) -> Vec<u8> {
 
 /// (row key, ask) of every stored receipt that carries its ask: what the resolver has
 /// learned, rebuilt at open and after a snapshot install (see [`Change::Learn`]).
-fn asked_receipts(tree: &sled::Tree) -> Result<Vec<(String, String)>, StorageError> {
+/// Receipts in `missing` (bodies a power loss took) are left out: they are learned when
+/// their bodies are restored.
+fn asked_receipts(
+    tree: &sled::Tree,
+    segments: &Segments,
+    missing: &[(String, Stored)],
+) -> Result<Vec<(String, String)>, StorageError> {
     let mut out = Vec::new();
     for item in tree.scan_prefix(RECEIPT) {
-        let (_, bytes) = item.map_err(|e| read_err(&e))?;
-        // Most receipts carry no ask: skip them without parsing.
-        if !bytes.windows(8).any(|w| w == b"\"asked\":") {
-            continue;
-        }
+        let (_, value) = item.map_err(|e| read_err(&e))?;
+        // Most receipts carry no ask: skip them without reading or parsing their bodies.
+        let bytes = match Stored::decode(&value) {
+            Some(stored) if !stored.asked || missing.iter().any(|m| m.1 == stored) => continue,
+            Some(stored) => match segments.read(&stored.place).map_err(|e| read_err(&e))? {
+                Some(bytes) => bytes,
+                None => continue,
+            },
+            None if !value.windows(8).any(|w| w == b"\"asked\":") => continue,
+            None => value.to_vec(),
+        };
         if let Ok(receipt) = serde_json::from_slice::<Receipt>(&bytes) {
             if let Some(asked) = receipt.asked {
                 out.push((receipt.key, asked));
@@ -117,6 +136,117 @@ fn asked_receipts(tree: &sled::Tree) -> Result<Vec<(String, String)>, StorageErr
         }
     }
     Ok(out)
+}
+
+/// A stored receipt's sled value (`i/<id>`) when its body is in a segment file
+/// ([`super::segments`]): a tag byte, where the body is, the index of the entry that
+/// appended it (to write the body again from the Raft log, see [`StateMachine::missing`])
+/// and whether it carries an ask. Folders written before segments keep the receipt's JSON
+/// as the value, which starts with `{`, never with the tag; both are read alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stored {
+    place: Place,
+    index: u64,
+    asked: bool,
+}
+
+impl Stored {
+    const TAG: u8 = 1;
+    const ENCODED: usize = 1 + Place::ENCODED + 8 + 1;
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(Self::ENCODED);
+        out.push(Self::TAG);
+        out.extend_from_slice(&self.place.encode());
+        out.extend_from_slice(&self.index.to_be_bytes());
+        out.push(u8::from(self.asked));
+        out
+    }
+
+    /// The stored place, or `None` for a value that holds the receipt itself.
+    fn decode(value: &[u8]) -> Option<Self> {
+        if value.len() != Self::ENCODED || value.first() != Some(&Self::TAG) {
+            return None;
+        }
+        let place = Place::decode(&value[1..])?;
+        let at = 1 + Place::ENCODED;
+        Some(Self {
+            place,
+            index: u64::from_be_bytes(value[at..at + 8].try_into().ok()?),
+            asked: value[at + 8] != 0,
+        })
+    }
+}
+
+/// The receipt's JSON behind a stored value: the value itself, or the body it points at
+/// (`None` when that body's file was removed: the receipt was pruned under the reader).
+pub(crate) fn receipt_bytes(segments: &Segments, value: &[u8]) -> std::io::Result<Option<Vec<u8>>> {
+    match Stored::decode(value) {
+        Some(stored) => segments.read(&stored.place),
+        None => Ok(Some(value.to_vec())),
+    }
+}
+
+/// A receipt as stored: decoded, its JSON as stored, and where its body is (`None` for a
+/// receipt kept inline).
+struct Found {
+    receipt: Receipt,
+    bytes: Vec<u8>,
+    place: Option<Place>,
+}
+
+/// The stored receipt behind the value `value`.
+fn found(segments: &Segments, value: &[u8]) -> Result<Option<Found>, StorageError> {
+    let Some(bytes) = receipt_bytes(segments, value).map_err(|e| read_err(&e))? else {
+        return Ok(None);
+    };
+    let receipt = serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?;
+    Ok(Some(Found {
+        receipt,
+        bytes,
+        place: Stored::decode(value).map(|s| s.place),
+    }))
+}
+
+/// The stored receipt `id`.
+fn read_receipt(
+    tree: &sled::Tree,
+    segments: &Segments,
+    id: &str,
+) -> Result<Option<Found>, StorageError> {
+    match tree.get(receipt_key(id)).map_err(|e| read_err(&e))? {
+        Some(value) => found(segments, &value),
+        None => Ok(None),
+    }
+}
+
+/// Writes the bodies of `receipts` to the segment files and stages their sled values and
+/// the segments' new end, before `batch` is applied (see [`super::segments`]).
+fn store_receipts(
+    segments: &Segments,
+    batch: &mut sled::Batch,
+    receipts: &[&Receipt],
+) -> Result<(), StorageError> {
+    if receipts.is_empty() {
+        return Ok(());
+    }
+    let bodies = receipts
+        .iter()
+        .map(|r| encode(*r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let places = segments
+        .append(&bodies)
+        .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e))?;
+    for (receipt, place) in receipts.iter().zip(places) {
+        let stored = Stored {
+            place,
+            index: receipt.index,
+            asked: receipt.asked.is_some(),
+        };
+        batch.insert(receipt_key(&receipt.id), stored.encode());
+    }
+    batch.insert(RECEIPTS_END, &segments.end().encode()[..]);
+    Ok(())
 }
 
 fn receipt_key(id: &str) -> Vec<u8> {
@@ -145,23 +275,29 @@ fn receipt_by_time(receipt: &Receipt) -> Vec<u8> {
     .concat()
 }
 
-/// Stages a receipt's entries: the receipt and its two indexes.
-fn stage_receipt(batch: &mut sled::Batch, receipt: &Receipt) -> Result<(), StorageError> {
+/// Stages a receipt's two indexes; its value goes in with its body ([`store_receipts`]).
+fn stage_receipt(batch: &mut sled::Batch, receipt: &Receipt) {
     batch.insert(
         receipt_by_key(&receipt.key, receipt.index, &receipt.id),
         &[] as &[u8],
     );
     batch.insert(receipt_by_time(receipt), &[] as &[u8]);
-    batch.insert(receipt_key(&receipt.id), encode(receipt)?);
-    Ok(())
 }
 
 /// Stages the removal of a stored receipt and its indexes: the one way a receipt leaves the
-/// state (retention), so whatever must outlive a dropped receipt is kept here.
-fn drop_receipt(batch: &mut sled::Batch, receipt: &Receipt) {
+/// state (retention), so whatever must outlive a dropped receipt is kept here. Its body's
+/// place, if it has one, joins `released`, handed to [`Segments::release`] once the batch
+/// is applied.
+fn drop_receipt(
+    batch: &mut sled::Batch,
+    receipt: &Receipt,
+    place: Option<Place>,
+    released: &mut Vec<Place>,
+) {
     batch.remove(receipt_by_key(&receipt.key, receipt.index, &receipt.id));
     batch.remove(receipt_by_time(receipt));
     batch.remove(receipt_key(&receipt.id));
+    released.extend(place);
 }
 
 /// The keys of a tree scan and of a sorted list merged in scan order (descending when the
@@ -237,6 +373,8 @@ pub struct StateMachine {
     log_published: Arc<std::sync::atomic::AtomicU64>,
     /// Snapshot builds under way, holding the receipts pruned since their cut.
     holds: snapshot::Holds,
+    /// Receipts whose bodies are missing at open, until restored from the log.
+    missing: Vec<(String, Stored)>,
 }
 
 /// Read access to what the state machine stores but does not keep in memory. Receipts are
@@ -244,6 +382,7 @@ pub struct StateMachine {
 #[derive(Clone)]
 pub struct ReceiptReader {
     tree: sled::Tree,
+    segments: Segments,
     applied: watch::Receiver<u64>,
     log_published: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -255,7 +394,10 @@ impl ReceiptReader {
 
     /// One receipt by id.
     pub fn get(&self, id: &str) -> Result<Option<Receipt>, ReadError> {
-        match self.tree.get(receipt_key(id))? {
+        let Some(value) = self.tree.get(receipt_key(id))? else {
+            return Ok(None);
+        };
+        match receipt_bytes(&self.segments, &value)? {
             Some(bytes) => Ok(self.published(serde_json::from_slice(&bytes)?)),
             None => Ok(None),
         }
@@ -334,7 +476,10 @@ impl ReceiptReader {
         let mut hasher = Sha256::new();
         let mut count = 0;
         for item in self.tree.scan_prefix(RECEIPT) {
-            let (_, bytes) = item?;
+            let (_, value) = item?;
+            let Some(bytes) = receipt_bytes(&self.segments, &value)? else {
+                continue;
+            };
             let receipt: Receipt = serde_json::from_slice(&bytes)?;
             if receipt.index > upto {
                 continue;
@@ -356,6 +501,9 @@ pub enum ReadError {
     /// A stored value did not decode.
     #[error("stored value does not decode: {0}")]
     Decode(#[from] serde_json::Error),
+    /// A receipt body could not be read from its segment file.
+    #[error("receipt segments: {0}")]
+    Segment(#[from] std::io::Error),
 }
 
 /// A catalogue change, published once its batch is durable.
@@ -389,6 +537,9 @@ struct Stage {
     requests: HashMap<(Option<String>, RequestId), Record>,
     /// Receipts dropped earlier in the batch (still in the tree until it is written).
     dropped: std::collections::HashSet<String>,
+    /// Where the bodies of the receipts dropped in the batch are, released once it is
+    /// applied.
+    released: Vec<Place>,
     /// The receipt log's leaves and signatures staged in the batch.
     log: transparency::LogStage,
     /// A membership applied earlier in the batch.
@@ -448,8 +599,14 @@ impl StateMachine {
         let tree = storage.db().open_tree(TREE).map_err(|e| read_err(&e))?;
         let folder = Folder::open(snapshots).map_err(|e| read_err(&e))?;
         snapshot::migrate(&tree, &folder)?;
+        let segments = storage.segments();
+        let mut missing = recover_segments(&tree, segments)?;
         if tree.contains_key(INSTALLING).map_err(|e| read_err(&e))? {
-            install::resume(&tree, &folder)?;
+            // The install replaces every receipt: one whose body is missing is taken from
+            // the snapshot if it holds it, and dropped otherwise.
+            forget(&tree, segments, &missing)?;
+            missing.clear();
+            install::resume(&tree, segments, &folder)?;
         }
         let current = snapshot::current_name(&tree)?;
         let removed = folder
@@ -458,9 +615,9 @@ impl StateMachine {
         if removed > 0 {
             tracing::info!(removed, "removed snapshot files a crash left behind");
         }
-        index_receipt_times(&tree)?;
+        index_receipt_times(&tree, segments)?;
         if !transparency::has_log(&tree)? {
-            let leaves = transparency::rebuild(&tree)?;
+            let leaves = transparency::rebuild(&tree, segments)?;
             tracing::info!(
                 leaves,
                 "built the receipt log's Merkle tree from the stored receipts"
@@ -495,7 +652,14 @@ impl StateMachine {
         let log_published = Arc::new(std::sync::atomic::AtomicU64::new(
             transparency::read_size(&tree).map_err(|e| read_err(&e))?,
         ));
-        let asked = asked_receipts(&tree)?;
+        if !missing.is_empty() {
+            tracing::warn!(
+                receipts = missing.len(),
+                "receipt bodies past the end of their segment file (a power loss); they are \
+                 written again from the Raft log before the node serves"
+            );
+        }
+        let asked = asked_receipts(&tree, segments, &missing)?;
         {
             let mut published = catalogue.write();
             published.replace_all(rows);
@@ -514,7 +678,80 @@ impl StateMachine {
             membership,
             log_published,
             holds: snapshot::Holds::default(),
+            missing,
         })
+    }
+
+    /// The indexes of the Raft log entries that appended receipts whose bodies a power loss
+    /// took (see [`super::segments`], "Recovery argument"): [`StateMachine::restore_bodies`]
+    /// must write them again from those entries before the node serves.
+    pub fn missing_bodies(&self) -> Vec<u64> {
+        let mut indexes: Vec<u64> = self.missing.iter().map(|m| m.1.index).collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        indexes
+    }
+
+    /// Writes the missing receipt bodies again from `entries`, the Raft log's entries at
+    /// [`StateMachine::missing_bodies`]' indexes: each receipt as the entry proposed it, with
+    /// its index set as apply set it, checked against the length and checksum its stored
+    /// value kept. Fails, naming the receipt, when an entry is not given or does not hold
+    /// it.
+    pub async fn restore_bodies(&mut self, entries: &[Entry]) -> Result<(), StorageError> {
+        let by_index: HashMap<u64, &Entry> = entries.iter().map(|e| (e.log_id.index, e)).collect();
+        let mut restored = Vec::new();
+        for (id, stored) in &self.missing {
+            let lost = |why: &str| {
+                read_err(&snapshot::SnapshotError(format!(
+                    "receipt {id}'s body was lost with a power loss and cannot be written again: \
+                     {why}; restore this member from its peers (wipe its data folder and \
+                     rejoin it, see the runbooks)"
+                )))
+            };
+            let entry = by_index
+                .get(&stored.index)
+                .ok_or_else(|| lost(&format!("the log no longer holds entry {}", stored.index)))?;
+            let EntryPayload::Normal(request) = &entry.payload else {
+                return Err(lost(&format!("entry {} is not a request", stored.index)));
+            };
+            let mut receipt = proposed_receipt(&request.command, id)
+                .ok_or_else(|| lost(&format!("entry {} does not hold it", stored.index)))?;
+            receipt.index = stored.index;
+            let bytes = encode(&receipt)?;
+            if bytes.len() != stored.place.len as usize
+                || crc32fast::hash(&bytes) != stored.place.crc
+            {
+                return Err(lost(&format!(
+                    "entry {} holds it with other bytes than were stored",
+                    stored.index
+                )));
+            }
+            restored.push((receipt, stored.place));
+        }
+        restored.sort_by(|a, b| (a.0.index, &a.0.id).cmp(&(b.0.index, &b.0.id)));
+        let receipts: Vec<&Receipt> = restored.iter().map(|(r, _)| r).collect();
+        let mut batch = sled::Batch::default();
+        store_receipts(self.storage.segments(), &mut batch, &receipts)?;
+        self.tree
+            .apply_batch(batch)
+            .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e))?;
+        let lost: Vec<Place> = restored.iter().map(|(_, place)| *place).collect();
+        self.storage.segments().release(&lost);
+        self.sync(ErrorSubject::StateMachine).await?;
+        {
+            let mut catalogue = self.catalogue.write();
+            for (receipt, _) in &restored {
+                if let Some(asked) = &receipt.asked {
+                    catalogue.learn(&receipt.key, asked, 1);
+                }
+            }
+        }
+        tracing::info!(
+            receipts = restored.len(),
+            "receipt bodies written again from the Raft log"
+        );
+        self.missing.clear();
+        Ok(())
     }
 
     /// A watch of the applied index, for read-your-writes waits. It moves after the
@@ -532,6 +769,7 @@ impl StateMachine {
     pub fn receipts(&self) -> ReceiptReader {
         ReceiptReader {
             tree: self.tree.clone(),
+            segments: self.storage.segments().clone(),
             applied: self.applied_tx.subscribe(),
             log_published: self.log_published.clone(),
         }
@@ -674,13 +912,8 @@ impl StateMachine {
                 let mut receipt = *receipt;
                 let earlier = match stage.receipts.get(&receipt.id) {
                     Some(staged) => Some(staged.clone()),
-                    None => match self.tree.get(receipt_key(&receipt.id)) {
-                        Ok(Some(bytes)) => {
-                            Some(serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?)
-                        }
-                        Ok(None) => None,
-                        Err(e) => return Err(read_err(&e)),
-                    },
+                    None => read_receipt(&self.tree, self.storage.segments(), &receipt.id)?
+                        .map(|found| found.receipt),
                 };
                 if let Some(existing) = earlier {
                     // The same receipt again (an outbox delivers at least once) is a no-op; a
@@ -695,7 +928,7 @@ impl StateMachine {
                     });
                 }
                 receipt.index = index;
-                stage_receipt(&mut stage.batch, &receipt)?;
+                stage_receipt(&mut stage.batch, &receipt);
                 self.stage_leaf(&receipt, stage);
                 if let Some(asked) = &receipt.asked {
                     stage.changes.push(Change::Learn {
@@ -867,20 +1100,25 @@ impl StateMachine {
         }
         let mut dropped = 0;
         for id in &doomed {
-            let bytes = match stage.receipts.remove(id) {
-                Some(receipt) => encode(&receipt)?.into(),
-                None => match self.tree.get(receipt_key(id)).map_err(|e| read_err(&e))? {
-                    Some(bytes) => bytes,
+            let Found {
+                receipt,
+                bytes,
+                place,
+            } = match stage.receipts.remove(id) {
+                Some(receipt) => Found {
+                    bytes: encode(&receipt)?,
+                    receipt,
+                    place: None,
+                },
+                None => match read_receipt(&self.tree, self.storage.segments(), id)? {
+                    Some(found) => found,
                     None => continue,
                 },
-            };
-            let Ok(receipt) = serde_json::from_slice::<Receipt>(&bytes) else {
-                continue;
             };
             // Before the batch that deletes it is written: a build whose cut holds it may
             // not have read it yet (see `snapshot`, "A consistent cut").
             self.holds.hold(&receipt.id, receipt.index, &bytes);
-            drop_receipt(&mut stage.batch, &receipt);
+            drop_receipt(&mut stage.batch, &receipt, place, &mut stage.released);
             if let Some(asked) = &receipt.asked {
                 stage.changes.push(Change::Learn {
                     key: receipt.key.clone(),
@@ -1017,10 +1255,20 @@ impl StateMachine {
                 .log_published
                 .load(std::sync::atomic::Ordering::Acquire),
         };
-        let Stage { batch, changes, .. } = stage;
+        // The batch's receipts, bodies first (in log order), then their values in the batch.
+        let mut receipts: Vec<&Receipt> = stage.receipts.values().collect();
+        receipts.sort_by(|a, b| (a.index, &a.id).cmp(&(b.index, &b.id)));
+        store_receipts(self.storage.segments(), &mut stage.batch, &receipts)?;
+        let Stage {
+            batch,
+            changes,
+            released,
+            ..
+        } = stage;
         self.tree
             .apply_batch(batch)
             .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e))?;
+        self.storage.segments().release(&released);
         // No sync: the entries are durable in the log (see "Apply" above).
         self.last_applied = Some(last);
         if let Some(membership) = membership {
@@ -1084,17 +1332,96 @@ fn read_share_state(tree: &sled::Tree) -> Result<snapshot::ShareState, String> {
     })
 }
 
+/// Brings the segment files in line with the applied state ([`Segments::recover`]) and
+/// returns the stored receipts whose bodies are not there (see [`super::segments`],
+/// "Recovery argument").
+fn recover_segments(
+    tree: &sled::Tree,
+    segments: &Segments,
+) -> Result<Vec<(String, Stored)>, StorageError> {
+    let end = match tree.get(RECEIPTS_END).map_err(|e| read_err(&e))? {
+        Some(bytes) => Some(End::decode(&bytes).ok_or_else(|| {
+            read_err(&snapshot::SnapshotError(
+                "the stored end of the receipt segments does not decode".into(),
+            ))
+        })?),
+        None => None,
+    };
+    let mut live: HashMap<u32, u64> = HashMap::new();
+    for item in tree.scan_prefix(RECEIPT) {
+        let (_, value) = item.map_err(|e| read_err(&e))?;
+        if let Some(stored) = Stored::decode(&value) {
+            *live.entry(stored.place.segment).or_default() += 1;
+        }
+    }
+    if end.is_none() && !live.is_empty() {
+        // Never: the end goes in every batch that stores a place. Removing the files
+        // would lose every body, so the node stops and says so.
+        return Err(read_err(&snapshot::SnapshotError(
+            "stored receipts point into segment files but no end of them is recorded".into(),
+        )));
+    }
+    let recovered = segments.recover(end, live).map_err(|e| read_err(&e))?;
+    let Some(end) = end.filter(|end| recovered.offset < end.offset) else {
+        return Ok(Vec::new());
+    };
+    let mut missing = Vec::new();
+    for item in tree.scan_prefix(RECEIPT) {
+        let (key, value) = item.map_err(|e| read_err(&e))?;
+        let Some(stored) = Stored::decode(&value) else {
+            continue;
+        };
+        if stored.place.segment == end.segment && stored.place.end() > recovered.offset {
+            let id = String::from_utf8_lossy(&key[RECEIPT.len()..]).into_owned();
+            missing.push((id, stored));
+        }
+    }
+    Ok(missing)
+}
+
+/// Removes the stored values of receipts whose bodies are missing (their indexes stay, and
+/// the install that follows drops or replaces them with the rest).
+fn forget(
+    tree: &sled::Tree,
+    segments: &Segments,
+    missing: &[(String, Stored)],
+) -> Result<(), StorageError> {
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut batch = sled::Batch::default();
+    for (id, _) in missing {
+        batch.remove(receipt_key(id));
+    }
+    tree.apply_batch(batch).map_err(|e| read_err(&e))?;
+    let places: Vec<Place> = missing.iter().map(|m| m.1.place).collect();
+    segments.release(&places);
+    Ok(())
+}
+
+/// The receipt `id` as `command` proposed it, if it did.
+fn proposed_receipt(command: &Command, id: &str) -> Option<Receipt> {
+    match command {
+        Command::AppendReceipt { receipt } if receipt.id == id => Some((**receipt).clone()),
+        Command::Batch { requests } => requests
+            .iter()
+            .find_map(|request| proposed_receipt(&request.command, id)),
+        _ => None,
+    }
+}
+
 /// Gives every stored receipt its `t/` entry, once, in a data folder written before the age
 /// index existed (so the age rule sees old receipts too).
-fn index_receipt_times(tree: &sled::Tree) -> Result<(), StorageError> {
+fn index_receipt_times(tree: &sled::Tree, segments: &Segments) -> Result<(), StorageError> {
     if tree.contains_key(TIME_INDEXED).map_err(|e| read_err(&e))? {
         return Ok(());
     }
     let mut batch = sled::Batch::default();
     for item in tree.scan_prefix(RECEIPT) {
-        let (_, bytes) = item.map_err(|e| read_err(&e))?;
-        let receipt: Receipt = serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?;
-        batch.insert(receipt_by_time(&receipt), &[] as &[u8]);
+        let (_, value) = item.map_err(|e| read_err(&e))?;
+        if let Some(found) = found(segments, &value)? {
+            batch.insert(receipt_by_time(&found.receipt), &[] as &[u8]);
+        }
     }
     batch.insert(TIME_INDEXED, &[] as &[u8]);
     tree.apply_batch(batch).map_err(|e| read_err(&e))

@@ -7,7 +7,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{read_err, receipt_key, ReceiptReader, Stage, StateMachine, RECEIPT_BY_TIME};
+use super::{
+    read_err, receipt_bytes, receipt_key, ReceiptReader, Segments, Stage, StateMachine,
+    RECEIPT_BY_TIME,
+};
 use crate::model::time::parse_ms;
 use crate::raft::{NodeId, StorageError};
 
@@ -36,7 +39,12 @@ impl StateMachine {
     /// The receipt log's time at the entry being applied (see the module documentation and
     /// [`crate::dispatch::retention::log_time`]).
     pub(super) fn receipt_log_time(&self, stage: &Stage) -> Result<u64, StorageError> {
-        log_time(&self.tree, &self.voters(stage), Some(stage))
+        log_time(
+            &self.tree,
+            self.storage.segments(),
+            &self.voters(stage),
+            Some(stage),
+        )
     }
 }
 
@@ -44,13 +52,14 @@ impl ReceiptReader {
     /// The receipt log's time as applied here, for `voters`: what a prune proposed now will
     /// see at least when it is applied (the time only grows with the log).
     pub fn log_time(&self, voters: &BTreeSet<NodeId>) -> Result<u64, StorageError> {
-        log_time(&self.tree, voters, None)
+        log_time(&self.tree, &self.segments, voters, None)
     }
 }
 
 /// The receipt log's time in `tree` as changed by `stage` (if any), for `voters`.
 fn log_time(
     tree: &sled::Tree,
+    segments: &Segments,
     voters: &BTreeSet<NodeId>,
     stage: Option<&Stage>,
 ) -> Result<u64, StorageError> {
@@ -101,7 +110,10 @@ fn log_time(
         if seen >= SCAN {
             break;
         }
-        let Some(bytes) = tree.get(receipt_key(&id)).map_err(|e| read_err(&e))? else {
+        let Some(value) = tree.get(receipt_key(&id)).map_err(|e| read_err(&e))? else {
+            continue;
+        };
+        let Some(bytes) = receipt_bytes(segments, &value).map_err(|e| read_err(&e))? else {
             continue;
         };
         if let Ok(receipt) = serde_json::from_slice::<ServedBy>(&bytes) {

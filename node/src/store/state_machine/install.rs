@@ -108,8 +108,12 @@ impl StateMachine {
         self.sync(subject.clone()).await?;
 
         let (tree, folder, named) = (self.tree.clone(), self.snapshots.clone(), current.clone());
+        let segments = self.storage.segments().clone();
         let (rows, asked) = tokio::task::spawn_blocking(move || {
-            Ok::<_, StorageError>((load(&tree, &folder, &named)?, super::asked_receipts(&tree)?))
+            Ok::<_, StorageError>((
+                load(&tree, &segments, &folder, &named)?,
+                super::asked_receipts(&tree, &segments, &[])?,
+            ))
         })
         .await
         .map_err(|e| write_err(&e))??;
@@ -137,19 +141,53 @@ impl StateMachine {
 }
 
 /// Finishes an install a crash interrupted: loads the current snapshot again (at open).
-pub(super) fn resume(tree: &sled::Tree, folder: &Folder) -> Result<(), StorageError> {
+pub(super) fn resume(
+    tree: &sled::Tree,
+    segments: &Segments,
+    folder: &Folder,
+) -> Result<(), StorageError> {
     let current = snapshot::current_name(tree)?.ok_or_else(|| {
         read_err(&snapshot::SnapshotError(
             "an install is marked under way but no snapshot is named current".into(),
         ))
     })?;
     tracing::info!(file = %current.file, "finishing a snapshot install a restart interrupted");
-    load(tree, folder, &current).map(|_| ())
+    load(tree, segments, folder, &current).map(|_| ())
+}
+
+/// A batch of the install with the receipts whose bodies it writes and the places it
+/// releases.
+struct Batch<'a> {
+    tree: &'a sled::Tree,
+    segments: &'a Segments,
+    subject: ErrorSubject<TypeConfig>,
+    batch: sled::Batch,
+    receipts: Vec<Receipt>,
+    released: Vec<Place>,
+}
+
+impl Batch<'_> {
+    /// Writes the bodies, then the batch, then releases what it dropped.
+    fn write(&mut self) -> Result<(), StorageError> {
+        let receipts: Vec<&Receipt> = self.receipts.iter().collect();
+        store_receipts(self.segments, &mut self.batch, &receipts)?;
+        self.tree
+            .apply_batch(std::mem::take(&mut self.batch))
+            .map_err(|e| io_error(self.subject.clone(), ErrorVerb::Write, &e))?;
+        self.receipts.clear();
+        self.segments.release(&std::mem::take(&mut self.released));
+        Ok(())
+    }
 }
 
 /// Steps 2 and 3: replaces the state in `tree` by the snapshot `current`'s, returning its
 /// rows.
-fn load(tree: &sled::Tree, folder: &Folder, current: &Current) -> Result<Vec<Row>, StorageError> {
+fn load(
+    tree: &sled::Tree,
+    segments: &Segments,
+    folder: &Folder,
+    current: &Current,
+) -> Result<Vec<Row>, StorageError> {
     let subject = ErrorSubject::Snapshot(Some(current.meta.signature()));
     let read_fail = |e: &dyn std::fmt::Display| {
         io_error(
@@ -158,36 +196,41 @@ fn load(tree: &sled::Tree, folder: &Folder, current: &Current) -> Result<Vec<Row
             &snapshot::SnapshotError(e.to_string()),
         )
     };
-    let write = |batch: sled::Batch| {
-        tree.apply_batch(batch)
-            .map_err(|e| io_error(subject.clone(), ErrorVerb::Write, &e))
-    };
     let file = std::fs::File::open(folder.path(&current.file)).map_err(|e| read_fail(&e))?;
     let (header, mut reader) = Reader::new(BufReader::new(file)).map_err(|e| read_fail(&e))?;
 
-    let mut cleared = sled::Batch::default();
-    requests::clear(tree, &mut cleared)?;
-    write(cleared)?;
+    let mut out = Batch {
+        tree,
+        segments,
+        subject: subject.clone(),
+        batch: sled::Batch::default(),
+        receipts: Vec::new(),
+        released: Vec::new(),
+    };
+    requests::clear(tree, &mut out.batch)?;
+    out.write()?;
     let mut log = transparency::LogLoader::clear(tree)?;
 
-    let mut stored = Stored::new(tree);
+    let mut stored = Kept::new(tree);
     let mut rows = Vec::new();
-    let (mut batch, mut lines) = (sled::Batch::default(), 0);
+    let mut lines = 0;
     // The reader hands out receipts in id order, as the merge with the stored ones needs.
     while let Some(line) = reader.next().map_err(|e| read_fail(&e))? {
         match line {
             Line::Row(row) => rows.push(row),
             Line::Receipt(receipt) => {
-                stored.merge(&mut batch, &receipt)?;
-                stage_receipt(&mut batch, &receipt)?;
+                if !stored.merge(&mut out, &receipt)? {
+                    stage_receipt(&mut out.batch, &receipt);
+                    out.receipts.push(receipt);
+                }
             }
-            Line::Request(record) => requests::remember(&mut batch, &record)?,
+            Line::Request(record) => requests::remember(&mut out.batch, &record)?,
             Line::Leaf(leaf) => {
                 let hash = hex::decode(&leaf.hash)
                     .ok()
                     .and_then(|h| <[u8; 32]>::try_from(h).ok())
                     .ok_or_else(|| read_fail(&format!("leaf {} has no hash", leaf.index)))?;
-                log.leaf(&mut batch, leaf.index, &leaf.id, hash)
+                log.leaf(&mut out.batch, leaf.index, &leaf.id, hash)
                     .map_err(|e| read_fail(&e))?;
             }
             // The reader hands out neither.
@@ -195,7 +238,7 @@ fn load(tree: &sled::Tree, folder: &Folder, current: &Current) -> Result<Vec<Row
         }
         lines += 1;
         if lines % BATCH == 0 {
-            write(std::mem::take(&mut batch))?;
+            out.write()?;
             #[cfg(test)]
             if folder
                 .crash_mid_install
@@ -205,15 +248,17 @@ fn load(tree: &sled::Tree, folder: &Folder, current: &Current) -> Result<Vec<Row
             }
         }
     }
-    stored.drop_rest(&mut batch)?;
+    stored.drop_rest(&mut out)?;
     if let Some(header) = &header.log {
-        log.finish(&mut batch, header).map_err(|e| read_fail(&e))?;
+        log.finish(&mut out.batch, header)
+            .map_err(|e| read_fail(&e))?;
     }
-    write(batch)?;
-    write(last_batch(tree, &header, &rows, current)?)?;
+    out.write()?;
+    out.batch = last_batch(tree, &header, &rows, current)?;
+    out.write()?;
     if header.log.is_none() {
         // A format 2 snapshot (an older leader's): the log is rebuilt from its receipts.
-        transparency::rebuild(tree)?;
+        transparency::rebuild(tree, segments)?;
     }
     Ok(rows)
 }
@@ -256,11 +301,11 @@ fn last_batch(
 }
 
 /// The stored receipts, walked in id order beside the snapshot's.
-struct Stored {
+struct Kept {
     scan: std::iter::Peekable<sled::Iter>,
 }
 
-impl Stored {
+impl Kept {
     fn new(tree: &sled::Tree) -> Self {
         Self {
             scan: tree.scan_prefix(RECEIPT).peekable(),
@@ -269,8 +314,9 @@ impl Stored {
 
     /// Stages the removal of the stored receipts up to the snapshot's `next` that the
     /// snapshot does not hold (and of a stored receipt under `next`'s id that differs from
-    /// it, which the snapshot's then replaces).
-    fn merge(&mut self, batch: &mut sled::Batch, next: &Receipt) -> Result<(), StorageError> {
+    /// it, which the snapshot's then replaces). Returns whether `next` is stored as it is,
+    /// so it is kept and not written again.
+    fn merge(&mut self, out: &mut Batch<'_>, next: &Receipt) -> Result<bool, StorageError> {
         let next_key = receipt_key(&next.id);
         while let Some(item) = self.scan.peek() {
             let key = match item {
@@ -278,26 +324,51 @@ impl Stored {
                 Err(e) => return Err(read_err(e)),
             };
             if *key > *next_key {
-                return Ok(());
+                return Ok(false);
             }
-            let Some(Ok((_, bytes))) = self.scan.next() else {
+            let Some(Ok((_, value))) = self.scan.next() else {
                 continue;
             };
-            let stored: Receipt = serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?;
-            if *key < *next_key || stored != *next {
-                drop_receipt(batch, &stored);
+            if *key == *next_key && same(&value, next)? {
+                return Ok(true);
             }
+            drop_value(out, &value)?;
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Stages the removal of the stored receipts after the snapshot's last.
-    fn drop_rest(&mut self, batch: &mut sled::Batch) -> Result<(), StorageError> {
+    fn drop_rest(&mut self, out: &mut Batch<'_>) -> Result<(), StorageError> {
         for item in self.scan.by_ref() {
-            let (_, bytes) = item.map_err(|e| read_err(&e))?;
-            let stored: Receipt = serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?;
-            drop_receipt(batch, &stored);
+            let (_, value) = item.map_err(|e| read_err(&e))?;
+            drop_value(out, &value)?;
         }
         Ok(())
     }
+}
+
+/// Whether the stored value `value` is the receipt `next`: by the length and checksum of
+/// its body (and the index) when it is in a segment, without reading it.
+fn same(value: &[u8], next: &Receipt) -> Result<bool, StorageError> {
+    Ok(match Stored::decode(value) {
+        Some(stored) => {
+            let bytes = encode(next)?;
+            stored.index == next.index
+                && stored.place.len as usize == bytes.len()
+                && stored.place.crc == crc32fast::hash(&bytes)
+        }
+        None => serde_json::from_slice::<Receipt>(value).map_err(|e| read_err(&e))? == *next,
+    })
+}
+
+fn drop_value(out: &mut Batch<'_>, value: &[u8]) -> Result<(), StorageError> {
+    if let Some(found) = found(out.segments, value)? {
+        drop_receipt(
+            &mut out.batch,
+            &found.receipt,
+            found.place,
+            &mut out.released,
+        );
+    }
+    Ok(())
 }

@@ -1001,10 +1001,17 @@ async fn an_install_keeps_stored_receipts_the_snapshot_holds_and_drops_pruned_on
     receipts_at(&mut leader, 6, 1).await;
     let snapshot = build(&mut leader).await;
     let reader = follower.receipts();
+    let written = follower.storage.segments().end();
     follower
         .install_snapshot(&snapshot.meta, snapshot.snapshot)
         .await
         .unwrap();
+    // Receipts it already had are kept where they are: only the new one's body is written.
+    let sixth = encode(&leader.receipts().get("inv_0000000006").unwrap().unwrap()).unwrap();
+    assert_eq!(
+        follower.storage.segments().end().offset,
+        written.offset + 8 + sixth.len() as u64
+    );
     let left: Vec<u64> = reader
         .by_key("ECHO", 10)
         .unwrap()
@@ -1810,4 +1817,177 @@ async fn a_prune_drops_the_same_receipts_however_the_entries_before_it_were_batc
     let (count, digest) = one_by_one.receipts().digest().unwrap();
     assert_eq!(count, 2, "1-3 by age, then 4 (EVEN keeps 6), ODD keeps 5");
     assert_eq!(batched.receipts().digest().unwrap(), (count, digest));
+}
+
+/// The segment file `n` of a machine's folder.
+fn segment_file(dir: &std::path::Path, n: u32) -> std::path::PathBuf {
+    dir.join("receipts").join(format!("{n:08x}.seg"))
+}
+
+/// Receipts at indexes `from..from + count`, one entry each, every other one with an ask.
+fn receipt_entries(from: u64, count: u64) -> Vec<Entry> {
+    (from..from + count)
+        .map(|i| {
+            let asked = i.is_multiple_of(2).then(|| format!("echo number {i}"));
+            entry(
+                i,
+                Request::new(append(Receipt {
+                    asked,
+                    ..receipt(&format!("inv_{i:010}"), &"o".repeat(200))
+                })),
+            )
+        })
+        .collect()
+}
+
+async fn apply_one_by_one(sm: &mut StateMachine, entries: &[Entry]) {
+    for entry in entries {
+        sm.apply_entries([entry.clone()]).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn receipt_bodies_live_in_segment_files_and_sled_keeps_where_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, storage) = machine(dir.path());
+    apply_one_by_one(&mut sm, &receipt_entries(1, 4)).await;
+    let value = sm.tree.get(receipt_key("inv_0000000002")).unwrap().unwrap();
+    let stored = Stored::decode(&value).expect("a place, not the receipt itself");
+    assert_eq!(value.len(), Stored::ENCODED);
+    assert_eq!((stored.index, stored.asked), (2, true));
+    let body = std::fs::read(segment_file(dir.path(), 1)).unwrap();
+    let at = stored.place.offset as usize + 8;
+    let inside: Receipt =
+        serde_json::from_slice(&body[at..at + stored.place.len as usize]).unwrap();
+    assert_eq!(inside.id, "inv_0000000002");
+    let before = sm.receipts().digest().unwrap();
+    assert_eq!(before.0, 4);
+
+    // Bytes past the recorded end (a batch sled lost) are cut off at the next open, and
+    // the next receipt goes where they were.
+    drop((sm, storage));
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(segment_file(dir.path(), 1))
+        .unwrap();
+    std::io::Write::write_all(&mut file, &[7; 300]).unwrap();
+    let (mut sm, _, storage) = machine(dir.path());
+    assert!(sm.missing_bodies().is_empty());
+    assert_eq!(sm.receipts().digest().unwrap(), before);
+    let asked = asked_receipts(&sm.tree, storage.segments(), &[]).unwrap();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    apply_one_by_one(&mut sm, &receipt_entries(5, 1)).await;
+    let fifth = sm.receipts().get("inv_0000000005").unwrap().unwrap();
+    assert_eq!(fifth.index, 5);
+    assert_eq!(
+        std::fs::metadata(segment_file(dir.path(), 1))
+            .unwrap()
+            .len(),
+        storage.segments().end().offset
+    );
+}
+
+#[tokio::test]
+async fn bodies_a_power_loss_took_are_written_again_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let entries = receipt_entries(1, 5);
+    let (mut sm, _, storage) = machine(dir.path());
+    apply_one_by_one(&mut sm, &entries).await;
+    let before = sm.receipts().digest().unwrap();
+    let third =
+        Stored::decode(&sm.tree.get(receipt_key("inv_0000000003")).unwrap().unwrap()).unwrap();
+    // sled kept its last three batches, the segment file lost their bodies.
+    drop((sm, storage));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment_file(dir.path(), 1))
+        .unwrap();
+    file.set_len(u64::from(third.place.offset) + 20).unwrap();
+    drop(file);
+
+    let (mut sm, _, storage) = machine(dir.path());
+    assert_eq!(sm.missing_bodies(), [3, 4, 5]);
+    assert!(sm.receipts().get("inv_0000000004").is_err());
+    // The ask of a missing body is learned once it is back, not before.
+    assert_eq!(
+        asked_receipts(&sm.tree, storage.segments(), &sm.missing)
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // An entry that is not in the log, or holds other bytes, is refused by name.
+    let error = sm.restore_bodies(&entries[2..4]).await.unwrap_err();
+    assert!(
+        error.to_string().contains("no longer holds entry 5"),
+        "{error}"
+    );
+    let mut changed = entries[2..].to_vec();
+    changed[1] = receipt_entries(4, 1).remove(0);
+    if let EntryPayload::Normal(Request {
+        command: Command::AppendReceipt { receipt },
+        ..
+    }) = &mut changed[1].payload
+    {
+        receipt.output = "changed".into();
+    }
+    let error = sm.restore_bodies(&changed).await.unwrap_err();
+    assert!(error.to_string().contains("other bytes"), "{error}");
+
+    sm.restore_bodies(&entries[2..]).await.unwrap();
+    assert_eq!(sm.receipts().digest().unwrap(), before);
+    assert!(sm.missing_bodies().is_empty());
+    drop((sm, storage));
+    let (sm, _, storage) = machine(dir.path());
+    assert!(sm.missing_bodies().is_empty());
+    assert_eq!(sm.receipts().digest().unwrap(), before);
+    assert_eq!(
+        asked_receipts(&sm.tree, storage.segments(), &[])
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn retention_gives_back_segment_files_once_a_sync_made_it_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, storage) = machine(dir.path());
+    // About four receipts per file.
+    storage.segments().set_segment_bytes(2_000);
+    sm.apply_entries(receipt_entries(1, 40)).await.unwrap();
+    let files = storage.segments().files().len();
+    assert!(files >= 8, "{files} files");
+    sm.apply_entries([entry(
+        41,
+        Request::new(Command::PruneReceipts {
+            before_ms: 0,
+            max_age_ms: 0,
+            keep_per_key: 3,
+            limit: 100,
+        }),
+    )])
+    .await
+    .unwrap();
+    assert_eq!(
+        storage.segments().files().len(),
+        files,
+        "removed before a sync"
+    );
+    storage.sync().await.unwrap();
+    let left = storage.segments().files();
+    assert!(left.len() <= 2, "{left:?}");
+    assert_eq!(sm.receipts().count(), 3);
+    let newest: Vec<u64> = sm
+        .receipts()
+        .by_key("ECHO", 10)
+        .unwrap()
+        .iter()
+        .map(|r| r.index)
+        .collect();
+    assert_eq!(newest, [40, 39, 38]);
+    drop((sm, storage));
+    let (sm, _, storage) = machine(dir.path());
+    assert_eq!(storage.segments().files(), left);
+    assert_eq!(sm.receipts().by_key("ECHO", 10).unwrap().len(), 3);
 }

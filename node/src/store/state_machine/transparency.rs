@@ -710,11 +710,13 @@ impl LogLoader {
 /// Builds the log from the stored receipts in (index, id) order, in a folder (or from a
 /// snapshot) written before the log existed. Receipts retention dropped before then are not
 /// in it.
-pub(super) fn rebuild(tree: &sled::Tree) -> Result<u64, StorageError> {
+pub(super) fn rebuild(tree: &sled::Tree, segments: &Segments) -> Result<u64, StorageError> {
     let mut receipts: Vec<(u64, String, Hash)> = Vec::new();
     for item in tree.scan_prefix(RECEIPT) {
-        let (_, bytes) = item.map_err(|e| read_err(&e))?;
-        let receipt: Receipt = serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?;
+        let (_, value) = item.map_err(|e| read_err(&e))?;
+        let Some(super::Found { receipt, .. }) = super::found(segments, &value)? else {
+            continue;
+        };
         let hash = tlog::leaf_hash(&receipt_leaf(&receipt));
         receipts.push((receipt.index, receipt.id, hash));
     }
