@@ -374,7 +374,14 @@ impl Segments {
     /// Makes every byte written so far durable (step one of a database sync) and returns
     /// the files to remove once the rest of that sync is done ([`Segments::remove`]).
     pub fn sync(&self) -> io::Result<Freed> {
-        let (file, dir, freed) = {
+        let freed = Freed(std::mem::take(&mut self.lock().freed));
+        self.sync_files()?;
+        Ok(freed)
+    }
+
+    /// Makes every byte written so far durable, removing nothing.
+    pub fn sync_files(&self) -> io::Result<()> {
+        let (file, dir, sync) = {
             let mut inner = self.lock();
             let file = match (inner.dirty, inner.active) {
                 (true, Some(end)) => inner.files.get(&end.segment).cloned(),
@@ -382,9 +389,9 @@ impl Segments {
             };
             inner.dirty = false;
             let dir = std::mem::take(&mut inner.dir_dirty).then(|| inner.dir.clone());
-            (file, dir, Freed(std::mem::take(&mut inner.freed)))
+            (file, dir, inner.sync)
         };
-        if self.lock().sync {
+        if sync {
             if let Some(file) = file {
                 file.sync_data()?;
             }
@@ -392,7 +399,7 @@ impl Segments {
                 File::open(dir)?.sync_all()?;
             }
         }
-        Ok(freed)
+        Ok(())
     }
 
     /// Removes the files a sync found empty, once that sync has made the state durable.

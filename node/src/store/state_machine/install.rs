@@ -6,11 +6,16 @@
 //!    the install ([`resume`], at open) before anything reads the state.
 //! 2. Request records are cleared, then the file is streamed: receipts are merged in id
 //!    order with the stored ones (a stored receipt the snapshot lacks was pruned in its
-//!    history and is dropped; one it has is rewritten as is, since an id names one receipt
-//!    across the log), request records written, in batches of [`BATCH`] lines. Rows and the
-//!    share state are kept for the end (the catalogue holds rows in memory anyway).
-//! 3. One last batch replaces the rows and the share state, sets the applied log id and
-//!    membership, and removes the marker; it is synced, then published.
+//!    history and is dropped; one it has stays where it is, since an id names one receipt
+//!    across the log; a new one's body goes to the segment files), request records
+//!    written, in batches of [`BATCH`] lines. Rows and the share state are kept for the end
+//!    (the catalogue holds rows in memory anyway).
+//! 3. The segment files are synced; one last batch replaces the rows and the share state,
+//!    sets the applied log id and membership, and removes the marker; it is synced, then
+//!    published. A start that finds the marker with bodies past the segments' end (a power
+//!    loss during step 2) forgets those receipts' values, and the resumed install writes
+//!    them again from the snapshot, which holds them: bodies written before the install
+//!    were synced in step 1.
 //!
 //! Receipts shown before the install stay readable throughout, and the new ones are shown
 //! only once the applied index is published. Re-running step 2 over a half-done one yields
@@ -254,6 +259,12 @@ fn load(
             .map_err(|e| read_fail(&e))?;
     }
     out.write()?;
+    // The receipts' bodies are durable before the batch that ends the install: once the
+    // marker is gone a body that a power loss took could only be written again from the
+    // log, which need not hold the entries a snapshot brought.
+    segments
+        .sync_files()
+        .map_err(|e| io_error(subject.clone(), ErrorVerb::Write, &e))?;
     out.batch = last_batch(tree, &header, &rows, current)?;
     out.write()?;
     if header.log.is_none() {

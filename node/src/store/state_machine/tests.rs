@@ -970,6 +970,42 @@ async fn an_install_cut_short_by_a_crash_is_finished_at_the_next_open() {
 }
 
 #[tokio::test]
+async fn an_install_cut_short_by_a_power_loss_that_took_bodies_is_finished_from_the_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut leader, _, _) = machine(&dir.path().join("leader"));
+    let (mut follower, _, storage) = machine(&dir.path().join("follower"));
+    receipts_at(&mut leader, 1, 250).await;
+    let snapshot = build(&mut leader).await;
+    follower
+        .snapshots
+        .crash_mid_install
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let cut = follower
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await;
+    assert!(cut.is_err());
+    drop((follower, storage));
+    // sled kept the first install batch; the disk lost the second half of its bodies.
+    let file = segment_file(&dir.path().join("follower"), 1);
+    let len = std::fs::metadata(&file).unwrap().len();
+    assert!(len > 0);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+
+    let (follower, _, _) = machine(&dir.path().join("follower"));
+    assert!(follower.missing_bodies().is_empty());
+    assert_eq!(
+        follower.receipts().digest().unwrap(),
+        leader.receipts().digest().unwrap()
+    );
+    assert_eq!(follower.receipts().count(), 250);
+}
+
+#[tokio::test]
 async fn an_install_keeps_stored_receipts_the_snapshot_holds_and_drops_pruned_ones() {
     let dir = tempfile::tempdir().unwrap();
     let (mut leader, _, _) = machine(&dir.path().join("leader"));
