@@ -1,6 +1,6 @@
 //! Where a node's bytes go: opens a stopped node's sled folder and prints, per tree and per
 //! logical table (key prefix), how many keys it holds and their key and value bytes, next to
-//! what the folder takes on disk. Run on a copy of a data folder, with the node stopped:
+//! what the folder takes on disk, and what the receipt files beside it take. Run on a copy of a data folder, with the node stopped:
 //!
 //! ```sh
 //! cargo run -p rowcall-node --example sled_usage -- ./rowcall-data/sled [invocations]
@@ -100,6 +100,13 @@ fn main() -> anyhow::Result<()> {
             logical / n,
             on_disk / n
         );
+    }
+    // Receipt bodies are beside the database, in append-only files (`store::segments`).
+    let receipts = rowcall_node::store::durable::segments_dir(dir);
+    let receipt_bytes = disk_bytes(&receipts);
+    println!("receipt files ({}): {receipt_bytes}", receipts.display());
+    if let Some(n) = invocations.filter(|&n| n > 0) {
+        println!("receipt files per invocation:  {} B", receipt_bytes / n);
     }
     if let Some(copy_to) = copy_to {
         let copy_to = Path::new(&copy_to);

@@ -289,12 +289,10 @@ impl Segments {
             let record = HEADER + u64::from(len);
             let start = end.offset + buffer.len() as u64;
             if start > 0 && start + record > inner.segment_bytes {
-                let file = inner.files.get(&end.segment).cloned();
-                if let Some(file) = file {
-                    file.write_all_at(&buffer, end.offset)?;
-                    if inner.sync {
-                        file.sync_data()?;
-                    }
+                let file = inner.active_file(end.segment)?;
+                file.write_all_at(&buffer, end.offset)?;
+                if inner.sync {
+                    file.sync_data()?;
                 }
                 buffer.clear();
                 end = inner.start(end.segment + 1)?;
@@ -314,11 +312,7 @@ impl Segments {
             *inner.live.entry(end.segment).or_default() += 1;
         }
         if !buffer.is_empty() {
-            let file = inner
-                .files
-                .get(&end.segment)
-                .cloned()
-                .ok_or_else(|| io::Error::other("the active segment file is not open"))?;
+            let file = inner.active_file(end.segment)?;
             file.write_all_at(&buffer, end.offset)?;
             end.offset += buffer.len() as u64;
             inner.dirty = true;
@@ -445,7 +439,14 @@ impl Segments {
 pub struct Freed(Vec<u32>);
 
 impl Inner {
-    /// Closes the active file (synced) and starts file `segment`.
+    fn active_file(&self, segment: u32) -> io::Result<Arc<File>> {
+        self.files
+            .get(&segment)
+            .cloned()
+            .ok_or_else(|| io::Error::other("the active segment file is not open"))
+    }
+
+    /// Starts file `segment` (the one before it was synced when it filled).
     fn start(&mut self, segment: u32) -> io::Result<End> {
         let path = self.dir.join(file_name(segment));
         let file = OpenOptions::new()
