@@ -34,7 +34,7 @@
 //! - a file is removed only after the sync that made the removal of its last place durable,
 //!   so no state sled can come back to points into a removed file.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _};
 use std::os::unix::fs::FileExt as _;
@@ -46,6 +46,9 @@ pub const SEGMENT_BYTES: u64 = 32 << 20;
 
 /// A record's header: the body's length and CRC-32.
 const HEADER: u64 = 8;
+
+/// Closed files kept open for reads at most.
+const READERS: usize = 16;
 
 /// Where one body is: its file, the offset of its record, its length and CRC-32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,7 +137,13 @@ struct Inner {
     /// Whether syncs reach the disk (`fdatasync`), or only the page cache.
     sync: bool,
     segment_bytes: u64,
-    files: BTreeMap<u32, Arc<File>>,
+    /// The files there are.
+    files: BTreeSet<u32>,
+    /// The active file, open for appends (and reads).
+    writer: Option<(u32, Arc<File>)>,
+    /// Closed files open for reads, the most recently used last: at most [`READERS`], so
+    /// a node with years of receipts holds a few descriptors, not one per file.
+    readers: Vec<(u32, Arc<File>)>,
     /// The file appends go to, and its length; set by [`Segments::recover`].
     active: Option<End>,
     /// Places stored per file.
@@ -181,17 +190,12 @@ impl Segments {
                 }
             }
         }
-        let mut files = BTreeMap::new();
+        let mut files = BTreeSet::new();
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
-            let Some(segment) = entry.file_name().to_str().and_then(parse_name) else {
-                continue;
-            };
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(entry.path())?;
-            files.insert(segment, Arc::new(file));
+            if let Some(segment) = entry.file_name().to_str().and_then(parse_name) {
+                files.insert(segment);
+            }
         }
         Ok(Self {
             inner: Arc::new(Mutex::new(Inner {
@@ -199,6 +203,8 @@ impl Segments {
                 sync,
                 segment_bytes: SEGMENT_BYTES,
                 files,
+                writer: None,
+                readers: Vec::new(),
                 active: None,
                 live: HashMap::new(),
                 dirty: false,
@@ -231,31 +237,27 @@ impl Segments {
         let limit = end.map_or(0, |e| e.offset);
         let doomed: Vec<u32> = inner
             .files
-            .keys()
+            .iter()
             .copied()
             .filter(|n| end.is_none() || *n > active || (*n < active && !live.contains_key(n)))
             .collect();
         for segment in doomed {
-            inner.files.remove(&segment);
+            inner.forget(segment);
             std::fs::remove_file(inner.dir.join(file_name(segment)))?;
             inner.dir_dirty = true;
         }
-        let file = match inner.files.get(&active) {
-            Some(file) => file.clone(),
-            None => {
-                let file = Arc::new(
-                    OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .create(true)
-                        .truncate(false)
-                        .open(inner.dir.join(file_name(active)))?,
-                );
-                inner.files.insert(active, file.clone());
-                inner.dir_dirty = true;
-                file
-            }
-        };
+        if inner.files.insert(active) {
+            inner.dir_dirty = true;
+        }
+        let file = Arc::new(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(inner.dir.join(file_name(active)))?,
+        );
+        inner.writer = Some((active, file.clone()));
         let valid = valid_prefix(&file, limit)?;
         if file.metadata()?.len() != valid {
             file.set_len(valid)?;
@@ -329,7 +331,7 @@ impl Segments {
     /// The body at `place`; `None` when its file was removed (every place in it was
     /// released, so a reader holding `place` raced with its removal).
     pub fn read(&self, place: &Place) -> io::Result<Option<Vec<u8>>> {
-        let Some(file) = self.lock().files.get(&place.segment).cloned() else {
+        let Some(file) = self.lock().reader(place.segment)? else {
             return Ok(None);
         };
         let mut record = vec![0; HEADER as usize + place.len as usize];
@@ -377,8 +379,8 @@ impl Segments {
     pub fn sync_files(&self) -> io::Result<()> {
         let (file, dir, sync) = {
             let mut inner = self.lock();
-            let file = match (inner.dirty, inner.active) {
-                (true, Some(end)) => inner.files.get(&end.segment).cloned(),
+            let file = match (inner.dirty, &inner.writer) {
+                (true, Some((_, file))) => Some(file.clone()),
                 _ => None,
             };
             inner.dirty = false;
@@ -406,7 +408,7 @@ impl Segments {
             {
                 continue;
             }
-            if inner.files.remove(&segment).is_some() {
+            if inner.forget(segment) {
                 match std::fs::remove_file(inner.dir.join(file_name(segment))) {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -423,7 +425,10 @@ impl Segments {
         inner
             .files
             .iter()
-            .map(|(n, f)| (*n, f.metadata().map_or(0, |m| m.len())))
+            .map(|n| {
+                let len = std::fs::metadata(inner.dir.join(file_name(*n)));
+                (*n, len.map_or(0, |m| m.len()))
+            })
             .collect()
     }
 
@@ -440,10 +445,47 @@ pub struct Freed(Vec<u32>);
 
 impl Inner {
     fn active_file(&self, segment: u32) -> io::Result<Arc<File>> {
-        self.files
-            .get(&segment)
-            .cloned()
-            .ok_or_else(|| io::Error::other("the active segment file is not open"))
+        match &self.writer {
+            Some((n, file)) if *n == segment => Ok(file.clone()),
+            _ => Err(io::Error::other("the active segment file is not open")),
+        }
+    }
+
+    /// A handle to read file `segment`; `None` when there is no such file (removed).
+    fn reader(&mut self, segment: u32) -> io::Result<Option<Arc<File>>> {
+        if let Some((n, file)) = &self.writer {
+            if *n == segment {
+                return Ok(Some(file.clone()));
+            }
+        }
+        if let Some(at) = self.readers.iter().position(|(n, _)| *n == segment) {
+            let used = self.readers.remove(at);
+            let file = used.1.clone();
+            self.readers.push(used);
+            return Ok(Some(file));
+        }
+        if !self.files.contains(&segment) {
+            return Ok(None);
+        }
+        let file = match File::open(self.dir.join(file_name(segment))) {
+            Ok(file) => Arc::new(file),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if self.readers.len() == READERS {
+            self.readers.remove(0);
+        }
+        self.readers.push((segment, file.clone()));
+        Ok(Some(file))
+    }
+
+    /// Forgets file `segment` (about to be removed); returns whether there was one.
+    fn forget(&mut self, segment: u32) -> bool {
+        self.readers.retain(|(n, _)| *n != segment);
+        if self.writer.as_ref().is_some_and(|(n, _)| *n == segment) {
+            self.writer = None;
+        }
+        self.files.remove(&segment)
     }
 
     /// Starts file `segment` (the one before it was synced when it filled).
@@ -454,7 +496,8 @@ impl Inner {
             .write(true)
             .create_new(true)
             .open(&path)?;
-        self.files.insert(segment, Arc::new(file));
+        self.files.insert(segment);
+        self.writer = Some((segment, Arc::new(file)));
         self.dir_dirty = true;
         if let Some(previous) = self.active.map(|e| e.segment) {
             if !self.live.contains_key(&previous) {
@@ -556,6 +599,32 @@ mod tests {
         for (place, body) in places.iter().zip(&written) {
             assert_eq!(segments.read(place).unwrap().unwrap(), *body);
         }
+    }
+
+    #[test]
+    fn more_files_than_read_handles_all_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let segments = Segments::open(dir.path(), false).unwrap();
+        segments.recover(None, HashMap::new()).unwrap();
+        segments.set_segment_bytes(100);
+        let written = bodies(3 * READERS, 92);
+        let places = segments.append(&written).unwrap();
+        assert_eq!(segments.files().len(), 3 * READERS);
+        for _ in 0..2 {
+            for (place, body) in places.iter().zip(&written).rev() {
+                assert_eq!(segments.read(place).unwrap().as_ref(), Some(body));
+            }
+        }
+        assert!(segments.lock().readers.len() <= READERS);
+        // Reopened, every file is found again without being held open.
+        let end = segments.end();
+        drop(segments);
+        let segments = Segments::open(dir.path(), false).unwrap();
+        segments.recover(Some(end), live(&places)).unwrap();
+        assert_eq!(
+            segments.read(&places[0]).unwrap().as_ref(),
+            Some(&written[0])
+        );
     }
 
     #[test]
