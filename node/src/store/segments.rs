@@ -575,6 +575,8 @@ mod tests {
             );
             assert_eq!(Place::decode(&place.encode()), Some(*place));
         }
+        assert_eq!(places[1].end(), u64::from(places[2].offset));
+        assert_eq!(places[2].end(), 3 * 108);
         assert_eq!(
             segments.end(),
             End {
@@ -725,6 +727,8 @@ mod tests {
         let segments = Segments::open(dir.path(), true).unwrap();
         segments.recover(Some(end), live(&kept)).unwrap();
         assert_eq!(segments.files(), vec![(2, 500)]);
+        assert!(!dir.path().join(file_name(1)).exists());
+        assert!(!dir.path().join(file_name(3)).exists());
 
         // A store with no end (a new database beside an old folder): nothing is kept.
         drop(segments);
