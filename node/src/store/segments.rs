@@ -595,8 +595,9 @@ mod tests {
         segments.set_segment_bytes(1_000);
         let written = bodies(25, 92);
         let places = segments.append(&written).unwrap();
-        // Ten records of 100 bytes fill a file.
+        // Ten records of 100 bytes fill a file, to the byte.
         assert_eq!(places.iter().map(|p| p.segment).max(), Some(3));
+        assert_eq!(segments.files()[0], (1, 1_000));
         assert!(segments.files().iter().all(|(_, len)| *len <= 1_000));
         for (place, body) in places.iter().zip(&written) {
             assert_eq!(segments.read(place).unwrap().unwrap(), *body);
@@ -735,6 +736,23 @@ mod tests {
         let segments = Segments::open(dir.path(), true).unwrap();
         segments.recover(None, HashMap::new()).unwrap();
         assert_eq!(segments.files(), vec![(1, 0)]);
+    }
+
+    #[test]
+    fn recovery_keeps_every_file_a_place_points_into() {
+        let dir = tempfile::tempdir().unwrap();
+        let segments = Segments::open(dir.path(), true).unwrap();
+        segments.recover(None, HashMap::new()).unwrap();
+        segments.set_segment_bytes(500);
+        let places = segments.append(&bodies(12, 92)).unwrap();
+        let end = segments.end();
+        drop(segments);
+        let segments = Segments::open(dir.path(), true).unwrap();
+        assert_eq!(segments.recover(Some(end), live(&places)).unwrap(), end);
+        assert_eq!(segments.files().len(), 3);
+        for place in &places {
+            assert!(segments.read(place).unwrap().is_some());
+        }
     }
 
     #[test]
