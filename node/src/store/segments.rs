@@ -703,6 +703,14 @@ mod tests {
         assert_eq!(segments.read(&first[0]).unwrap(), None);
         assert!(segments.read(&places[11]).unwrap().is_some());
 
+        // A file someone else removed first is no error.
+        let second: Vec<Place> = places.iter().filter(|p| p.segment == 2).copied().collect();
+        segments.release(&second);
+        let freed = segments.sync().unwrap();
+        std::fs::remove_file(dir.path().join(file_name(2))).unwrap();
+        segments.remove(freed).unwrap();
+        assert!(!segments.files().iter().any(|(n, _)| *n == 2));
+
         // The active file is never removed, even with nothing in it.
         let last: Vec<Place> = places.iter().filter(|p| p.segment == 3).copied().collect();
         segments.release(&last);
