@@ -628,6 +628,9 @@ mod tests {
             segments.read(&places[0]).unwrap().as_ref(),
             Some(&written[0])
         );
+        // A file removed behind the store's back reads as gone, not as an error.
+        std::fs::remove_file(dir.path().join(file_name(places[5].segment))).unwrap();
+        assert_eq!(segments.read(&places[5]).unwrap(), None);
     }
 
     #[test]
