@@ -181,7 +181,16 @@ impl Stored {
 /// The receipt's JSON behind a stored value: the value itself, or the body it points at
 /// (`None` when that body's file was removed: the receipt was pruned under the reader).
 pub(crate) fn receipt_bytes(segments: &Segments, value: &[u8]) -> std::io::Result<Option<Vec<u8>>> {
-    match Stored::decode(value) {
+    body(segments, value, Stored::decode(value))
+}
+
+/// [`receipt_bytes`] for a value already decoded as `stored`.
+fn body(
+    segments: &Segments,
+    value: &[u8],
+    stored: Option<Stored>,
+) -> std::io::Result<Option<Vec<u8>>> {
+    match stored {
         Some(stored) => segments.read(&stored.place),
         None => Ok(Some(value.to_vec())),
     }
@@ -197,14 +206,15 @@ struct Found {
 
 /// The stored receipt behind the value `value`.
 fn found(segments: &Segments, value: &[u8]) -> Result<Option<Found>, StorageError> {
-    let Some(bytes) = receipt_bytes(segments, value).map_err(|e| read_err(&e))? else {
+    let stored = Stored::decode(value);
+    let Some(bytes) = body(segments, value, stored).map_err(|e| read_err(&e))? else {
         return Ok(None);
     };
     let receipt = serde_json::from_slice(&bytes).map_err(|e| read_err(&e))?;
     Ok(Some(Found {
         receipt,
         bytes,
-        place: Stored::decode(value).map(|s| s.place),
+        place: stored.map(|s| s.place),
     }))
 }
 

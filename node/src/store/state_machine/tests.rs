@@ -927,6 +927,18 @@ async fn a_data_folder_with_the_snapshot_in_one_sled_value_opens_and_moves_it_to
     );
 }
 
+/// Installs `snapshot` on `follower`, crashing after its first batch of lines.
+async fn install_cut_short(follower: &mut StateMachine, snapshot: Snapshot) {
+    follower
+        .snapshots
+        .crash_mid_install
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let cut = follower
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await;
+    assert!(cut.is_err());
+}
+
 #[tokio::test]
 async fn an_install_cut_short_by_a_crash_is_finished_at_the_next_open() {
     let dir = tempfile::tempdir().unwrap();
@@ -945,14 +957,7 @@ async fn an_install_cut_short_by_a_crash_is_finished_at_the_next_open() {
         .unwrap();
     receipts_at(&mut leader, 3, 2_500).await;
     let snapshot = build(&mut leader).await;
-    follower
-        .snapshots
-        .crash_mid_install
-        .store(true, std::sync::atomic::Ordering::Relaxed);
-    let cut = follower
-        .install_snapshot(&snapshot.meta, snapshot.snapshot)
-        .await;
-    assert!(cut.is_err());
+    install_cut_short(&mut follower, snapshot).await;
     drop(follower);
 
     let (mut follower, catalogue, _) = machine(&dir.path().join("follower"));
@@ -976,14 +981,7 @@ async fn an_install_cut_short_by_a_power_loss_that_took_bodies_is_finished_from_
     let (mut follower, _, storage) = machine(&dir.path().join("follower"));
     receipts_at(&mut leader, 1, 250).await;
     let snapshot = build(&mut leader).await;
-    follower
-        .snapshots
-        .crash_mid_install
-        .store(true, std::sync::atomic::Ordering::Relaxed);
-    let cut = follower
-        .install_snapshot(&snapshot.meta, snapshot.snapshot)
-        .await;
-    assert!(cut.is_err());
+    install_cut_short(&mut follower, snapshot).await;
     drop((follower, storage));
     // sled kept the first install batch; the disk lost the second half of its bodies.
     let file = segment_file(&dir.path().join("follower"), 1);
