@@ -1,5 +1,5 @@
 //! The receipt log's Merkle tree at 10^3, 10^5 and 10^6 receipts: time to load the leaves
-//! into sled, proof sizes, and the time to make a proof from the stored hashes and to verify
+//! (into sled and the hash file), proof sizes, and the time to make a proof from the stored hashes and to verify
 //! it (inclusion and consistency), medians and p99 over random leaves and sizes.
 //!
 //! `cargo bench -p rowcall-node --bench receipt_log`. Prints a table; asserts nothing (a
@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use rowcall_node::store::state_machine::transparency::{LogHeader, LogLoader, LogReader};
+use rowcall_node::store::tree_file::TreeFile;
 use rowcall_proto::tlog;
 
 /// Proofs timed per size.
@@ -42,9 +43,10 @@ fn main() {
         let dir = tempfile::tempdir().unwrap();
         let db = sled::open(dir.path().join("sled")).unwrap();
         let tree = db.open_tree("sm").unwrap();
+        let file = TreeFile::open(&dir.path().join("tree.hashes"), db.clone(), false).unwrap();
 
         let started = Instant::now();
-        let mut loader = LogLoader::clear(&tree).unwrap();
+        let mut loader = LogLoader::clear(&tree, &file).unwrap();
         let mut batch = sled::Batch::default();
         let mut leaves = Vec::with_capacity(n as usize);
         for i in 0..n {
@@ -66,7 +68,7 @@ fn main() {
         db.flush().unwrap();
         let load = started.elapsed();
 
-        let log = LogReader::open(tree).unwrap();
+        let log = LogReader::open(tree, file).unwrap();
         let root = log.root(n).unwrap();
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ n);
         let (mut make, mut verify) = (Vec::new(), Vec::new());

@@ -104,7 +104,10 @@ fn main() -> anyhow::Result<()> {
     // Receipt bodies are beside the database, in append-only files (`store::segments`).
     let receipts = rowcall_node::store::durable::segments_dir(dir);
     let receipt_bytes = disk_bytes(&receipts);
-    println!("receipt files ({}): {receipt_bytes}", receipts.display());
+    println!(
+        "receipt files, bodies and tree hashes ({}): {receipt_bytes}",
+        receipts.display()
+    );
     if let Some(n) = invocations.filter(|&n| n > 0) {
         println!("receipt files per invocation:  {} B", receipt_bytes / n);
     }

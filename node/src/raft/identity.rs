@@ -54,7 +54,11 @@ pub const SIGNING_KEY_FILE: &str = "signing.key";
 ///
 /// 4: receipt bodies in segment files (`receipts/`, [`crate::store::segments`]), sled keeping
 /// where each is. An older build would read those values as receipts and fail on them.
-pub const DATA_FORMAT: u32 = 4;
+///
+/// 5: the receipt log's subtree hashes in a file beside the receipts
+/// (`receipts/tree.hashes`, [`crate::store::tree_file`]), each leaf's hash kept with its id
+/// in sled. An older build would find no hashes in the database and fail every proof.
+pub const DATA_FORMAT: u32 = 5;
 
 /// The peer protocol this build speaks: the envelope and payloads of the Raft messages
 /// between nodes. Builds one version apart interoperate, so a rolling upgrade moves one

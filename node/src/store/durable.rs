@@ -81,6 +81,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::segments::Segments;
+use super::tree_file::{self, TreeFile};
 use crate::config::SyncMode;
 
 /// Where the receipt bodies of the database in `dir` are kept: `receipts` beside it (the
@@ -165,6 +166,9 @@ struct Inner {
     db: sled::Db,
     /// Receipt bodies beside the database ([`super::segments`]), synced before sled's flush.
     segments: Segments,
+    /// The receipt log's tree hashes beside the database ([`super::tree_file`]), synced
+    /// (and their count recorded) before sled's flush.
+    tree_file: TreeFile,
     dir: PathBuf,
     /// `db`, opened a second time: fdatasync reaches the same inode as sled's own handle.
     db_file: File,
@@ -218,9 +222,13 @@ impl Durable {
         let segments_dir = segments_dir(dir);
         let segments = Segments::open(&segments_dir, mode == SyncMode::Fdatasync)
             .map_err(io_err("open", &segments_dir))?;
+        let tree_path = segments_dir.join(tree_file::FILE_NAME);
+        let tree_file = TreeFile::open(&tree_path, db.clone(), mode == SyncMode::Fdatasync)
+            .map_err(io_err("open", &tree_path))?;
         let mut inner = Inner {
             db,
             segments,
+            tree_file,
             dir: dir.to_owned(),
             db_file,
             mode,
@@ -255,6 +263,11 @@ impl Durable {
     /// The receipt bodies' segment files beside the database.
     pub fn segments(&self) -> &Segments {
         &self.inner.segments
+    }
+
+    /// The receipt log's tree hash file beside the database.
+    pub fn tree_file(&self) -> &TreeFile {
+        &self.inner.tree_file
     }
 
     /// Returns once every write this caller made to the database before calling is durable
@@ -349,6 +362,10 @@ impl Inner {
             .segments
             .sync()
             .map_err(io_err("fdatasync", &segments_dir))?;
+        // Then the tree hashes, whose count goes into the flush below.
+        self.tree_file
+            .sync()
+            .map_err(io_err("fdatasync", &self.tree_file.path()))?;
         self.sync_database(synced)?;
         // The removals that emptied these files are durable now.
         self.segments

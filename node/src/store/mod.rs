@@ -24,6 +24,7 @@ pub mod requests;
 pub mod segments;
 pub mod snapshot;
 pub mod state_machine;
+pub mod tree_file;
 pub mod wal;
 
 use openraft::{AnyError, ErrorSubject, ErrorVerb};

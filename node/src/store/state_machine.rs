@@ -69,6 +69,7 @@ use super::requests::{self, Record};
 use super::segments::{End, Place, Segments};
 use super::snapshot::file::{Folder, SnapshotFile};
 use super::snapshot::{self, Membership, Meta, Revocation, SnapshotBuilder};
+use super::tree_file::TreeFile;
 use super::{io_error, Snapshot};
 use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::SharedCatalogue;
@@ -370,6 +371,10 @@ fn read_err(e: &(impl std::error::Error + 'static)) -> StorageError {
     io_error(ErrorSubject::StateMachine, ErrorVerb::Read, e)
 }
 
+fn write_err(e: &(impl std::error::Error + 'static)) -> StorageError {
+    io_error(ErrorSubject::StateMachine, ErrorVerb::Write, e)
+}
+
 /// The state machine; one per node.
 pub struct StateMachine {
     storage: Durable,
@@ -393,6 +398,7 @@ pub struct StateMachine {
 pub struct ReceiptReader {
     tree: sled::Tree,
     segments: Segments,
+    tree_file: TreeFile,
     applied: watch::Receiver<u64>,
     log_published: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -435,7 +441,11 @@ impl ReceiptReader {
 
     /// The receipt log: its tree, checkpoints and proofs.
     pub fn log(&self) -> transparency::LogReader {
-        transparency::LogReader::new(self.tree.clone(), self.log_published.clone())
+        transparency::LogReader::new(
+            self.tree.clone(),
+            self.tree_file.clone(),
+            self.log_published.clone(),
+        )
     }
 
     /// How many receipts are stored.
@@ -616,7 +626,7 @@ impl StateMachine {
             // the snapshot if it holds it, and dropped otherwise.
             forget(&tree, segments, &missing)?;
             missing.clear();
-            install::resume(&tree, segments, &folder)?;
+            install::resume(&tree, segments, storage.tree_file(), &folder)?;
         }
         let current = snapshot::current_name(&tree)?;
         let removed = folder
@@ -627,10 +637,17 @@ impl StateMachine {
         }
         index_receipt_times(&tree, segments)?;
         if !transparency::has_log(&tree)? {
-            let leaves = transparency::rebuild(&tree, segments)?;
+            let leaves = transparency::rebuild(&tree, segments, storage.tree_file())?;
             tracing::info!(
                 leaves,
                 "built the receipt log's Merkle tree from the stored receipts"
+            );
+        }
+        let computed = transparency::recover(&tree, storage.tree_file())?;
+        if computed > 0 {
+            tracing::info!(
+                leaves = computed,
+                "computed the receipt log's newest hashes again from the stored leaves"
             );
         }
         let read = |key: &[u8]| tree.get(key).map_err(|e| read_err(&e));
@@ -772,7 +789,11 @@ impl StateMachine {
 
     /// A reader for the receipt log's tree, checkpoints and proofs.
     pub fn log(&self) -> transparency::LogReader {
-        transparency::LogReader::new(self.tree.clone(), self.log_published.clone())
+        transparency::LogReader::new(
+            self.tree.clone(),
+            self.storage.tree_file().clone(),
+            self.log_published.clone(),
+        )
     }
 
     /// A reader for receipts.
@@ -780,6 +801,7 @@ impl StateMachine {
         ReceiptReader {
             tree: self.tree.clone(),
             segments: self.storage.segments().clone(),
+            tree_file: self.storage.tree_file().clone(),
             applied: self.applied_tx.subscribe(),
             log_published: self.log_published.clone(),
         }
@@ -1269,6 +1291,7 @@ impl StateMachine {
         let mut receipts: Vec<&Receipt> = stage.receipts.values().collect();
         receipts.sort_by(|a, b| (a.index, &a.id).cmp(&(b.index, &b.id)));
         store_receipts(self.storage.segments(), &mut stage.batch, &receipts)?;
+        stage.log.write_hashes(self.storage.tree_file())?;
         let Stage {
             batch,
             changes,
@@ -1307,7 +1330,7 @@ impl StateMachine {
             folder: self.snapshots.clone(),
             share: read_share_state(&self.tree),
             alarms: read_alarms(&self.tree),
-            log: transparency::snapshot_header(&self.tree),
+            log: transparency::snapshot_header(&self.tree, self.storage.tree_file()),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
             rows: self.catalogue.read().all_rows(),

@@ -114,9 +114,10 @@ impl StateMachine {
 
         let (tree, folder, named) = (self.tree.clone(), self.snapshots.clone(), current.clone());
         let segments = self.storage.segments().clone();
+        let tree_file = self.storage.tree_file().clone();
         let (rows, asked) = tokio::task::spawn_blocking(move || {
             Ok::<_, StorageError>((
-                load(&tree, &segments, &folder, &named)?,
+                load(&tree, &segments, &tree_file, &folder, &named)?,
                 super::asked_receipts(&tree, &segments, &[])?,
             ))
         })
@@ -149,6 +150,7 @@ impl StateMachine {
 pub(super) fn resume(
     tree: &sled::Tree,
     segments: &Segments,
+    tree_file: &TreeFile,
     folder: &Folder,
 ) -> Result<(), StorageError> {
     let current = snapshot::current_name(tree)?.ok_or_else(|| {
@@ -157,7 +159,7 @@ pub(super) fn resume(
         ))
     })?;
     tracing::info!(file = %current.file, "finishing a snapshot install a restart interrupted");
-    load(tree, segments, folder, &current).map(|_| ())
+    load(tree, segments, tree_file, folder, &current).map(|_| ())
 }
 
 /// A batch of the install with the receipts whose bodies it writes and the places it
@@ -190,6 +192,7 @@ impl Batch<'_> {
 fn load(
     tree: &sled::Tree,
     segments: &Segments,
+    tree_file: &TreeFile,
     folder: &Folder,
     current: &Current,
 ) -> Result<Vec<Row>, StorageError> {
@@ -214,7 +217,7 @@ fn load(
     };
     requests::clear(tree, &mut out.batch)?;
     out.write()?;
-    let mut log = transparency::LogLoader::clear(tree)?;
+    let mut log = transparency::LogLoader::clear(tree, tree_file)?;
 
     let mut stored = Kept::new(tree);
     let mut rows = Vec::new();
@@ -269,7 +272,7 @@ fn load(
     out.write()?;
     if header.log.is_none() {
         // A format 2 snapshot (an older leader's): the log is rebuilt from its receipts.
-        transparency::rebuild(tree, segments)?;
+        transparency::rebuild(tree, segments, tree_file)?;
     }
     Ok(rows)
 }

@@ -1401,6 +1401,129 @@ mod receipt_log {
         assert_eq!(sm.log().leaf_of("inv_0000000001").unwrap(), Some(0));
         assert_eq!(sm.log().root(7).unwrap(), root);
     }
+
+    fn tree_file_path(dir: &std::path::Path) -> std::path::PathBuf {
+        dir.join("receipts")
+            .join(crate::store::tree_file::FILE_NAME)
+    }
+
+    /// Every root and an inclusion proof of every leaf, at every size up to the log's.
+    fn assert_tree_of(sm: &StateMachine, leaves: &[tlog::Hash]) {
+        let log = sm.log();
+        assert_eq!(log.size().unwrap(), leaves.len() as u64);
+        for size in 1..=leaves.len() as u64 {
+            let root = log.root(size).unwrap();
+            assert_eq!(
+                root,
+                tlog::reference::root(&leaves[..size as usize]),
+                "{size}"
+            );
+            let last = size - 1;
+            let path = log.inclusion(last, size).unwrap();
+            tlog::verify_inclusion(last, size, &leaves[last as usize], &path, &root).unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn hashes_a_power_loss_took_are_computed_again_from_the_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let leaves = {
+            let (mut sm, _, storage) = machine(dir.path());
+            receipts_at(&mut sm, 1, 6).await;
+            storage.sync().await.unwrap();
+            let synced = std::fs::metadata(tree_file_path(dir.path())).unwrap().len();
+            receipts_at(&mut sm, 7, 5).await;
+            let ids: Vec<String> = (1..12).map(|i| format!("inv_{i:010}")).collect();
+            let leaves = expected_leaves(&sm, &ids);
+            drop(sm);
+            // sled kept all eleven leaves, but the hashes past the sync are zeros on disk.
+            let path = tree_file_path(dir.path());
+            let len = std::fs::metadata(&path).unwrap().len();
+            assert!(
+                len > synced,
+                "the second batch wrote hashes ({len} > {synced})"
+            );
+            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            std::os::unix::fs::FileExt::write_all_at(
+                &file,
+                &vec![0; (len - synced) as usize],
+                synced,
+            )
+            .unwrap();
+            leaves
+        };
+        let (mut sm, _, _) = machine(dir.path());
+        assert_tree_of(&sm, &leaves);
+        // And the tree grows on from there.
+        receipts_at(&mut sm, 12, 3).await;
+        let mut more = leaves.clone();
+        let ids: Vec<String> = (12..15).map(|i| format!("inv_{i:010}")).collect();
+        more.extend(expected_leaves(&sm, &ids));
+        assert_tree_of(&sm, &more);
+    }
+
+    #[tokio::test]
+    async fn a_lost_hash_file_is_written_again_from_the_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let leaves = {
+            let (mut sm, _, storage) = machine(dir.path());
+            receipts_at(&mut sm, 1, 9).await;
+            storage.sync().await.unwrap();
+            let ids: Vec<String> = (1..10).map(|i| format!("inv_{i:010}")).collect();
+            expected_leaves(&sm, &ids)
+        };
+        std::fs::remove_file(tree_file_path(dir.path())).unwrap();
+        let (sm, _, _) = machine(dir.path());
+        assert_tree_of(&sm, &leaves);
+    }
+
+    #[tokio::test]
+    async fn a_format_4_folder_moves_its_hashes_from_the_database_into_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let leaves = {
+            let (mut sm, _, _) = machine(dir.path());
+            receipts_at(&mut sm, 1, 7).await;
+            let ids: Vec<String> = (1..8).map(|i| format!("inv_{i:010}")).collect();
+            let leaves = expected_leaves(&sm, &ids);
+            // What format 4 kept: every subtree's hash under x/h/, the ids alone under x/l/.
+            let file = std::fs::read(tree_file_path(dir.path())).unwrap();
+            let mut batch = sled::Batch::default();
+            let mut slots = 0;
+            for leaf in 0..7u64 {
+                let (mut level, mut at) = (0u8, leaf);
+                loop {
+                    let slot = crate::store::tree_file::slot(level, at) as usize;
+                    let mut key = b"x/h/".to_vec();
+                    key.push(level);
+                    key.extend_from_slice(&at.to_be_bytes());
+                    batch.insert(key, &file[slot * 32..slot * 32 + 32]);
+                    slots += 1;
+                    if at & 1 == 0 {
+                        break;
+                    }
+                    level += 1;
+                    at >>= 1;
+                }
+                batch.insert(
+                    crate::store::index_key(b"x/l/", leaf),
+                    ids[leaf as usize].as_bytes(),
+                );
+            }
+            assert_eq!(slots, file.len() / 32);
+            sm.tree.apply_batch(batch).unwrap();
+            leaves
+        };
+        std::fs::remove_file(tree_file_path(dir.path())).unwrap();
+        let (sm, _, _) = machine(dir.path());
+        assert_tree_of(&sm, &leaves);
+        assert_eq!(sm.tree.scan_prefix(b"x/h/").count(), 0);
+        let entries = sm.log().leaves(0, 7).unwrap();
+        assert_eq!(entries.len(), 7);
+        for (entry, hash) in entries.iter().zip(&leaves) {
+            assert_eq!(&entry.hash, hash);
+            assert_eq!(entry.id, format!("inv_{:010}", entry.index + 1));
+        }
+    }
 }
 
 #[tokio::test]

@@ -5,12 +5,18 @@
 //!
 //! In the state machine's tree, written in the same atomic batch as the receipts they
 //! commit to:
-//! - `x/h/<level:u8><index:be8>`: the hash of every complete subtree (level 0: the leaves),
-//!   so a root or a proof at any size is O(log² n) reads and an append O(1) amortised writes;
-//! - `x/l/<leaf:be8>` → receipt id and `x/n/<id>` → leaf index, both ways;
+//! - `x/l/<leaf:be8>` → the leaf's hash and its receipt id (`0`, 32 bytes, the id), and
+//!   `x/n/<id>` → leaf index;
 //! - `x/size`: the number of leaves;
 //! - `x/checkpoint`: the latest checkpoint a majority of voters signed ([`Cosigned`]);
 //! - `x/pending`: signatures of newer sizes still short of a majority.
+//!
+//! The hash of every complete subtree (level 0: the leaves) is in a flat file beside sled
+//! ([`crate::store::tree_file`]), so a root or a proof at any size is O(log² n) reads and an
+//! append O(1) amortised writes. Everything in it can be computed again from the leaf hashes
+//! above, which is how it recovers from a crash ([`recover`]). A data folder of format 4 kept
+//! those hashes in sled (`x/h/<level:u8><index:be8>`) and the ids alone under `x/l/`;
+//! [`recover`] moves it to this layout once.
 //!
 //! Retention drops a receipt's body, never its leaf: hashes, ids and proofs stay.
 //!
@@ -29,13 +35,12 @@
 //! that size — so a node that signs another tree is refused by all the others, loudly. Once
 //! a majority of the voters signed one size, it is the cluster's checkpoint.
 
-use std::collections::HashMap;
-
 use rowcall_proto::tlog::{self, Checkpoint, Hash, VerifierKey};
 use serde::{Deserialize, Serialize};
 
 use super::*;
 use crate::raft::NodeId;
+use crate::store::tree_file::{self, TreeFile};
 
 const SIZE: &[u8] = b"x/size";
 const HASH: &[u8] = b"x/h/";
@@ -48,6 +53,7 @@ pub(super) const PREFIX: &[u8] = b"x/";
 /// Keys written (or leaves staged) per sled batch when the log is rebuilt or cleared.
 const WRITE_BATCH: usize = 500;
 
+/// A format 4 folder's key of a subtree's hash (see the module documentation).
 fn hash_key(level: u8, index: u64) -> Vec<u8> {
     let mut key = Vec::with_capacity(HASH.len() + 9);
     key.extend_from_slice(HASH);
@@ -62,6 +68,64 @@ fn leaf_id_key(index: u64) -> Vec<u8> {
 
 fn leaf_of_key(id: &str) -> Vec<u8> {
     [LEAF_OF, id.as_bytes()].concat()
+}
+
+/// The tag of an `x/l/` value that holds the leaf's hash before its id (no id starts with a
+/// NUL; a format 4 value is the id alone).
+const LEAF_TAG: u8 = 0;
+
+/// An `x/l/` value: the tag, the leaf's hash, the receipt id.
+fn leaf_value(hash: &Hash, id: &[u8]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(1 + hash.len() + id.len());
+    value.push(LEAF_TAG);
+    value.extend_from_slice(hash);
+    value.extend_from_slice(id);
+    value
+}
+
+/// The hash and receipt id in an `x/l/` value; `None` for a format 4 value (the id alone).
+fn decode_leaf(value: &[u8]) -> Option<(Hash, &[u8])> {
+    let rest = value.strip_prefix(&[LEAF_TAG])?;
+    let hash = rest.get(..32)?.try_into().ok()?;
+    Some((hash, &rest[32..]))
+}
+
+/// Hashes of complete subtrees made in one batch, in slot order from `at`, before they are
+/// written to the file.
+#[derive(Default)]
+struct NewSlots {
+    at: u64,
+    bytes: Vec<u8>,
+}
+
+impl NewSlots {
+    fn starting_at(at: u64) -> Self {
+        Self {
+            at,
+            bytes: Vec::new(),
+        }
+    }
+
+    fn get(&self, slot: u64) -> Option<Hash> {
+        let offset = usize::try_from(slot.checked_sub(self.at)?).ok()? * 32;
+        self.bytes.get(offset..offset + 32)?.try_into().ok()
+    }
+
+    /// Appends the hash of `slot`, the next one.
+    fn push(&mut self, slot: u64, hash: &Hash) {
+        debug_assert_eq!(slot, self.at + self.bytes.len() as u64 / 32);
+        self.bytes.extend_from_slice(hash);
+    }
+
+    /// Writes the slots to the file and starts after them.
+    fn write(&mut self, file: &TreeFile) -> std::io::Result<()> {
+        if !self.bytes.is_empty() {
+            file.write(self.at, &self.bytes)?;
+            self.at += self.bytes.len() as u64 / 32;
+            self.bytes.clear();
+        }
+        Ok(())
+    }
 }
 
 /// One node's signature of one checkpoint.
@@ -165,7 +229,8 @@ fn base64_encode(bytes: &[u8]) -> String {
 #[derive(Default)]
 pub(super) struct LogStage {
     size: Option<u64>,
-    hashes: HashMap<(u8, u64), Hash>,
+    /// Hashes of the leaves appended in the batch and the subtrees they closed.
+    slots: Option<NewSlots>,
     /// Leaves of the entry being applied, appended (in id order) when it is done.
     entry: Vec<(String, Hash)>,
     checkpoint: Option<Option<Cosigned>>,
@@ -178,9 +243,17 @@ impl LogStage {
     pub fn size(&self) -> Option<u64> {
         self.size
     }
+
+    /// Writes the hashes the batch made to the file (before the batch goes to sled).
+    pub fn write_hashes(&mut self, file: &TreeFile) -> Result<(), StorageError> {
+        match &mut self.slots {
+            Some(slots) => slots.write(file).map_err(|e| write_err(&e)),
+            None => Ok(()),
+        }
+    }
 }
 
-/// Reads hashes of complete subtrees, from a stage and sled, or sled alone.
+/// Reads hashes of complete subtrees, from a stage and the file, or the file alone.
 trait Hashes {
     fn stored(&self, level: u8, index: u64) -> Result<Hash, ProofError>;
 
@@ -259,36 +332,38 @@ pub enum ProofError {
     /// A hash the tree needs is not stored (a damaged store).
     #[error("the hash of subtree {level}/{index} is missing from the store")]
     Missing { level: u8, index: u64 },
+    /// The hash file could not be read.
+    #[error("the tree hash file: {0}")]
+    File(#[from] std::io::Error),
     /// A stored value does not decode.
     #[error("a stored value of the receipt log does not decode: {0}")]
     Decode(String),
 }
 
-struct SledHashes<'a>(&'a sled::Tree);
+struct FileHashes<'a>(&'a TreeFile);
 
-impl Hashes for SledHashes<'_> {
+impl Hashes for FileHashes<'_> {
     fn stored(&self, level: u8, index: u64) -> Result<Hash, ProofError> {
-        let bytes = self
-            .0
-            .get(hash_key(level, index))?
-            .ok_or(ProofError::Missing { level, index })?;
-        bytes
-            .as_ref()
-            .try_into()
-            .map_err(|_| ProofError::Decode(format!("hash {level}/{index}")))
+        self.0
+            .read(tree_file::slot(level, index))?
+            .ok_or(ProofError::Missing { level, index })
     }
 }
 
+/// The file's hashes with those made but not yet written.
 struct StagedHashes<'a> {
-    tree: &'a sled::Tree,
-    stage: &'a LogStage,
+    file: &'a TreeFile,
+    new: Option<&'a NewSlots>,
 }
 
 impl Hashes for StagedHashes<'_> {
     fn stored(&self, level: u8, index: u64) -> Result<Hash, ProofError> {
-        match self.stage.hashes.get(&(level, index)) {
-            Some(hash) => Ok(*hash),
-            None => SledHashes(self.tree).stored(level, index),
+        let staged = self
+            .new
+            .and_then(|new| new.get(tree_file::slot(level, index)));
+        match staged {
+            Some(hash) => Ok(hash),
+            None => FileHashes(self.file).stored(level, index),
         }
     }
 }
@@ -349,22 +424,26 @@ pub fn receipt_leaf(receipt: &Receipt) -> Vec<u8> {
     })
 }
 
-/// Appends leaf `hash` as leaf `index` through `put`, given `stored` for its left siblings:
-/// the leaf and every complete subtree it completes.
+/// Appends leaf `hash` as leaf `index` to `new`, given `file` and `new` for its left
+/// siblings: the leaf and every complete subtree it completes, in slot order.
 fn append_hashes(
+    file: &TreeFile,
+    new: &mut NewSlots,
     index: u64,
     hash: Hash,
-    mut stored: impl FnMut(u8, u64) -> Result<Hash, ProofError>,
-    mut put: impl FnMut(u8, u64, Hash),
 ) -> Result<(), ProofError> {
-    put(0, index, hash);
+    new.push(tree_file::slot(0, index), &hash);
     let (mut level, mut at, mut current) = (0u8, index, hash);
     while at & 1 == 1 {
-        let left = stored(level, at - 1)?;
+        let left = StagedHashes {
+            file,
+            new: Some(&*new),
+        }
+        .stored(level, at - 1)?;
         current = tlog::node_hash(&left, &current);
         level += 1;
         at >>= 1;
-        put(level, at, current);
+        new.push(tree_file::slot(level, at), &current);
     }
     Ok(())
 }
@@ -394,22 +473,14 @@ impl StateMachine {
         let mut leaves = std::mem::take(&mut stage.log.entry);
         leaves.sort_by(|a, b| a.0.cmp(&b.0));
         let mut size = self.log_size(stage)?;
+        let file = self.storage.tree_file();
         for (id, hash) in leaves {
             let Stage { batch, log, .. } = &mut *stage;
-            let tree = &self.tree;
-            let mut staged = Vec::new();
-            append_hashes(
-                size,
-                hash,
-                |level, index| StagedHashes { tree, stage: &*log }.stored(level, index),
-                |level, index, hash| staged.push((level, index, hash)),
-            )
-            .map_err(|e| proof_err(&e))?;
-            for (level, index, hash) in staged {
-                batch.insert(hash_key(level, index), &hash[..]);
-                log.hashes.insert((level, index), hash);
-            }
-            batch.insert(leaf_id_key(size), id.as_bytes());
+            let new = log
+                .slots
+                .get_or_insert_with(|| NewSlots::starting_at(tree_file::slots(size)));
+            append_hashes(file, new, size, hash).map_err(|e| proof_err(&e))?;
+            batch.insert(leaf_id_key(size), leaf_value(&hash, id.as_bytes()));
             batch.insert(leaf_of_key(&id), &size.to_be_bytes()[..]);
             size += 1;
         }
@@ -455,8 +526,8 @@ impl StateMachine {
             ));
         }
         let ours = StagedHashes {
-            tree: &self.tree,
-            stage: &stage.log,
+            file: self.storage.tree_file(),
+            new: stage.log.slots.as_ref(),
         }
         .root(size)
         .map_err(|e| proof_err(&e))?;
@@ -572,9 +643,9 @@ impl StateMachine {
 }
 
 /// What a snapshot needs of the log at the cut, read when the builder is made.
-pub(super) fn snapshot_header(tree: &sled::Tree) -> Result<LogHeader, String> {
+pub(super) fn snapshot_header(tree: &sled::Tree, file: &TreeFile) -> Result<LogHeader, String> {
     let size = read_size(tree).map_err(|e| e.to_string())?;
-    let root = SledHashes(tree).root(size).map_err(|e| e.to_string())?;
+    let root = FileHashes(file).root(size).map_err(|e| e.to_string())?;
     Ok(LogHeader {
         size,
         root: tlog::encode_hash(&root),
@@ -591,18 +662,21 @@ pub(crate) fn each_leaf(
     size: u64,
     mut f: impl FnMut(u64, &str, &Hash) -> Result<(), StorageError>,
 ) -> Result<(), StorageError> {
-    let hashes = SledHashes(tree);
     for item in tree.scan_prefix(LEAF_ID) {
-        let (key, id) = item.map_err(|e| read_err(&e))?;
+        let (key, value) = item.map_err(|e| read_err(&e))?;
         let index = leaf_index(&key).map_err(|e| proof_err(&e))?;
         if index >= size {
             break;
         }
-        let hash = hashes.stored(0, index).map_err(|e| proof_err(&e))?;
-        f(index, &String::from_utf8_lossy(&id), &hash)?;
+        let (hash, id) = decode_leaf(&value)
+            .ok_or_else(|| proof_err(&ProofError::Decode(format!("x/l value of leaf {index}"))))?;
+        f(index, &String::from_utf8_lossy(id), &hash)?;
     }
     Ok(())
 }
+
+/// Slots a loader holds before it writes them to the file.
+const LOADER_SLOTS: usize = 4096;
 
 /// Writes the log from a snapshot's leaves, in order, in batches; the frontier of complete
 /// subtrees is kept in memory, so nothing is read back.
@@ -610,12 +684,15 @@ pub struct LogLoader {
     size: u64,
     /// Hashes of the complete subtrees on the right edge, largest first, with their level.
     frontier: Vec<(u8, Hash)>,
+    file: TreeFile,
+    new: NewSlots,
 }
 
 impl LogLoader {
-    /// Removes the whole log from `tree`, in small batches (sled holds memory in proportion
-    /// to a batch's keys), to be rewritten from leaf 0.
-    pub fn clear(tree: &sled::Tree) -> Result<Self, StorageError> {
+    /// Removes the whole log from `tree` and `file`, the tree in small batches (sled holds
+    /// memory in proportion to a batch's keys), to be rewritten from leaf 0.
+    pub fn clear(tree: &sled::Tree, file: &TreeFile) -> Result<Self, StorageError> {
+        file.clear().map_err(|e| write_err(&e))?;
         let mut batch = sled::Batch::default();
         for (n, item) in tree.scan_prefix(PREFIX).enumerate() {
             let (key, _) = item.map_err(|e| read_err(&e))?;
@@ -629,6 +706,8 @@ impl LogLoader {
         Ok(Self {
             size: 0,
             frontier: Vec::new(),
+            file: file.clone(),
+            new: NewSlots::starting_at(0),
         })
     }
 
@@ -643,9 +722,9 @@ impl LogLoader {
         if index != self.size {
             return Err(format!("leaf {index} where leaf {} was due", self.size));
         }
-        batch.insert(leaf_id_key(index), id.as_bytes());
+        batch.insert(leaf_id_key(index), leaf_value(&hash, id.as_bytes()));
         batch.insert(leaf_of_key(id), &index.to_be_bytes()[..]);
-        batch.insert(hash_key(0, index), &hash[..]);
+        self.new.push(tree_file::slot(0, index), &hash);
         let (mut level, mut at, mut current) = (0u8, index, hash);
         while at & 1 == 1 {
             let Some((_, left)) = self.frontier.pop() else {
@@ -654,10 +733,13 @@ impl LogLoader {
             current = tlog::node_hash(&left, &current);
             level += 1;
             at >>= 1;
-            batch.insert(hash_key(level, at), &current[..]);
+            self.new.push(tree_file::slot(level, at), &current);
         }
         self.frontier.push((level, current));
         self.size += 1;
+        if self.new.bytes.len() >= LOADER_SLOTS * 32 {
+            self.new.write(&self.file).map_err(|e| e.to_string())?;
+        }
         Ok(())
     }
 
@@ -676,8 +758,10 @@ impl LogLoader {
             .unwrap_or_else(tlog::empty_root)
     }
 
-    /// Stages the size and the signatures; checks the root the snapshot claims.
-    pub fn finish(self, batch: &mut sled::Batch, header: &LogHeader) -> Result<(), String> {
+    /// Stages the size and the signatures and writes the last hashes; checks the root the
+    /// snapshot claims.
+    pub fn finish(mut self, batch: &mut sled::Batch, header: &LogHeader) -> Result<(), String> {
+        self.new.write(&self.file).map_err(|e| e.to_string())?;
         if self.size != header.size {
             return Err(format!(
                 "the snapshot holds {} leaves but says {}",
@@ -710,7 +794,11 @@ impl LogLoader {
 /// Builds the log from the stored receipts in (index, id) order, in a folder (or from a
 /// snapshot) written before the log existed. Receipts retention dropped before then are not
 /// in it.
-pub(super) fn rebuild(tree: &sled::Tree, segments: &Segments) -> Result<u64, StorageError> {
+pub(super) fn rebuild(
+    tree: &sled::Tree,
+    segments: &Segments,
+    file: &TreeFile,
+) -> Result<u64, StorageError> {
     let mut receipts: Vec<(u64, String, Hash)> = Vec::new();
     for item in tree.scan_prefix(RECEIPT) {
         let (_, value) = item.map_err(|e| read_err(&e))?;
@@ -721,14 +809,14 @@ pub(super) fn rebuild(tree: &sled::Tree, segments: &Segments) -> Result<u64, Sto
         receipts.push((receipt.index, receipt.id, hash));
     }
     receipts.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    let mut loader = LogLoader::clear(tree)?;
+    let mut loader = LogLoader::clear(tree, file)?;
     let mut batch = sled::Batch::default();
     for (index, (_, id, hash)) in receipts.iter().enumerate() {
         loader
             .leaf(&mut batch, index as u64, id, *hash)
             .map_err(|e| read_err(&snapshot::SnapshotError(e)))?;
-        // About five keys a leaf.
-        if index % (WRITE_BATCH / 5) == WRITE_BATCH / 5 - 1 {
+        // Two keys a leaf.
+        if index % (WRITE_BATCH / 2) == WRITE_BATCH / 2 - 1 {
             tree.apply_batch(std::mem::take(&mut batch))
                 .map_err(|e| read_err(&e))?;
         }
@@ -748,6 +836,96 @@ pub(super) fn rebuild(tree: &sled::Tree, segments: &Segments) -> Result<u64, Sto
     Ok(size)
 }
 
+/// Brings the hash file in line with the leaves in `tree` at open ([`crate::store::tree_file`],
+/// "Recovery argument"), first moving a format 4 folder's hashes out of sled ([`migrate`]).
+/// Returns how many leaves' hashes were computed again.
+pub(super) fn recover(tree: &sled::Tree, file: &TreeFile) -> Result<u64, StorageError> {
+    migrate(tree)?;
+    let size = read_size(tree).map_err(|e| proof_err(&e))?;
+    let kept = file.recover(size).map_err(|e| read_err(&e))?;
+    let mut new = NewSlots::starting_at(tree_file::slots(kept));
+    let mut next = kept;
+    for item in tree.range(leaf_id_key(kept)..leaf_id_key(size)) {
+        let (key, value) = item.map_err(|e| read_err(&e))?;
+        let index = leaf_index(&key).map_err(|e| proof_err(&e))?;
+        let hash = decode_leaf(&value)
+            .filter(|_| index == next)
+            .map(|(hash, _)| hash)
+            .ok_or_else(|| proof_err(&ProofError::Decode(format!("x/l value of leaf {next}"))))?;
+        append_hashes(file, &mut new, index, hash).map_err(|e| proof_err(&e))?;
+        if new.bytes.len() >= LOADER_SLOTS * 32 {
+            new.write(file).map_err(|e| write_err(&e))?;
+        }
+        next += 1;
+    }
+    if next != size {
+        return Err(proof_err(&ProofError::Decode(format!(
+            "the log has {size} leaves but x/l ends at {next}"
+        ))));
+    }
+    new.write(file).map_err(|e| write_err(&e))?;
+    Ok(size - kept)
+}
+
+/// Moves a format 4 folder's subtree hashes out of sled: each leaf's hash into its `x/l/`
+/// value, then every `x/h/` key removed, each step in batches. A crash in either step is
+/// safe to repeat: a value that holds its hash keeps it, and the hash file is computed from
+/// the values ([`recover`]).
+fn migrate(tree: &sled::Tree) -> Result<(), StorageError> {
+    if tree.scan_prefix(HASH).next().is_none() {
+        return Ok(());
+    }
+    let (mut batch, mut leaves) = (sled::Batch::default(), 0u64);
+    for item in tree.scan_prefix(LEAF_ID) {
+        let (key, value) = item.map_err(|e| read_err(&e))?;
+        if decode_leaf(&value).is_some() {
+            continue;
+        }
+        let index = leaf_index(&key).map_err(|e| proof_err(&e))?;
+        let hash = SledHashes(tree)
+            .stored(0, index)
+            .map_err(|e| proof_err(&e))?;
+        batch.insert(key, leaf_value(&hash, &value));
+        leaves += 1;
+        if leaves % WRITE_BATCH as u64 == 0 {
+            tree.apply_batch(std::mem::take(&mut batch))
+                .map_err(|e| write_err(&e))?;
+        }
+    }
+    tree.apply_batch(batch).map_err(|e| write_err(&e))?;
+    let mut batch = sled::Batch::default();
+    for (n, item) in tree.scan_prefix(HASH).enumerate() {
+        let (key, _) = item.map_err(|e| read_err(&e))?;
+        batch.remove(key);
+        if n % WRITE_BATCH == WRITE_BATCH - 1 {
+            tree.apply_batch(std::mem::take(&mut batch))
+                .map_err(|e| write_err(&e))?;
+        }
+    }
+    tree.apply_batch(batch).map_err(|e| write_err(&e))?;
+    tracing::info!(
+        leaves,
+        "moved the receipt log's hashes out of the database into their own file"
+    );
+    Ok(())
+}
+
+/// A format 4 folder's hashes, in sled.
+struct SledHashes<'a>(&'a sled::Tree);
+
+impl Hashes for SledHashes<'_> {
+    fn stored(&self, level: u8, index: u64) -> Result<Hash, ProofError> {
+        let bytes = self
+            .0
+            .get(hash_key(level, index))?
+            .ok_or(ProofError::Missing { level, index })?;
+        bytes
+            .as_ref()
+            .try_into()
+            .map_err(|_| ProofError::Decode(format!("hash {level}/{index}")))
+    }
+}
+
 /// Whether the folder has a log (or has no receipts to build one from).
 pub(super) fn has_log(tree: &sled::Tree) -> Result<bool, StorageError> {
     Ok(tree.contains_key(SIZE).map_err(|e| read_err(&e))?
@@ -764,6 +942,7 @@ pub(super) fn has_log(tree: &sled::Tree) -> Result<bool, StorageError> {
 #[derive(Clone)]
 pub struct LogReader {
     tree: sled::Tree,
+    file: TreeFile,
     published: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -776,16 +955,25 @@ pub struct LeafEntry {
 }
 
 impl LogReader {
-    pub(super) fn new(tree: sled::Tree, published: Arc<std::sync::atomic::AtomicU64>) -> Self {
-        Self { tree, published }
+    pub(super) fn new(
+        tree: sled::Tree,
+        file: TreeFile,
+        published: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Self {
+        Self {
+            tree,
+            file,
+            published,
+        }
     }
 
-    /// A reader of the log stored in `tree` outside a running state machine (tools and
-    /// benchmarks): all of it counts as published.
-    pub fn open(tree: sled::Tree) -> Result<Self, ProofError> {
+    /// A reader of the log stored in `tree` and `file` outside a running state machine
+    /// (tools and benchmarks): all of it counts as published.
+    pub fn open(tree: sled::Tree, file: TreeFile) -> Result<Self, ProofError> {
         let size = read_size(&tree)?;
         Ok(Self::new(
             tree,
+            file,
             Arc::new(std::sync::atomic::AtomicU64::new(size)),
         ))
     }
@@ -812,7 +1000,7 @@ impl LogReader {
 
     /// The root at `size` (at most [`Self::size`]).
     pub fn root(&self, size: u64) -> Result<Hash, ProofError> {
-        SledHashes(&self.tree).root(size)
+        FileHashes(&self.file).root(size)
     }
 
     /// The leaf index of receipt `id`, if it has one.
@@ -825,13 +1013,13 @@ impl LogReader {
 
     /// Leaf `index`'s hash.
     pub fn leaf_hash(&self, index: u64) -> Result<Hash, ProofError> {
-        SledHashes(&self.tree).stored(0, index)
+        FileHashes(&self.file).stored(0, index)
     }
 
     /// The inclusion path of leaf `index` in the tree of `size` (`index < size`).
     pub fn inclusion(&self, index: u64, size: u64) -> Result<Vec<Hash>, ProofError> {
         let mut out = Vec::new();
-        SledHashes(&self.tree).path(index, 0, size, &mut out)?;
+        FileHashes(&self.file).path(index, 0, size, &mut out)?;
         Ok(out)
     }
 
@@ -839,7 +1027,7 @@ impl LogReader {
     pub fn consistency(&self, from: u64, to: u64) -> Result<Vec<Hash>, ProofError> {
         let mut out = Vec::new();
         if from > 0 && from < to {
-            SledHashes(&self.tree).subproof(from, 0, to, true, &mut out)?;
+            FileHashes(&self.file).subproof(from, 0, to, true, &mut out)?;
         }
         Ok(out)
     }
@@ -848,12 +1036,14 @@ impl LogReader {
     pub fn leaves(&self, start: u64, end: u64) -> Result<Vec<LeafEntry>, ProofError> {
         let mut out = Vec::new();
         for item in self.tree.range(leaf_id_key(start)..leaf_id_key(end)) {
-            let (key, id) = item?;
+            let (key, value) = item?;
             let index = leaf_index(&key)?;
+            let (hash, id) = decode_leaf(&value)
+                .ok_or_else(|| ProofError::Decode(format!("x/l value of leaf {index}")))?;
             out.push(LeafEntry {
                 index,
-                id: String::from_utf8_lossy(&id).into_owned(),
-                hash: self.leaf_hash(index)?,
+                id: String::from_utf8_lossy(id).into_owned(),
+                hash,
             });
         }
         Ok(out)
