@@ -34,8 +34,7 @@ use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// A SHA-256 hash.
-pub type Hash = [u8; 32];
+use rowcall_proto::tlog::Hash;
 
 /// Bytes of one slot.
 const SLOT: u64 = 32;

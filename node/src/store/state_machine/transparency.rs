@@ -92,7 +92,6 @@ fn decode_leaf(value: &[u8]) -> Option<(Hash, &[u8])> {
 
 /// Hashes of complete subtrees made in one batch, in slot order from `at`, before they are
 /// written to the file.
-#[derive(Default)]
 struct NewSlots {
     at: u64,
     bytes: Vec<u8>,
