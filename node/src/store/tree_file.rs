@@ -145,9 +145,7 @@ impl TreeFile {
             inner.record(keep)?;
             inner.db.flush().map_err(io::Error::other)?;
         }
-        if inner.file.metadata()?.len() != keep * SLOT {
-            inner.file.set_len(keep * SLOT)?;
-        }
+        inner.file.set_len(keep * SLOT)?;
         inner.generation += 1;
         inner.written = Some(keep);
         Ok(kept)
@@ -384,6 +382,29 @@ mod tests {
             2,
             "the marker went down to 3 slots"
         );
+    }
+
+    #[test]
+    fn a_file_shorter_than_the_marker_keeps_only_what_it_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (file, _db) = open(dir.path());
+            file.recover(0).unwrap();
+            file.write(0, &slots_bytes(1, 7)).unwrap();
+            file.sync().unwrap();
+        }
+        // An older copy of the file (four slots: three leaves) under the newer database.
+        let path = dir.path().join(FILE_NAME);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(4 * SLOT)
+            .unwrap();
+        let (file, _db) = open(dir.path());
+        assert_eq!(file.recover(4).unwrap(), 3);
+        assert_eq!(file.written(), 4);
+        assert_eq!(file.read(4).unwrap(), None);
     }
 
     #[test]
