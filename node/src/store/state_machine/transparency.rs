@@ -674,6 +674,21 @@ pub(crate) fn each_leaf(
     Ok(())
 }
 
+/// Removes every key under `prefix`, in batches of [`WRITE_BATCH`] (sled holds memory in
+/// proportion to a batch's keys).
+fn remove_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<(), StorageError> {
+    let mut batch = sled::Batch::default();
+    for (n, item) in tree.scan_prefix(prefix).enumerate() {
+        let (key, _) = item.map_err(|e| read_err(&e))?;
+        batch.remove(key);
+        if n % WRITE_BATCH == WRITE_BATCH - 1 {
+            tree.apply_batch(std::mem::take(&mut batch))
+                .map_err(|e| write_err(&e))?;
+        }
+    }
+    tree.apply_batch(batch).map_err(|e| write_err(&e))
+}
+
 /// Slots a loader holds before it writes them to the file.
 const LOADER_SLOTS: usize = 4096;
 
@@ -688,20 +703,10 @@ pub struct LogLoader {
 }
 
 impl LogLoader {
-    /// Removes the whole log from `tree` and `file`, the tree in small batches (sled holds
-    /// memory in proportion to a batch's keys), to be rewritten from leaf 0.
+    /// Removes the whole log from `tree` and `file`, to be rewritten from leaf 0.
     pub fn clear(tree: &sled::Tree, file: &TreeFile) -> Result<Self, StorageError> {
         file.clear().map_err(|e| write_err(&e))?;
-        let mut batch = sled::Batch::default();
-        for (n, item) in tree.scan_prefix(PREFIX).enumerate() {
-            let (key, _) = item.map_err(|e| read_err(&e))?;
-            batch.remove(key);
-            if n % WRITE_BATCH == WRITE_BATCH - 1 {
-                tree.apply_batch(std::mem::take(&mut batch))
-                    .map_err(|e| read_err(&e))?;
-            }
-        }
-        tree.apply_batch(batch).map_err(|e| read_err(&e))?;
+        remove_prefix(tree, PREFIX)?;
         Ok(Self {
             size: 0,
             frontier: Vec::new(),
@@ -892,16 +897,7 @@ fn migrate(tree: &sled::Tree) -> Result<(), StorageError> {
         }
     }
     tree.apply_batch(batch).map_err(|e| write_err(&e))?;
-    let mut batch = sled::Batch::default();
-    for (n, item) in tree.scan_prefix(HASH).enumerate() {
-        let (key, _) = item.map_err(|e| read_err(&e))?;
-        batch.remove(key);
-        if n % WRITE_BATCH == WRITE_BATCH - 1 {
-            tree.apply_batch(std::mem::take(&mut batch))
-                .map_err(|e| write_err(&e))?;
-        }
-    }
-    tree.apply_batch(batch).map_err(|e| write_err(&e))?;
+    remove_prefix(tree, HASH)?;
     tracing::info!(
         leaves,
         "moved the receipt log's hashes out of the database into their own file"
