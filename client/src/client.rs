@@ -59,7 +59,6 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::error::{Error, Rejection};
 use crate::hedge::WriteLatencies;
-use crate::watch::Watch;
 
 /// Request metadata: wait until this index is applied.
 pub const MIN_INDEX: &str = "x-rowcall-min-index";
@@ -1551,27 +1550,7 @@ impl Client {
         Ok(response.into_inner())
     }
 
-    /// The directory's changes after index `since` (live changes only without it), as a
-    /// stream that reconnects to another node when its node goes away and resumes where it
-    /// was, with no change missed or repeated. A `Reset` event means changes could not be
-    /// replayed: list the directory again, then keep reading.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
-    /// use futures_util::StreamExt as _;
-    /// let mut changes = client.watch(Some(0));
-    /// while let Some(event) = changes.next().await {
-    ///     let event = event?;
-    ///     println!("index {}: {:?}", event.index, event.event);
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn watch(&self, since: Option<u64>) -> Watch {
-        Watch::new(self.clone(), since)
-    }
-
-    /// Opens one watch stream on one node (for [`Watch`]): the request carries `since` and
+    /// Opens one watch stream on one node (for [`crate::Watch`]): the request carries `since` and
     /// asks the node to have applied it first.
     pub(crate) async fn open_watch(
         &self,

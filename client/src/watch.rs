@@ -83,6 +83,28 @@ impl Position {
     }
 }
 
+impl Client {
+    /// The directory's changes after index `since` (live changes only without it), as a
+    /// stream that reconnects to another node when its node goes away and resumes where it
+    /// was, with no change missed or repeated. A `Reset` event means changes could not be
+    /// replayed: list the directory again, then keep reading.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: rowcall_client::Client) -> Result<(), rowcall_client::Error> {
+    /// use futures_util::StreamExt as _;
+    /// let mut changes = client.watch(Some(0));
+    /// while let Some(event) = changes.next().await {
+    ///     let event = event?;
+    ///     println!("index {}: {:?}", event.index, event.event);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn watch(&self, since: Option<u64>) -> Watch {
+        Watch::new(self.clone(), since)
+    }
+}
+
 impl Watch {
     pub(crate) fn new(client: Client, since: Option<u64>) -> Self {
         let position = Position {

@@ -7,7 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use rowcall_node::store::state_machine::transparency::{LogHeader, LogLoader, LogReader};
+use rowcall_node::store::checkpoint::LogHeader;
+use rowcall_node::store::state_machine::transparency::{LogLoader, LogReader};
 use rowcall_node::store::tree_file::TreeFile;
 use rowcall_proto::tlog;
 

@@ -73,7 +73,7 @@ pub struct App {
     /// learns from).
     pub asks: crate::dispatch::clicks::RecentAsks,
     /// The members that rank asks otherwise than this node ([`crate::cluster::ranking`]).
-    pub ranking_peers: crate::cluster::ranking::RankingPeers,
+    pub ranking_peers: crate::catalogue::setup::RankingPeers,
     /// Whether this node takes part in Raft ([`crate::raft::standing`]).
     pub standing: watch::Sender<crate::raft::standing::Standing>,
     /// Asks, invocations and writes over the last minutes, for the console's charts.

@@ -522,13 +522,13 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
             raft,
             timing,
             move |leader, term| heard.liveness.leader_contact(leader, term),
-            move |leader| {
+            move |leader, term| {
                 let app = asked.clone();
                 async move {
                     let Some(node) = app.membership().get_node(&leader).cloned() else {
                         return true;
                     };
-                    use crate::raft::early_election::{still_leads, Answer};
+                    use crate::raft::early_election::{stand_aside, Answer};
                     use crate::raft::network::TransportError;
                     let answer = app
                         .network
@@ -539,7 +539,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
                         Err(TransportError::Unreachable { .. }) => Answer::Silent,
                         Err(_) => Answer::Refused,
                     };
-                    still_leads(answer, leader, timing.lease)
+                    stand_aside(answer, leader, term, timing.lease)
                 }
             },
             move || taking_part.takes_part(),
@@ -596,7 +596,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     let drainer = app.clone();
     tasks.push(tokio::spawn(async move {
         tokio::select! {
-            _ = crate::dispatch::outbox::drain(&drainer) => {}
+            _ = crate::dispatch::redeliver::drain(&drainer) => {}
             _ = stop.wait_for(|s| *s) => {}
         }
     }));

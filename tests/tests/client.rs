@@ -388,22 +388,15 @@ async fn a_read_is_hedged_past_a_node_that_never_answers() {
     cluster.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_cut_off_node_says_behind_at_once_over_grpc_and_the_client_moves_on() {
-    // A node waits this long for a min-index it has not applied: far beyond the clients'
-    // timeouts, so an answer that comes at all came without the wait.
-    let cluster = Cluster::start_with(3, 0, |config| {
-        config.limits.min_index_wait_ms = 120_000;
-    })
-    .await;
+/// Cuts a follower off until it marks itself stale, then writes row `key` through the
+/// leader; returns (leader, the cut node, the write's answer). The cut is left in place.
+async fn write_past_a_cut(
+    cluster: &Cluster,
+    key: &str,
+) -> (u64, u64, rowcall_client::proto::PutRowsResponse) {
     let leader = cluster.leader().await;
     let ids = cluster.ids();
     let cut = ids.iter().copied().find(|&i| i != leader).unwrap();
-    let other = ids
-        .iter()
-        .copied()
-        .find(|&i| i != leader && i != cut)
-        .unwrap();
     cluster.faults.isolate(cut, &ids);
     eventually(
         Duration::from_secs(30),
@@ -414,9 +407,26 @@ async fn a_cut_off_node_says_behind_at_once_over_grpc_and_the_client_moves_on() 
         },
     )
     .await;
-    let written = client(&cluster, &[leader])
-        .put(row_input(row("PAST_THE_CUT", "Written while a node is cut off")).unwrap())
+    let written = client(cluster, &[leader])
+        .put(row_input(row(key, "Written while a node is cut off")).unwrap())
         .await
+        .unwrap();
+    (leader, cut, written)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cut_off_node_says_behind_at_once_over_grpc_and_the_client_moves_on() {
+    // A node waits this long for a min-index it has not applied: far beyond the clients'
+    // timeouts, so an answer that comes at all came without the wait.
+    let cluster = Cluster::start_with(3, 0, |config| {
+        config.limits.min_index_wait_ms = 120_000;
+    })
+    .await;
+    let (leader, cut, written) = write_past_a_cut(&cluster, "PAST_THE_CUT").await;
+    let other = cluster
+        .ids()
+        .into_iter()
+        .find(|&i| i != leader && i != cut)
         .unwrap();
 
     // Alone, the cut-off node refuses the session's index with `behind`, not by timing out.
@@ -458,6 +468,35 @@ async fn a_cut_off_node_says_behind_at_once_over_grpc_and_the_client_moves_on() 
     assert_eq!(attempts[1].node, cluster.member(other).grpc.to_string());
     assert!(attempts[1].failure.is_none());
     cluster.faults.heal();
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_back_from_a_cut_waits_for_its_leader_instead_of_saying_behind() {
+    let cluster = Cluster::start_with(3, 0, |config| {
+        config.limits.min_index_wait_ms = 20_000;
+    })
+    .await;
+    let (_, cut, written) = write_past_a_cut(&cluster, "BACK_FROM_THE_CUT").await;
+
+    // Healed, the node is still stale and behind until its leader's next message: the read
+    // that reaches it then waits for that message and the write, as a node only behind does.
+    cluster.faults.heal();
+    let (attempts, observer) = recorder();
+    let alone = Client::builder()
+        .node(grpc(&cluster, cut))
+        .read_timeout(Duration::from_secs(10))
+        .deadline(Duration::from_secs(10))
+        .hedge_after(None)
+        .session_index(written.index)
+        .on_attempt(observer)
+        .build()
+        .unwrap();
+    let row = alone.get("BACK_FROM_THE_CUT").await.unwrap();
+    assert_eq!(row.version, written.index);
+    let attempts = attempts.lock().unwrap().clone();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert!(attempts[0].failure.is_none(), "{attempts:?}");
     cluster.shutdown().await;
 }
 

@@ -820,6 +820,58 @@ async fn a_node_that_missed_a_compacted_log_catches_up_by_snapshot() {
     cluster.shutdown().await;
 }
 
+/// A node that stood for election follows no one until the vote is decided. That is no cut
+/// from the cluster: a write sent to it then is held for the winner (not refused at once),
+/// until it has been out of touch as long as a cut takes (twice the lease); then writes are
+/// refused at once, as on any node cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_candidate_is_cut_off_only_once_its_last_leader_is_two_leases_old() {
+    // No pre-vote: the lone survivor raises its term and names no leader while it stands.
+    // A long lease, so that the check below has a second to spare on a busy machine.
+    let mut cluster = Cluster::start_with(3, 0, |config| {
+        config.raft.pre_vote = false;
+        config.raft.election_timeout_min_ms = 1_500;
+        config.raft.election_timeout_max_ms = 2_000;
+    })
+    .await;
+    let leader = cluster.leader().await;
+    let others = cluster.others(leader);
+    let (alone, gone) = (others[0], others[1]);
+    let app = cluster.member(alone).handle.as_ref().unwrap().app.clone();
+    let term = app.raft.metrics().borrow_watched().current_term;
+    cluster.stop(gone).await;
+    cluster.stop(leader).await;
+    let stopped = std::time::Instant::now();
+    eventually(
+        Duration::from_secs(20),
+        "the survivor stands for election",
+        || {
+            let metrics = app.raft.metrics().borrow_watched().clone();
+            let standing = metrics.current_term > term && metrics.current_leader.is_none();
+            async move { standing }
+        },
+    )
+    .await;
+    let standing = stopped.elapsed();
+    let cut = app.is_cut_off();
+    assert!(
+        standing >= Duration::from_secs(4) || !cut,
+        "node {alone} stood {standing:?} after its leader stopped and counted itself cut off"
+    );
+    eventually(
+        Duration::from_secs(20),
+        "the survivor counts itself cut off",
+        || {
+            let cut = app.is_cut_off();
+            async move { cut }
+        },
+    )
+    .await;
+    let refused = insert(&cluster, alone, &row("NOT_WRITTEN", "refused, cut off")).await;
+    assert_eq!(refused.status(), 503);
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_minority_partition_serves_stale_reads_refuses_writes_and_keeps_receipts() {
     let cluster = Cluster::start(3, 0).await;

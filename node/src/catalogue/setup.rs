@@ -1,11 +1,16 @@
 //! How a node ranks an ask, besides the replicated rows and receipts: what members compare
 //! to find those that rank otherwise (`cluster::ranking`), and tell each other in `Hello`.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
 use super::embed::{QueryMode, Weights};
+
+/// A member's node id.
+type NodeId = u64;
 
 /// What decides how a node ranks an ask, besides the replicated rows and receipts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,5 +53,30 @@ impl fmt::Display for RankingSetup {
         }
         let learn = if self.learn { "on" } else { "off" };
         write!(f, ", learning from use {learn}")
+    }
+}
+
+/// The members that rank otherwise than this node, as last heard.
+#[derive(Debug, Default)]
+pub struct RankingPeers {
+    otherwise: Mutex<BTreeMap<NodeId, RankingSetup>>,
+}
+
+impl RankingPeers {
+    /// Each member that ranks otherwise, with its setup.
+    pub fn otherwise(&self) -> BTreeMap<NodeId, RankingSetup> {
+        self.lock().clone()
+    }
+
+    /// Replaces what was heard with one round's answers.
+    pub fn replace(&self, otherwise: BTreeMap<NodeId, RankingSetup>) {
+        *self.lock() = otherwise;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, RankingSetup>> {
+        // The map is replaced whole under the lock: a panic elsewhere cannot leave it torn.
+        self.otherwise
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

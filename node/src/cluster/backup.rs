@@ -35,7 +35,9 @@ use tokio::time::Instant;
 use crate::app::App;
 use crate::model::time::now_ms;
 use crate::raft::{LogId, NodeId, NodeInfo, StorageError};
+use crate::store::snapshot::file::SnapshotFile;
 use crate::store::snapshot::format::{read_through, FormatError};
+use crate::store::snapshot::packed;
 use crate::store::state_machine::SnapshotReader;
 use crate::store::{LogStore, StateMachine};
 
@@ -82,8 +84,8 @@ pub struct Backup {
     pub header: Header,
     /// The header line, newline included.
     pub header_line: Vec<u8>,
-    /// The snapshot file, at its start.
-    pub file: std::fs::File,
+    /// The snapshot file, at its start: reads give its lines.
+    pub file: SnapshotFile,
     /// Bytes in all (header line and file).
     pub len: u64,
     /// SHA-256 of all of them, hex.
@@ -161,25 +163,31 @@ pub async fn take(app: &App) -> Result<Backup, BackupError> {
     drop(snapshot);
     let prefix = header_line.clone();
     tokio::task::spawn_blocking(move || {
-        let mut file = file;
+        // Measured and hashed as sent: the snapshot's lines, unpacked if the file is
+        // compressed at rest.
         let mut hash = Sha256::new();
         hash.update(&prefix);
-        let mut buffer = vec![0; 64 * 1024];
         let mut len = prefix.len() as u64;
+        let mut lines = packed::lines(file.try_clone().map_err(io("open the snapshot"))?)
+            .map_err(io("read the snapshot"))?;
         loop {
-            let n = file.read(&mut buffer).map_err(io("read the snapshot"))?;
-            if n == 0 {
+            let buffer = lines.fill_buf().map_err(io("read the snapshot"))?;
+            if buffer.is_empty() {
                 break;
             }
-            hash.update(&buffer[..n]);
-            len += n as u64;
+            hash.update(buffer);
+            len += buffer.len() as u64;
+            let n = buffer.len();
+            lines.consume(n);
         }
+        drop(lines);
+        let mut file = file;
         file.seek(SeekFrom::Start(0))
             .map_err(io("rewind the snapshot"))?;
         Ok(Backup {
             header,
             header_line: prefix,
-            file,
+            file: SnapshotFile::from_std(file, &path),
             len,
             sha256: hex::encode(hash.finalize()),
         })

@@ -43,7 +43,7 @@ pub async fn sign(app: &App, size: u64) -> Result<(), ServiceError> {
         .root(size)
         .map_err(ServiceError::internal)?;
     let body = Checkpoint {
-        origin: log::origin(&cluster),
+        origin: crate::store::checkpoint::origin(&cluster),
         size,
         root,
     }

@@ -105,12 +105,45 @@ impl App {
                 .is_none_or(|age| age > self.liveness.stale_after())
     }
 
+    /// Waits, at most `bound`, for this node's reads to stop being stale; whether they did.
+    /// A node resumed from a pause or back from a short partition hears its leader within a
+    /// heartbeat, but until then its contact is as old as the gap.
+    pub async fn regains_contact(&self, bound: Duration) -> bool {
+        const POLL: Duration = Duration::from_millis(5);
+        let until = tokio::time::Instant::now() + bound;
+        loop {
+            if !self.is_stale() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep_until(until.min(tokio::time::Instant::now() + POLL)).await;
+        }
+    }
+
+    /// How long ago this node was last in touch with any leader that had its quorum, itself
+    /// included, at any term: what [`App::contact_age`] cannot say while an election is on and
+    /// this node follows no one (a candidate, or a voter waiting for the winner to speak), or
+    /// follows a leader it has not yet counted a message of.
+    fn last_contact_age(&self) -> Option<Duration> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let voters = metrics.membership_config.membership().voter_ids();
+        let led = self.liveness.quorum_at(self.node_id, voters);
+        let followed = self.liveness.last_leader_quorum_at();
+        led.max(followed).map(|at| at.elapsed())
+    }
+
     /// Whether this node is cut off for long enough that writes fail at once rather than
-    /// wait for a quorum they will not get.
+    /// wait for a quorum they will not get. An election is no cut: a node that lost its
+    /// leader a moment ago holds a write for the successor (which may be itself) until it has
+    /// been out of touch as long as a cut takes.
     pub fn is_cut_off(&self) -> bool {
         !self.takes_part()
             || self
                 .contact_age()
+                .or_else(|| self.last_contact_age())
                 .is_none_or(|age| age > self.liveness.cut_off_after())
     }
 
@@ -140,7 +173,7 @@ impl App {
     /// with what this node saw that incarnation promise.
     pub fn hello_to(&self, asker: Option<(NodeId, &str)>) -> Hello {
         let identity = self.identity.get();
-        let (member, leader, quorum_age) = {
+        let (member, leader, quorum_age, term) = {
             let metrics = self.raft.metrics();
             let metrics = metrics.borrow_watched();
             let membership = metrics.membership_config.membership();
@@ -151,7 +184,12 @@ impl App {
                         .quorum_age(self.node_id, membership.voter_ids())
                 })
                 .flatten();
-            (member, metrics.current_leader, quorum_age)
+            (
+                member,
+                metrics.current_leader,
+                quorum_age,
+                metrics.current_term,
+            )
         };
         Hello {
             node_id: identity.node_id,
@@ -166,6 +204,7 @@ impl App {
                 .and_then(|(id, incarnation)| self.network.witness().of(id, incarnation)),
             wall_ms: crate::model::time::raw_now_ms(),
             quorum_age_ms: quorum_age.map(|age| age.as_millis() as u64),
+            term,
         }
     }
 

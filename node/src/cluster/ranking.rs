@@ -16,13 +16,12 @@
 //! ([`crate::model::time`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
 use crate::app::App;
-pub use crate::catalogue::setup::RankingSetup;
+pub use crate::catalogue::setup::{RankingPeers, RankingSetup};
 use crate::raft::calls::Hello;
 use crate::raft::NodeId;
 
@@ -53,26 +52,6 @@ impl RankingSetup {
             model: model.map(|m| m.fingerprint),
             learn: app.config.resolver.learn,
         }
-    }
-}
-
-/// The members that rank otherwise than this node, as last heard.
-#[derive(Debug, Default)]
-pub struct RankingPeers {
-    otherwise: Mutex<BTreeMap<NodeId, RankingSetup>>,
-}
-
-impl RankingPeers {
-    /// Each member that ranks otherwise, with its setup.
-    pub fn otherwise(&self) -> BTreeMap<NodeId, RankingSetup> {
-        self.lock().clone()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, RankingSetup>> {
-        // The map is replaced whole under the lock: a panic elsewhere cannot leave it torn.
-        self.otherwise
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -183,7 +162,7 @@ pub async fn run(app: &App, mut stop: watch::Receiver<bool>) {
             let before = app.ranking_peers.otherwise();
             let round = ask_members(app, &mine, &members, &before).await;
             report(&mine, &before, &round.otherwise);
-            *app.ranking_peers.lock() = round.otherwise;
+            app.ranking_peers.replace(round.otherwise);
             asked = Some((Instant::now(), members, round.complete));
         }
         tokio::select! {

@@ -7,6 +7,7 @@ pub mod http;
 pub mod import;
 pub mod mcp;
 pub mod outbox;
+pub mod redeliver;
 pub mod retention;
 pub mod share;
 pub mod ssrf;
@@ -522,7 +523,8 @@ mod tests {
             id: mine.id.clone(),
             index: 9,
         };
-        let kept = outbox::settle(&outbox, mine.clone(), &written(appended.clone(), false)).await;
+        let kept =
+            redeliver::settle(&outbox, mine.clone(), &written(appended.clone(), false)).await;
         let found = find_in(&outbox, &mine.id, log).unwrap();
         assert!(
             matches!(found, Some((_, ProofStatus::Pending))),
@@ -531,7 +533,7 @@ mod tests {
         assert!(kept.is_err(), "not settled before it is applied here");
         // Applied here: it leaves the outbox and reads as committed.
         applied.set(true);
-        outbox::settle(&outbox, mine.clone(), &written(appended, true))
+        redeliver::settle(&outbox, mine.clone(), &written(appended, true))
             .await
             .unwrap();
         let found = find_in(&outbox, &mine.id, log).unwrap();
@@ -558,7 +560,7 @@ mod tests {
         };
         outbox.put(&mine).await.unwrap();
         let taken = CommandResult::ReceiptIdTaken { id: given.into() };
-        outbox::settle(&outbox, mine.clone(), &written(taken, true))
+        redeliver::settle(&outbox, mine.clone(), &written(taken, true))
             .await
             .unwrap();
         let new = outbox.renamed(given).unwrap().expect("the rename is kept");
@@ -582,7 +584,7 @@ mod tests {
             id: new.clone(),
             index: 9,
         };
-        outbox::settle(&outbox, renamed.clone(), &written(appended, true))
+        redeliver::settle(&outbox, renamed.clone(), &written(appended, true))
             .await
             .unwrap();
         let found = find_in(&outbox, given, log).unwrap();

@@ -104,6 +104,11 @@ pub struct Hello {
     /// follower that stopped hearing it asks, to tell a healthy leader from one cut off.
     #[serde(default)]
     pub quorum_age_ms: Option<u64>,
+    /// Its current term: the one it last voted in (0 from a version that does not say). A
+    /// follower about to stand against it learns from a newer one that another follower
+    /// already stood, or won.
+    #[serde(default)]
+    pub term: u64,
 }
 
 /// A node asking to become a member.

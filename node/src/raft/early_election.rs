@@ -51,7 +51,12 @@
 //! A leader that answers without such a quorum (its own messages lost on the way out) is
 //! stood against as a silent one is. Followers stand in the order of their ids, half a
 //! heartbeat apart, so two of them do not split a term between them; a first one with the
-//! shorter log is refused, and the rules above bring the better one in at once.
+//! shorter log is refused, and the rules above bring the better one in at once. Half a
+//! heartbeat is not always enough for the first one's election to reach the next follower,
+//! so the leader's answer also says its term: one newer than the term the asker follows it
+//! in means it has voted for a follower that stood first, and the asker stands aside
+//! (standing a term higher would unseat that follower's win before its first message
+//! arrived, and leave the cluster to a whole election timeout).
 //!
 //! With pre-votes on (`raft.pre_vote`), a candidacy against a silent leader begins with
 //! one instead of the question: every voter that still hears a leader backed by a quorum
@@ -253,19 +258,20 @@ impl EarlyElections {
     /// after its last message or quorum, instead of a lease and a whole election timeout
     /// after it (or never, while its heartbeats keep arriving). Against a silent leader
     /// with pre-votes on, the pre-vote decides, repeated each heartbeat while the leader
-    /// stays silent; otherwise `still_leads` (asked of the leader: [`still_leads`]) must
-    /// say no first, and a leader that answers it still leads is left alone (openraft's own
-    /// timer still decides), as is one this node already stood against. Learners and nodes
+    /// stays silent; otherwise the leader is asked first (`stand_aside`, with the leader and
+    /// term: [`stand_aside`]), and one that answers it still leads, or that it has voted in a
+    /// newer term since, is left alone (openraft's own timer, or the follower that stood
+    /// first, decides), as is one this node already stood against. Learners and nodes
     /// that may not campaign stand for nothing. Until `stop` turns true.
     pub async fn watch_silence<P, Fut>(
         raft: Raft,
         timing: SilenceTiming,
         contact: impl Fn(NodeId, u64) -> Option<Contact>,
-        still_leads: P,
+        stand_aside: P,
         may_campaign: impl Fn() -> bool,
         mut stop: watch::Receiver<bool>,
     ) where
-        P: Fn(NodeId) -> Fut,
+        P: Fn(NodeId, u64) -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
         let tick = (timing.heartbeat / 2).max(Duration::from_millis(5));
@@ -325,7 +331,7 @@ impl EarlyElections {
             // leader backed by a quorum refuses, and so does that leader), so the leader is
             // not asked first: a leader cut off from here would hold the question a
             // heartbeat.
-            if !timing.pre_votes(first) && still_leads(leader).await {
+            if !timing.pre_votes(first) && stand_aside(leader, term).await {
                 continue;
             }
             // Still the same leader and term, and still silent or unbacked after the
@@ -375,19 +381,24 @@ pub enum Answer<'a> {
     Hello(&'a Hello),
 }
 
-/// Whether `answer` shows `leader` still leading, backed by a quorum within `lease`. Only a
-/// silent leader, or one that says it no longer leads or has no such quorum, is stood
-/// against; a refusal leaves the decision to openraft's timer.
-pub fn still_leads(answer: Answer<'_>, leader: NodeId, lease: Duration) -> bool {
+/// Whether `answer`, from the leader `leader` this node follows at `term`, says to leave the
+/// election to others: that leader still leads, backed by a quorum within `lease`; or it has
+/// voted in a newer term since, so another follower stood first (and may have won already,
+/// its first message not here yet). Standing then would split that term or, one term
+/// higher, unseat the winner. A silent leader, or one that leads no more or has no such
+/// quorum while still at `term`, is stood against; a refusal leaves the decision to
+/// openraft's timer.
+pub fn stand_aside(answer: Answer<'_>, leader: NodeId, term: u64, lease: Duration) -> bool {
     match answer {
         Answer::Silent => false,
         Answer::Refused => true,
+        Answer::Hello(hello) if hello.node_id != leader => false,
         Answer::Hello(hello) => {
-            hello.node_id == leader
-                && hello.leader == Some(leader)
+            let backed = hello.leader == Some(leader)
                 && hello
                     .quorum_age_ms
-                    .is_some_and(|age| u128::from(age) < lease.as_millis())
+                    .is_some_and(|age| u128::from(age) < lease.as_millis());
+            backed || hello.term > term
         }
     }
 }
@@ -515,6 +526,15 @@ mod tests {
     }
 
     fn hello(node_id: NodeId, leader: Option<NodeId>, quorum_age_ms: Option<u64>) -> Hello {
+        hello_at(node_id, leader, quorum_age_ms, 7)
+    }
+
+    fn hello_at(
+        node_id: NodeId,
+        leader: Option<NodeId>,
+        quorum_age_ms: Option<u64>,
+        term: u64,
+    ) -> Hello {
         Hello {
             node_id,
             incarnation: "i".into(),
@@ -527,13 +547,14 @@ mod tests {
             seen_you: None,
             wall_ms: 0,
             quorum_age_ms,
+            term,
         }
     }
 
     #[test]
     fn a_leader_is_stood_against_unless_it_answers_that_a_quorum_still_backs_it() {
         fn leads(answer: Answer<'_>) -> bool {
-            still_leads(answer, 1, Duration::from_millis(600))
+            stand_aside(answer, 1, 7, Duration::from_millis(600))
         }
         assert!(!leads(Answer::Silent), "no answer");
         assert!(leads(Answer::Refused), "it runs: the timer decides");
@@ -557,6 +578,27 @@ mod tests {
             !leads(Answer::Hello(&hello(2, Some(2), Some(10)))),
             "someone else answered"
         );
+    }
+
+    #[test]
+    fn a_leader_that_voted_in_a_newer_term_leaves_the_election_to_whoever_stood_first() {
+        let aside =
+            |hello: &Hello| stand_aside(Answer::Hello(hello), 1, 7, Duration::from_millis(600));
+        // Unbacked, and it voted for a candidate in term 8: that candidate may win, or has.
+        assert!(aside(&hello_at(1, None, None, 8)), "an election under way");
+        assert!(
+            aside(&hello_at(1, Some(3), None, 8)),
+            "won, not heard of here yet"
+        );
+        // Unbacked at the term this node follows it in (or an older build's 0): stand.
+        assert!(!aside(&hello_at(1, Some(1), Some(600), 7)));
+        assert!(!aside(&hello_at(1, None, None, 7)));
+        assert!(
+            !aside(&hello_at(1, None, None, 0)),
+            "a build that does not say"
+        );
+        // A newer term from a node that is not the leader asked says nothing of it.
+        assert!(!aside(&hello_at(2, None, None, 8)));
     }
 
     #[test]

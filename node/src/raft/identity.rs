@@ -58,7 +58,12 @@ pub const SIGNING_KEY_FILE: &str = "signing.key";
 /// 5: the receipt log's subtree hashes in a file beside the receipts
 /// (`receipts/tree.hashes`, [`crate::store::tree_file`]), each leaf's hash kept with its id
 /// in sled. An older build would find no hashes in the database and fail every proof.
-pub const DATA_FORMAT: u32 = 5;
+///
+/// 6: snapshot files compressed at rest ([`crate::store::snapshot::packed`]), and a kept
+/// receipt's leaf in its stored value instead of a key of its own. An older build would
+/// send a compressed file's bytes to a follower as its lines, and the follower refuse them
+/// at every try; it would read the new stored values as receipts and fail on them.
+pub const DATA_FORMAT: u32 = 6;
 
 /// The peer protocol this build speaks: the envelope and payloads of the Raft messages
 /// between nodes. Builds one version apart interoperate, so a rolling upgrade moves one
@@ -292,10 +297,8 @@ impl LocalIdentity {
     /// before it founded or joined one.
     pub fn signing_key(&self) -> Option<rowcall_proto::tlog::SigningKey> {
         let identity = self.get();
-        let name = crate::store::state_machine::transparency::key_name(
-            identity.cluster_id.as_deref()?,
-            identity.node_id,
-        );
+        let name =
+            crate::store::checkpoint::key_name(identity.cluster_id.as_deref()?, identity.node_id);
         rowcall_proto::tlog::SigningKey::from_seed(&name, &self.signing_seed).ok()
     }
 

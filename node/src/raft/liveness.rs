@@ -214,6 +214,14 @@ impl Liveness {
             .map(|c| c.quorum_at)
     }
 
+    /// When the leader this node last followed, whoever it was and at whatever term, last had
+    /// a quorum, as it told us: how recently this node was in touch with the cluster while an
+    /// election leaves it following no one.
+    pub fn last_leader_quorum_at(&self) -> Option<Instant> {
+        let contact = *self.leader.lock().unwrap_or_else(|p| p.into_inner());
+        contact.map(|c| c.quorum_at)
+    }
+
     /// An AppendEntries to `peer` went unanswered within its time bound; the count so far.
     pub fn append_unanswered(&self, peer: NodeId) -> u64 {
         let mut unanswered = self.unanswered.lock().unwrap_or_else(|p| p.into_inner());
@@ -266,6 +274,26 @@ mod tests {
         liveness.leader_contacted(2, 8, now, Duration::ZERO);
         liveness.leader_contacted(1, 7, now, Duration::ZERO);
         assert_eq!(liveness.leader_quorum_at(2, 8), Some(now));
+    }
+
+    #[test]
+    fn the_last_leaders_quorum_counts_whatever_leader_and_term_followed_it() {
+        let liveness = Liveness::new(Duration::from_secs(5));
+        assert_eq!(
+            liveness.last_leader_quorum_at(),
+            None,
+            "never followed anyone"
+        );
+        let now = Instant::now();
+        liveness.leader_contacted(1, 7, now, Duration::from_millis(100));
+        let backed = now - Duration::from_millis(100);
+        assert_eq!(liveness.last_leader_quorum_at(), Some(backed));
+        // Term 8 started (a vote granted, a candidate): no leader of it has spoken yet, and
+        // the last contact is still term 7's.
+        assert_eq!(liveness.leader_quorum_at(1, 8), None);
+        assert_eq!(liveness.last_leader_quorum_at(), Some(backed));
+        liveness.leader_contacted(2, 8, now, Duration::ZERO);
+        assert_eq!(liveness.last_leader_quorum_at(), Some(now));
     }
 
     #[test]

@@ -194,7 +194,25 @@ pub fn status(app: &App, viewer: &Viewer) -> Status {
         outbox: app.outbox.len(),
         resolver: resolver_status(app),
     };
-    viewer.status(status)
+    seen_by(viewer, status)
+}
+
+/// The cluster's status as `viewer` sees it: without the admin key, no cluster id, no
+/// incarnations and no member addresses — the fields a forged peer envelope needs (and the
+/// Raft port is for peers only). Node ids, roles, leader, term, indexes and standing stay: a
+/// client needs them to pick a node.
+fn seen_by(viewer: &Viewer, mut status: Status) -> Status {
+    if viewer.is_admin() {
+        return status;
+    }
+    status.cluster_id = None;
+    status.incarnation = None;
+    for member in &mut status.members {
+        member.grpc_addr = None;
+        member.http_addr = None;
+        member.incarnation = None;
+    }
+    status
 }
 
 /// Whether this node should get traffic.
@@ -439,4 +457,67 @@ pub fn join_token(
         token: ca.mint_token(expires_ms),
         expires_ms,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strangers_see_no_cluster_id_incarnation_or_address() {
+        let status = Status {
+            node_id: 1,
+            cluster_id: Some("c-1".into()),
+            incarnation: Some("i-1".into()),
+            role: "leader",
+            leader: Some(1),
+            term: 3,
+            last_applied: 9,
+            last_log_index: Some(9),
+            snapshot_index: None,
+            purged_index: None,
+            stale: false,
+            standing: "ok",
+            standing_reason: None,
+            members: vec![Member {
+                id: 1,
+                grpc_addr: Some("10.0.0.1:9090".into()),
+                http_addr: Some("10.0.0.1:8080".into()),
+                incarnation: Some("i-1".into()),
+                voter: true,
+                leader: true,
+            }],
+            learners: vec![],
+            follower_lag: Default::default(),
+            unanswered_appends: Default::default(),
+            outbox: 0,
+            resolver: ResolverStatus {
+                mode: "lexical",
+                model: None,
+                rows_embedded: 0,
+                rows_waiting: 0,
+                rows_computed: 0,
+                learn: false,
+                members_ranking_otherwise: Default::default(),
+            },
+        };
+        assert_eq!(seen_by(&Viewer::Admin, status.clone()), status);
+        for viewer in &[
+            Viewer::Anonymous,
+            Viewer::Share {
+                key: "HIDDEN".into(),
+            },
+            Viewer::Holder { name: "ci".into() },
+        ] {
+            let seen = serde_json::to_string(&seen_by(viewer, status.clone())).unwrap();
+            for secret in ["c-1", "i-1", "10.0.0.1"] {
+                assert!(!seen.contains(secret), "{viewer:?}: {seen}");
+            }
+            assert!(
+                seen.contains("\"leader\":1") && seen.contains("\"term\":3"),
+                "{seen}"
+            );
+            assert!(!viewer.addresses());
+        }
+    }
 }

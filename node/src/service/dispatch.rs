@@ -134,7 +134,8 @@ pub async fn ask(
     limit: Option<usize>,
     ranking: Ranking,
 ) -> Result<AskAnswer, ServiceError> {
-    app.spending.spend(Quota::Ask, &caller.payer(app))?;
+    app.spending
+        .spend(Quota::Ask, &caller.payer(&app.credentials))?;
     let credential = caller.credential;
     read_barrier(app, freshness).await?;
     let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
@@ -547,7 +548,8 @@ pub async fn invoke(
 ) -> Result<Invocation, ServiceError> {
     // Before the share token is checked: guessing at tokens spends the quota too. A share
     // token is no credential of its own: its holder pays as its address.
-    app.spending.spend(Quota::Invoke, &caller.payer(app))?;
+    app.spending
+        .spend(Quota::Invoke, &caller.payer(&app.credentials))?;
     let credential = caller.credential;
     read_barrier(app, freshness).await?;
     let (caller, viewer) = match share {

@@ -98,6 +98,18 @@ impl Admin {
     }
 }
 
+/// The admin check of a write: a caller that is not the operator spends its write quota
+/// first, so guessing at the admin key (or flooding writes that get 401) is rate-limited.
+pub fn admin_write(
+    app: &App,
+    caller: quota::Caller<'_>,
+    action: &'static str,
+) -> Result<Admin, ServiceError> {
+    app.spending
+        .spend(quota::Quota::Write, &caller.payer(&app.credentials))?;
+    Admin::check(app, caller.credential, action)
+}
+
 /// How fresh a read must be: the read-your-writes contract of DESIGN §3.1.
 #[derive(Debug, Clone, Default)]
 pub struct Freshness {
@@ -132,7 +144,7 @@ impl Freshness {
 /// Waits, bounded, until this node may answer a read as the caller asks: after it applied
 /// `min_index` (read-your-writes across nodes), and for `consistency=linearizable` after it
 /// applied the leader's quorum-confirmed read index. `behind` (503) when it has not in time,
-/// or at once when it is cut off from the leader and so cannot catch up.
+/// or within a lease when it is cut off from the leader and so cannot catch up.
 pub async fn read_barrier(app: &App, freshness: &Freshness) -> Result<(), ServiceError> {
     let wait = Duration::from_millis(app.config.limits.min_index_wait_ms);
     match freshness.consistency.as_deref() {
@@ -152,11 +164,17 @@ pub async fn read_barrier(app: &App, freshness: &Freshness) -> Result<(), Servic
     let Some(wanted) = freshness.min_index else {
         return Ok(());
     };
-    // Cut off from the leader, this node cannot catch up: say so at once, so the caller
-    // tries another node now instead of after the whole wait. Before the check below: a
-    // leader cut off from its quorum would wait the whole bound for it to confirm the end
-    // of the log.
-    if wanted > app.applied_index() && app.is_stale() {
+    // Cut off from the leader, this node cannot catch up: say so after at most one lease
+    // (not the whole wait), so the caller tries another node soon. The lease, not at once:
+    // a node just resumed from a pause, or back from a short partition, is stale until its
+    // leader's next heartbeat arrives, and then catches up like any node behind. Before the
+    // check below: a leader cut off from its quorum would wait the whole bound for it to
+    // confirm the end of the log.
+    if wanted > app.applied_index()
+        && !app
+            .regains_contact(wait.min(app.liveness.stale_after()))
+            .await
+    {
         return Err(ServiceError::Behind {
             wanted,
             applied: app.applied_index(),

@@ -26,9 +26,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{Admin, ServiceError};
-use crate::app::App;
-use crate::auth::{Principal, Scope};
+use super::ServiceError;
+use crate::auth::{Credentials, Principal, Scope};
 use crate::config::{LimitsConfig, RateConfig, RateQuota};
 
 /// Which rate quota an operation spends.
@@ -73,8 +72,8 @@ pub struct Caller<'a> {
 
 impl Caller<'_> {
     /// Who pays for the request.
-    pub fn payer(&self, app: &App) -> Payer {
-        Payer::of(app, self.credential, self.peer)
+    pub fn payer(&self, credentials: &Credentials) -> Payer {
+        Payer::of(credentials, self.credential, self.peer)
     }
 }
 
@@ -93,10 +92,10 @@ impl Payer {
     /// The payer of a request presenting `credential` from `peer`. An unknown credential
     /// pays as its address (the request is then refused with 401 anyway); a request whose
     /// address is unknown pays with every other such request.
-    pub fn of(app: &App, credential: Option<&str>, peer: Option<IpAddr>) -> Self {
+    pub fn of(credentials: &Credentials, credential: Option<&str>, peer: Option<IpAddr>) -> Self {
         let principal = credential
             .filter(|c| !c.is_empty())
-            .and_then(|c| app.credentials.identify(c));
+            .and_then(|c| credentials.identify(c));
         Self::of_principal(principal.as_ref(), peer)
     }
 
@@ -363,17 +362,6 @@ impl Spending {
     pub fn tracked(&self) -> usize {
         self.rates.as_ref().map_or(0, RateLimiter::tracked)
     }
-}
-
-/// The admin check of a write: a caller that is not the operator spends its write quota
-/// first, so guessing at the admin key (or flooding writes that get 401) is rate-limited.
-pub fn admin_write(
-    app: &App,
-    caller: Caller<'_>,
-    action: &'static str,
-) -> Result<Admin, ServiceError> {
-    app.spending.spend(Quota::Write, &caller.payer(app))?;
-    Admin::check(app, caller.credential, action)
 }
 
 #[cfg(test)]

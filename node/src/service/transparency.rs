@@ -12,7 +12,8 @@ use crate::model::receipt::valid_receipt_id;
 pub use crate::model::transparency::{
     ConsistencyProof, InclusionProof, Leaf, Leaves, SignedCheckpoint,
 };
-use crate::store::state_machine::transparency::{self as log, Cosigned, LogReader};
+use crate::store::checkpoint::Cosigned;
+use crate::store::state_machine::transparency::{self as log, LogReader};
 use rowcall_proto::tlog::{self, Hash};
 
 /// Leaves in one answer at most.

@@ -19,7 +19,6 @@ use crate::app::App;
 use crate::auth::{Principal, Scope};
 use crate::catalogue::feed::{Change, ChangeOp};
 use crate::catalogue::row::Row;
-use crate::service::cluster::Status;
 
 /// Who is looking, as far as what they may see goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,24 +152,6 @@ impl Viewer {
         }
     }
 
-    /// The cluster's status as this viewer sees it: without the admin key, no cluster id,
-    /// no incarnations and no member addresses — the fields a forged peer envelope needs
-    /// (and the Raft port is for peers only). Node ids, roles, leader, term, indexes and
-    /// standing stay: a client needs them to pick a node.
-    pub fn status(&self, mut status: Status) -> Status {
-        if self.is_admin() {
-            return status;
-        }
-        status.cluster_id = None;
-        status.incarnation = None;
-        for member in &mut status.members {
-            member.grpc_addr = None;
-            member.http_addr = None;
-            member.incarnation = None;
-        }
-        status
-    }
-
     /// Whether this viewer may learn where members are (the leader hint on gRPC answers).
     pub fn addresses(&self) -> bool {
         self.is_admin()
@@ -189,7 +170,6 @@ impl Viewer {
 mod tests {
     use super::*;
     use crate::catalogue::row::RowType;
-    use crate::service::cluster::{Member, ResolverStatus};
 
     fn row(key: &str, visible: bool) -> Row {
         Row {
@@ -261,57 +241,5 @@ mod tests {
         assert!(!other_share.contract(&hidden));
         let detail: Vec<bool> = viewers().iter().map(Viewer::run_detail).collect();
         assert_eq!(detail, [false, false, true, true]);
-    }
-
-    #[test]
-    fn strangers_see_no_cluster_id_incarnation_or_address() {
-        let status = Status {
-            node_id: 1,
-            cluster_id: Some("c-1".into()),
-            incarnation: Some("i-1".into()),
-            role: "leader",
-            leader: Some(1),
-            term: 3,
-            last_applied: 9,
-            last_log_index: Some(9),
-            snapshot_index: None,
-            purged_index: None,
-            stale: false,
-            standing: "ok",
-            standing_reason: None,
-            members: vec![Member {
-                id: 1,
-                grpc_addr: Some("10.0.0.1:9090".into()),
-                http_addr: Some("10.0.0.1:8080".into()),
-                incarnation: Some("i-1".into()),
-                voter: true,
-                leader: true,
-            }],
-            learners: vec![],
-            follower_lag: Default::default(),
-            unanswered_appends: Default::default(),
-            outbox: 0,
-            resolver: ResolverStatus {
-                mode: "lexical",
-                model: None,
-                rows_embedded: 0,
-                rows_waiting: 0,
-                rows_computed: 0,
-                learn: false,
-                members_ranking_otherwise: Default::default(),
-            },
-        };
-        assert_eq!(Viewer::Admin.status(status.clone()), status);
-        for viewer in &viewers()[..3] {
-            let seen = serde_json::to_string(&viewer.status(status.clone())).unwrap();
-            for secret in ["c-1", "i-1", "10.0.0.1"] {
-                assert!(!seen.contains(secret), "{viewer:?}: {seen}");
-            }
-            assert!(
-                seen.contains("\"leader\":1") && seen.contains("\"term\":3"),
-                "{seen}"
-            );
-            assert!(!viewer.addresses());
-        }
     }
 }

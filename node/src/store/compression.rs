@@ -46,7 +46,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::durable::SyncError;
+use super::error::SyncError;
 
 /// A file in the data folder that asks the next start to defragment, as `--defragment` does;
 /// the node removes it once the rewrite is done.

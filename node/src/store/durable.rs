@@ -80,6 +80,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::error::SyncError;
 use super::segments::Segments;
 use super::tree_file::{self, TreeFile};
 use crate::config::SyncMode;
@@ -89,33 +90,6 @@ use crate::config::SyncMode;
 pub fn segments_dir(dir: &Path) -> PathBuf {
     dir.parent()
         .map_or_else(|| PathBuf::from("receipts"), |p| p.join("receipts"))
-}
-
-/// A failure to open the database or to make writes durable.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum SyncError {
-    /// sled failed (opening, or flushing its log).
-    #[error("sled: {0}")]
-    Sled(String),
-    /// A file system call failed on `path`.
-    #[error("{call} {path}: {reason}")]
-    Io {
-        /// The call (`fsync`, `fdatasync`, `open`, `read_dir`, `stat`).
-        call: &'static str,
-        /// The file or folder.
-        path: PathBuf,
-        /// The OS error.
-        reason: String,
-    },
-    /// An earlier sync failed; nothing written since can be proven durable.
-    #[error("an earlier sync failed, so storage is unusable until restart: {0}")]
-    Poisoned(String),
-}
-
-impl From<sled::Error> for SyncError {
-    fn from(e: sled::Error) -> Self {
-        Self::Sled(e.to_string())
-    }
 }
 
 /// Opens sled's database in `dir`, waiting a few seconds for its lock

@@ -17,8 +17,10 @@
 // return the same type rather than box and unbox it at every call.
 #![allow(clippy::result_large_err)]
 
+pub mod checkpoint;
 pub mod compression;
 pub mod durable;
+pub mod error;
 pub mod log;
 pub mod requests;
 pub mod segments;
@@ -31,7 +33,8 @@ use openraft::{AnyError, ErrorSubject, ErrorVerb};
 
 use crate::raft::{StorageError, TypeConfig};
 
-pub use self::durable::{Durable, SyncError};
+pub use self::durable::Durable;
+pub use self::error::SyncError;
 pub use self::log::LogStore;
 pub use self::state_machine::StateMachine;
 

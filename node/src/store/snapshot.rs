@@ -53,23 +53,22 @@
 
 pub mod file;
 pub(crate) mod format;
+pub mod packed;
 
-use std::io::{BufWriter, Write};
 use std::sync::Arc;
 
-use openraft::storage::RaftSnapshotBuilder;
 use openraft::{ErrorSubject, ErrorVerb};
 use serde::{Deserialize, Serialize};
 
 use self::file::{Folder, SnapshotFile};
 use self::format::{Header, Writer, FORMAT};
-use super::durable::Durable;
+use self::packed::Packer;
 use super::Snapshot;
 use super::{io_error, requests};
 use crate::catalogue::row::Row;
 use crate::model::receipt::Receipt;
 use crate::model::share::ShareSecret;
-use crate::raft::{LogId, StorageError, TypeConfig};
+use crate::raft::StorageError;
 
 pub(crate) type Membership = crate::raft::StoredMembership;
 pub(crate) type Meta = crate::raft::SnapshotMeta;
@@ -82,9 +81,6 @@ const FRAMED: &[u8] = b"s/current";
 /// The two keys of the layout before that, read once to migrate.
 const OLD_META: &[u8] = b"s/meta";
 const OLD_DATA: &[u8] = b"s/data";
-
-/// Bytes a build buffers before writing to its file.
-const WRITE_BUFFER: usize = 64 * 1024;
 
 /// A revoked share token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -257,7 +253,7 @@ pub(crate) fn upgrade_received(
     let mut start = Vec::new();
     let file = std::fs::File::open(&path).map_err(|e| fail(&e))?;
     file.take(9).read_to_end(&mut start).map_err(|e| fail(&e))?;
-    if start == b"{\"header\"" {
+    if start == b"{\"header\"" || packed::is_packed(&start) {
         return Ok(name);
     }
     let data = std::fs::read(&path).map_err(|e| fail(&e))?;
@@ -311,17 +307,17 @@ pub(crate) fn name_unless_older(
     }
 }
 
-/// Writes a snapshot file for a snapshot at `index` through `body`, makes it complete and
-/// durable under its final name, and returns that name.
+/// Writes a snapshot file for a snapshot at `index` through `body` (compressed,
+/// [`packed`]), makes it complete and durable under its final name, and returns that name.
 pub(crate) fn write_file(
     folder: &Folder,
     index: u64,
-    body: impl FnOnce(BufWriter<std::fs::File>) -> Result<BufWriter<std::fs::File>, StorageError>,
+    body: impl FnOnce(Packer) -> Result<Packer, StorageError>,
 ) -> Result<String, StorageError> {
     let fail = fail(ErrorVerb::Write);
     let temp = folder.build_file(index).map_err(|e| fail(&e))?;
-    let out = body(BufWriter::with_capacity(WRITE_BUFFER, temp.file))?;
-    let file = out.into_inner().map_err(|e| fail(&e.into_error()))?;
+    let out = body(Packer::new(temp.file).map_err(|e| fail(&e))?)?;
+    let file = out.finish().map_err(|e| fail(&e))?;
     file.sync_all().map_err(|e| fail(&e))?;
     #[cfg(test)]
     if folder
@@ -334,83 +330,6 @@ pub(crate) fn write_file(
         .publish(&temp.path, &temp.name)
         .map_err(|e| fail(&e))?;
     Ok(temp.name)
-}
-
-/// Streams the state at `upto` into `out`: header, rows, then receipts (merged with those
-/// `hold` kept from prunes since the cut) and request records straight from sled scans,
-/// one at a time.
-pub(crate) fn write_body<W: Write>(
-    out: W,
-    tree: &sled::Tree,
-    segments: &super::segments::Segments,
-    header: &Header,
-    rows: &[Arc<Row>],
-    upto: u64,
-    hold: &Hold,
-) -> Result<W, StorageError> {
-    let fail = fail(ErrorVerb::Write);
-    let mut writer = Writer::new(out, header).map_err(|e| fail(&e))?;
-    for row in rows {
-        writer.row(row).map_err(|e| fail(&e))?;
-    }
-    let prefix = super::state_machine::RECEIPT;
-    let mut passed: Option<Vec<u8>> = None;
-    for item in tree.scan_prefix(prefix) {
-        let (key, value) = item.map_err(|e| fail(&e))?;
-        let id = key.get(prefix.len()..).unwrap_or_default();
-        let Some(bytes) =
-            super::state_machine::receipt_bytes(segments, &value).map_err(|e| fail(&e))?
-        else {
-            // Its body's file was removed after the scan read the value: pruned since, and
-            // held if the cut has it; not yielded, so the hold is consulted for it below.
-            continue;
-        };
-        // Consulted after the read that yielded `id` (see "A consistent cut").
-        for held in hold.take_between(passed.as_deref(), Some(id)) {
-            writer.receipt_json(&held).map_err(|e| fail(&e))?;
-        }
-        let receipt: Receipt = serde_json::from_slice(&bytes).map_err(|e| fail(&e))?;
-        if receipt.index <= upto {
-            // Stored as compact JSON: one line, copied as is.
-            writer.receipt_json(&bytes).map_err(|e| fail(&e))?;
-        }
-        passed = Some(id.to_vec());
-    }
-    for held in hold.take_between(passed.as_deref(), None) {
-        writer.receipt_json(&held).map_err(|e| fail(&e))?;
-    }
-    requests::each_in_window(tree, upto, |record| {
-        writer.request(&record).map_err(|e| fail(&e))
-    })?;
-    if let Some(log) = &header.log {
-        // Leaves are append-only: those below the cut's size are the cut's.
-        super::state_machine::transparency::each_leaf(tree, log.size, |index, id, hash| {
-            let line = format::LeafLine {
-                index,
-                id: id.to_owned(),
-                hash: hex::encode(hash),
-            };
-            writer.leaf(&line).map_err(|e| fail(&e))
-        })?;
-    }
-    writer.finish().map_err(|e| fail(&e))
-}
-
-/// Builds a snapshot of the state captured when it was made.
-pub struct SnapshotBuilder {
-    pub(crate) storage: Durable,
-    pub(crate) tree: sled::Tree,
-    pub(crate) folder: Folder,
-    pub(crate) share: Result<ShareState, String>,
-    /// The members' storage alarms at the cut.
-    pub(crate) alarms: Result<Vec<crate::model::alarm::StorageAlarm>, String>,
-    pub(crate) last_applied: Option<LogId>,
-    pub(crate) membership: Membership,
-    pub(crate) rows: Vec<Arc<Row>>,
-    /// The receipt log's size, root and signatures at the cut.
-    pub(crate) log: Result<super::state_machine::transparency::LogHeader, String>,
-    /// The receipts of the cut pruned since it, registered for as long as this builder lives.
-    pub(crate) hold: Registered,
 }
 
 /// The builds under way, each with its [`Hold`]; shared by the state machine (whose prunes
@@ -459,7 +378,7 @@ impl Hold {
     /// Takes the held receipts with ids strictly between `after` and `before` (unbounded
     /// when `None`), in id order, and forgets every held id up to `before`: the scan has
     /// passed them.
-    fn take_between(&self, after: Option<&[u8]>, before: Option<&[u8]>) -> Vec<Vec<u8>> {
+    pub(crate) fn take_between(&self, after: Option<&[u8]>, before: Option<&[u8]>) -> Vec<Vec<u8>> {
         let mut held = lock(&self.receipts);
         let rest = match before {
             Some(before) => {
@@ -482,82 +401,11 @@ impl Hold {
 /// A build's registration in [`Holds`]; dropping it unregisters the build.
 pub(crate) struct Registered {
     holds: Holds,
-    hold: Arc<Hold>,
+    pub(crate) hold: Arc<Hold>,
 }
 
 impl Drop for Registered {
     fn drop(&mut self) {
         lock(&self.holds.builds).retain(|h| !Arc::ptr_eq(h, &self.hold));
-    }
-}
-
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    type SnapshotData = SnapshotFile;
-
-    async fn build_snapshot(&mut self) -> Result<Snapshot, std::io::Error> {
-        Ok(self.build().await?)
-    }
-}
-
-impl SnapshotBuilder {
-    /// Writes the snapshot's file and makes it the current snapshot, unless a newer one was
-    /// installed meanwhile.
-    async fn build(&mut self) -> Result<Snapshot, StorageError> {
-        let upto = self.last_applied.map_or(0, |l| l.index);
-        let share = self.share.clone().map_err(|e| fail(ErrorVerb::Write)(&e))?;
-        let header = Header {
-            format: FORMAT,
-            share_secret: share.secret,
-            share_previous: share.previous,
-            revoked: share.revoked,
-            log: Some(self.log.clone().map_err(|e| fail(ErrorVerb::Write)(&e))?),
-            alarms: self
-                .alarms
-                .clone()
-                .map_err(|e| fail(ErrorVerb::Write)(&e))?,
-        };
-        // Scans and file writes block: off the async workers.
-        let (tree, folder, rows) = (self.tree.clone(), self.folder.clone(), self.rows.clone());
-        let (hold, segments) = (self.hold.hold.clone(), self.storage.segments().clone());
-        let name = tokio::task::spawn_blocking(move || {
-            write_file(&folder, upto, |out| {
-                write_body(out, &tree, &segments, &header, &rows, upto, &hold)
-            })
-        })
-        .await
-        .map_err(|e| fail(ErrorVerb::Write)(&e))??;
-        let current = Current {
-            meta: Meta {
-                last_log_id: self.last_applied,
-                last_membership: self.membership.clone(),
-            },
-            file: name,
-        };
-        // Opened before it can be removed: the handle reads it whatever happens next.
-        let data = SnapshotFile::open(&self.folder.path(&current.file))
-            .await
-            .map_err(|e| fail(ErrorVerb::Read)(&e))?;
-        match name_unless_older(&self.tree, &current)? {
-            Some(replaced) => {
-                self.storage
-                    .sync()
-                    .await
-                    .map_err(|e| fail(ErrorVerb::Write)(&e))?;
-                if let Some(replaced) = replaced {
-                    self.folder.remove(&replaced);
-                }
-            }
-            // A newer snapshot was installed while this one was built.
-            None => self.folder.remove(&current.file),
-        }
-        // Request records that no state from this cut on remembers. Their removal needs no
-        // sync: the applied state never goes back below this cut, and the window check
-        // ignores a record that comes back after a crash.
-        let collected = requests::collect(&self.tree, upto)?;
-        tracing::debug!(upto, collected, file = %current.file, "snapshot built");
-        Ok(Snapshot {
-            meta: current.meta,
-            snapshot: data,
-        })
     }
 }

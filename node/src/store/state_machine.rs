@@ -64,11 +64,12 @@ use openraft::{ErrorSubject, ErrorVerb, OptionalSend};
 use serde::Serialize;
 use tokio::sync::watch;
 
+use self::build::SnapshotBuilder;
 use super::durable::Durable;
 use super::requests::{self, Record};
 use super::segments::{End, Place, Segments};
 use super::snapshot::file::{Folder, SnapshotFile};
-use super::snapshot::{self, Membership, Meta, Revocation, SnapshotBuilder};
+use super::snapshot::{self, Membership, Meta, Revocation};
 use super::tree_file::TreeFile;
 use super::{io_error, Snapshot};
 use crate::catalogue::row::{Row, RowInput};
@@ -141,40 +142,62 @@ fn asked_receipts(
 
 /// A stored receipt's sled value (`i/<id>`) when its body is in a segment file
 /// ([`super::segments`]): a tag byte, where the body is, the index of the entry that
-/// appended it (to write the body again from the Raft log, see [`StateMachine::missing`])
-/// and whether it carries an ask. Folders written before segments keep the receipt's JSON
-/// as the value, which starts with `{`, never with the tag; both are read alike.
+/// appended it (to write the body again from the Raft log, see [`StateMachine::missing`]),
+/// whether it carries an ask, and (tag 2) its leaf in the receipt log. Folders written
+/// before segments keep the receipt's JSON as the value, which starts with `{`, never with
+/// a tag; all are read alike.
+///
+/// A receipt's leaf is found by its id ([`transparency::LogReader::leaf_of`]) here while the
+/// receipt is kept, and under `x/n/<id>` once retention dropped it (the drop writes that
+/// key) or when it was stored without one (tag 1: installed from a snapshot, or stored
+/// before data format 6; an install and the log's rebuild write `x/n/` for every leaf).
+/// One key a receipt fewer than an `x/n/` key for each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stored {
     place: Place,
     index: u64,
     asked: bool,
+    leaf: Option<u64>,
 }
 
 impl Stored {
     const TAG: u8 = 1;
+    const TAG_WITH_LEAF: u8 = 2;
     const ENCODED: usize = 1 + Place::ENCODED + 8 + 1;
 
     fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(Self::ENCODED);
-        out.push(Self::TAG);
+        let mut out = Vec::with_capacity(Self::ENCODED + 8);
+        out.push(match self.leaf {
+            Some(_) => Self::TAG_WITH_LEAF,
+            None => Self::TAG,
+        });
         out.extend_from_slice(&self.place.encode());
         out.extend_from_slice(&self.index.to_be_bytes());
         out.push(u8::from(self.asked));
+        if let Some(leaf) = self.leaf {
+            out.extend_from_slice(&leaf.to_be_bytes());
+        }
         out
     }
 
     /// The stored place, or `None` for a value that holds the receipt itself.
     fn decode(value: &[u8]) -> Option<Self> {
-        if value.len() != Self::ENCODED || value.first() != Some(&Self::TAG) {
-            return None;
-        }
+        let with_leaf = match (value.first(), value.len()) {
+            (Some(&Self::TAG), Self::ENCODED) => false,
+            (Some(&Self::TAG_WITH_LEAF), len) if len == Self::ENCODED + 8 => true,
+            _ => return None,
+        };
         let place = Place::decode(&value[1..])?;
         let at = 1 + Place::ENCODED;
+        let leaf = match with_leaf {
+            true => Some(u64::from_be_bytes(value[Self::ENCODED..].try_into().ok()?)),
+            false => None,
+        };
         Some(Self {
             place,
             index: u64::from_be_bytes(value[at..at + 8].try_into().ok()?),
             asked: value[at + 8] != 0,
+            leaf,
         })
     }
 }
@@ -197,12 +220,13 @@ fn body(
     }
 }
 
-/// A receipt as stored: decoded, its JSON as stored, and where its body is (`None` for a
-/// receipt kept inline).
+/// A receipt as stored: decoded, its JSON as stored, where its body is (`None` for a
+/// receipt kept inline) and its leaf when its value holds it.
 struct Found {
     receipt: Receipt,
     bytes: Vec<u8>,
     place: Option<Place>,
+    leaf: Option<u64>,
 }
 
 /// The stored receipt behind the value `value`.
@@ -216,6 +240,7 @@ fn found(segments: &Segments, value: &[u8]) -> Result<Option<Found>, StorageErro
         receipt,
         bytes,
         place: stored.map(|s| s.place),
+        leaf: stored.and_then(|s| s.leaf),
     }))
 }
 
@@ -231,28 +256,30 @@ fn read_receipt(
     }
 }
 
-/// Writes the bodies of `receipts` to the segment files and stages their sled values and
-/// the segments' new end, before `batch` is applied (see [`super::segments`]).
+/// Writes the bodies of `receipts` to the segment files and stages their sled values (each
+/// with its leaf in the receipt log, when given) and the segments' new end, before `batch`
+/// is applied (see [`super::segments`]).
 fn store_receipts(
     segments: &Segments,
     batch: &mut sled::Batch,
-    receipts: &[&Receipt],
+    receipts: &[(&Receipt, Option<u64>)],
 ) -> Result<(), StorageError> {
     if receipts.is_empty() {
         return Ok(());
     }
     let bodies = receipts
         .iter()
-        .map(|r| encode(*r))
+        .map(|(r, _)| encode(*r))
         .collect::<Result<Vec<_>, _>>()?;
     let places = segments
         .append(&bodies)
         .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e))?;
-    for (receipt, place) in receipts.iter().zip(places) {
+    for ((receipt, leaf), place) in receipts.iter().zip(places) {
         let stored = Stored {
             place,
             index: receipt.index,
             asked: receipt.asked.is_some(),
+            leaf: *leaf,
         };
         batch.insert(receipt_key(&receipt.id), stored.encode());
     }
@@ -303,11 +330,16 @@ fn drop_receipt(
     batch: &mut sled::Batch,
     receipt: &Receipt,
     place: Option<Place>,
+    leaf: Option<u64>,
     released: &mut Vec<Place>,
 ) {
     batch.remove(receipt_by_key(&receipt.key, receipt.index, &receipt.id));
     batch.remove(receipt_by_time(receipt));
     batch.remove(receipt_key(&receipt.id));
+    // Its leaf stays in the log, found by its id from now on under `x/n/`.
+    if let Some(leaf) = leaf {
+        transparency::keep_leaf_of(batch, &receipt.id, leaf);
+    }
     released.extend(place);
 }
 
@@ -753,16 +785,19 @@ impl StateMachine {
                     stored.index
                 )));
             }
-            restored.push((receipt, stored.place));
+            restored.push((receipt, *stored));
         }
         restored.sort_by(|a, b| (a.0.index, &a.0.id).cmp(&(b.0.index, &b.0.id)));
-        let receipts: Vec<&Receipt> = restored.iter().map(|(r, _)| r).collect();
+        let receipts: Vec<(&Receipt, Option<u64>)> = restored
+            .iter()
+            .map(|(r, stored)| (r, stored.leaf))
+            .collect();
         let mut batch = sled::Batch::default();
         store_receipts(self.storage.segments(), &mut batch, &receipts)?;
         self.tree
             .apply_batch(batch)
             .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, &e))?;
-        let lost: Vec<Place> = restored.iter().map(|(_, place)| *place).collect();
+        let lost: Vec<Place> = restored.iter().map(|(_, stored)| stored.place).collect();
         self.storage.segments().release(&lost);
         self.sync(ErrorSubject::StateMachine).await?;
         {
@@ -1132,15 +1167,19 @@ impl StateMachine {
         }
         let mut dropped = 0;
         for id in &doomed {
+            // One appended in this batch has its leaf staged, not stored: the batch writes
+            // it under `x/n/` when no stored value takes it (`keep_untaken_leaves`).
             let Found {
                 receipt,
                 bytes,
                 place,
+                leaf,
             } = match stage.receipts.remove(id) {
                 Some(receipt) => Found {
                     bytes: encode(&receipt)?,
                     receipt,
                     place: None,
+                    leaf: None,
                 },
                 None => match read_receipt(&self.tree, self.storage.segments(), id)? {
                     Some(found) => found,
@@ -1150,7 +1189,7 @@ impl StateMachine {
             // Before the batch that deletes it is written: a build whose cut holds it may
             // not have read it yet (see `snapshot`, "A consistent cut").
             self.holds.hold(&receipt.id, receipt.index, &bytes);
-            drop_receipt(&mut stage.batch, &receipt, place, &mut stage.released);
+            drop_receipt(&mut stage.batch, &receipt, place, leaf, &mut stage.released);
             if let Some(asked) = &receipt.asked {
                 stage.changes.push(Change::Learn {
                     key: receipt.key.clone(),
@@ -1288,9 +1327,14 @@ impl StateMachine {
                 .load(std::sync::atomic::Ordering::Acquire),
         };
         // The batch's receipts, bodies first (in log order), then their values in the batch.
-        let mut receipts: Vec<&Receipt> = stage.receipts.values().collect();
-        receipts.sort_by(|a, b| (a.index, &a.id).cmp(&(b.index, &b.id)));
+        let mut receipts: Vec<(&Receipt, Option<u64>)> = stage
+            .receipts
+            .values()
+            .map(|r| (r, stage.log.take_leaf(&r.id)))
+            .collect();
+        receipts.sort_by(|a, b| (a.0.index, &a.0.id).cmp(&(b.0.index, &b.0.id)));
         store_receipts(self.storage.segments(), &mut stage.batch, &receipts)?;
+        stage.log.keep_untaken_leaves(&mut stage.batch);
         stage.log.write_hashes(self.storage.tree_file())?;
         let Stage {
             batch,
@@ -1460,6 +1504,7 @@ fn index_receipt_times(tree: &sled::Tree, segments: &Segments) -> Result<(), Sto
     tree.apply_batch(batch).map_err(|e| read_err(&e))
 }
 
+mod build;
 mod clock;
 mod install;
 #[cfg(test)]

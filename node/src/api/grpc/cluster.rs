@@ -10,8 +10,8 @@ use rowcall_proto::v1::{
 use tonic::{Request, Response, Status};
 
 use super::Api;
+use crate::service::admin_write;
 use crate::service::cluster::{self as service, AddMember};
-use crate::service::quota;
 
 const MEMBERSHIP: &str = "change the membership";
 const MOVE_LEADER: &str = "move the leader";
@@ -33,7 +33,7 @@ impl Cluster for Api {
         request: Request<AddLearnerRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.answer(self.viewer(&request), async {
-            let admin = quota::admin_write(&self.app, Self::caller(&request), MEMBERSHIP)?;
+            let admin = admin_write(&self.app, Self::caller(&request), MEMBERSHIP)?;
             let AddLearnerRequest {
                 id,
                 grpc_addr,
@@ -56,7 +56,7 @@ impl Cluster for Api {
         request: Request<PromoteRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.answer(self.viewer(&request), async {
-            let admin = quota::admin_write(&self.app, Self::caller(&request), MEMBERSHIP)?;
+            let admin = admin_write(&self.app, Self::caller(&request), MEMBERSHIP)?;
             let id = request.get_ref().id;
             service::promote(&self.app, &admin, id).await?;
             Ok(self.reply(MembershipResponse { id }, None))
@@ -69,7 +69,7 @@ impl Cluster for Api {
         request: Request<RemoveRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.answer(self.viewer(&request), async {
-            let admin = quota::admin_write(&self.app, Self::caller(&request), MEMBERSHIP)?;
+            let admin = admin_write(&self.app, Self::caller(&request), MEMBERSHIP)?;
             let id = request.get_ref().id;
             service::remove_member(&self.app, &admin, id).await?;
             Ok(self.reply(MembershipResponse { id }, None))
@@ -82,7 +82,7 @@ impl Cluster for Api {
         request: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
         self.answer(self.viewer(&request), async {
-            let admin = quota::admin_write(&self.app, Self::caller(&request), MOVE_LEADER)?;
+            let admin = admin_write(&self.app, Self::caller(&request), MOVE_LEADER)?;
             let leader = service::move_leader(&self.app, &admin, request.get_ref().to).await?;
             Ok(self.reply(MoveLeaderResponse { leader }, None))
         })
@@ -94,7 +94,7 @@ impl Cluster for Api {
         request: Request<SnapshotRequest>,
     ) -> Result<Response<SnapshotResponse>, Status> {
         self.answer(self.viewer(&request), async {
-            let admin = quota::admin_write(&self.app, Self::caller(&request), "trigger snapshots")?;
+            let admin = admin_write(&self.app, Self::caller(&request), "trigger snapshots")?;
             service::snapshot(&self.app, &admin).await?;
             Ok(self.reply(SnapshotResponse {}, None))
         })

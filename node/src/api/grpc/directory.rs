@@ -16,7 +16,7 @@ use super::convert::{row_input, row_seen, rows, watch_event};
 use super::Api;
 use crate::service::directory::{self as service, Put, PutAnswer};
 use crate::service::feed;
-use crate::service::{quota, ServiceError};
+use crate::service::{admin_write, ServiceError};
 
 const WRITE: &str = "write the directory";
 
@@ -73,7 +73,7 @@ impl Directory for Api {
         request: Request<PutRowRequest>,
     ) -> Result<Response<PutRowsResponse>, Status> {
         self.answer(self.viewer(&request), async {
-            let admin = quota::admin_write(&self.app, Self::caller(&request), WRITE)?;
+            let admin = admin_write(&self.app, Self::caller(&request), WRITE)?;
             let id = Self::request_id(&request)?;
             let Some(row) = request.into_inner().row else {
                 return Err(ServiceError::WrongShape("row is required".into()));
@@ -89,7 +89,7 @@ impl Directory for Api {
         request: Request<PutManyRequest>,
     ) -> Result<Response<PutRowsResponse>, Status> {
         self.answer(self.viewer(&request), async {
-            let admin = quota::admin_write(&self.app, Self::caller(&request), WRITE)?;
+            let admin = admin_write(&self.app, Self::caller(&request), WRITE)?;
             let id = Self::request_id(&request)?;
             let rows = request.into_inner().rows.into_iter().map(row_input);
             let put = Put::Many(rows.collect());
@@ -104,7 +104,7 @@ impl Directory for Api {
         request: Request<DeleteRowRequest>,
     ) -> Result<Response<DeleteRowResponse>, Status> {
         self.answer(self.viewer(&request), async {
-            let admin = quota::admin_write(&self.app, Self::caller(&request), WRITE)?;
+            let admin = admin_write(&self.app, Self::caller(&request), WRITE)?;
             let fresh = Self::freshness(&request)?;
             let id = Self::request_id(&request)?;
             let DeleteRowRequest { key, if_version } = request.get_ref();
@@ -134,7 +134,7 @@ impl Directory for Api {
         &self,
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let payer = Self::caller(&request).payer(&self.app);
+        let payer = Self::caller(&request).payer(&self.app.credentials);
         let viewer = self.viewer(&request);
         let slot = feed::subscribe(&self.app, &payer).map_err(|e| self.fail(e, &viewer))?;
         let since = request.get_ref().since;

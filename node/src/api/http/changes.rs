@@ -52,7 +52,7 @@ pub async fn changes(
     headers: HeaderMap,
     Query(query): Query<ChangesQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ServiceError> {
-    let payer = Payer::of(&http.app, credential(&headers), peer);
+    let payer = Payer::of(&http.app.credentials, credential(&headers), peer);
     let slot = feed::subscribe(&http.app, &payer)?;
     let viewer = Viewer::of(&http.app, credential(&headers));
     let resume = headers

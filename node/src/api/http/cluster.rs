@@ -10,8 +10,8 @@ use axum::Json;
 use serde_json::json;
 
 use super::{caller, credential, read_json, Http, Peer, ReadOptions};
+use crate::service::admin_write;
 use crate::service::cluster::{self as service, Status};
-use crate::service::quota;
 use crate::service::view::Viewer;
 use crate::service::{Admin, ServiceError};
 
@@ -65,7 +65,7 @@ pub async fn add_member(
     body: Body,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = quota::admin_write(app, caller(&headers, peer), "change the membership")?;
+    let admin = admin_write(app, caller(&headers, peer), "change the membership")?;
     let add: AddMember = read_json(&headers, body, 64 * 1024).await?;
     let id = add.id;
     let add = service::AddMember {
@@ -88,7 +88,7 @@ pub async fn move_leader(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ServiceError> {
-    let admin = quota::admin_write(&http.app, caller(&headers, peer), "move the leader")?;
+    let admin = admin_write(&http.app, caller(&headers, peer), "move the leader")?;
     let moved: MoveLeader = read_json(&headers, body, 1024).await?;
     let leader = service::move_leader(&http.app, &admin, moved.to).await?;
     Ok(Json(json!({ "ok": true, "leader": leader })).into_response())
@@ -103,7 +103,7 @@ pub async fn remove_member(
     headers: HeaderMap,
     Path(id): Path<u64>,
 ) -> Result<Response, ServiceError> {
-    let admin = quota::admin_write(&http.app, caller(&headers, peer), "change the membership")?;
+    let admin = admin_write(&http.app, caller(&headers, peer), "change the membership")?;
     service::remove_member(&http.app, &admin, id).await?;
     Ok(Json(json!({ "ok": true, "removed": id })).into_response())
 }
@@ -137,7 +137,7 @@ pub async fn backup(
     let head = futures_util::stream::once(std::future::ready(Ok::<_, std::io::Error>(
         axum::body::Bytes::from(backup.header_line),
     )));
-    let file = tokio::fs::File::from_std(backup.file);
+    let file = backup.file;
     let rest = futures_util::stream::try_unfold(file, |mut file| async move {
         use tokio::io::AsyncReadExt as _;
         let mut chunk = vec![0; 64 * 1024];
@@ -168,7 +168,7 @@ pub async fn snapshot(
     peer: Peer,
     headers: HeaderMap,
 ) -> Result<Response, ServiceError> {
-    let admin = quota::admin_write(&http.app, caller(&headers, peer), "trigger snapshots")?;
+    let admin = admin_write(&http.app, caller(&headers, peer), "trigger snapshots")?;
     service::snapshot(&http.app, &admin).await?;
     Ok((
         StatusCode::ACCEPTED,

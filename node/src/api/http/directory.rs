@@ -16,8 +16,8 @@ use super::{
 };
 use crate::catalogue::row::{Row, RowInput};
 use crate::catalogue::Counts;
+use crate::service::admin_write;
 use crate::service::directory::{self as service, field_schema, Put};
-use crate::service::quota;
 use crate::service::view::Viewer;
 use crate::service::ServiceError;
 
@@ -122,7 +122,7 @@ pub async fn upsert(
     body: Body,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = quota::admin_write(app, caller(&headers, peer), "write the directory")?;
+    let admin = admin_write(app, caller(&headers, peer), "write the directory")?;
     let body: UpsertBody = read_json(&headers, body, app.config.limits.max_body_bytes).await?;
     let put = match body {
         UpsertBody::One(value) => Put::One(value),
@@ -170,7 +170,7 @@ pub async fn delete_row(
     Query(query): Query<DeleteQuery>,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = quota::admin_write(app, caller(&headers, peer), "write the directory")?;
+    let admin = admin_write(app, caller(&headers, peer), "write the directory")?;
     let fresh = header_freshness(&headers)?;
     let id = request_id(&headers)?;
     let deleted = service::delete(app, &admin, &fresh, id, &key, query.if_version).await?;

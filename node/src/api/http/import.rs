@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::{caller, read_json, Http, Peer, INDEX_HEADER};
 use crate::dispatch::import::{self, ImportRequest};
-use crate::service::quota;
+use crate::service::admin_write;
 use crate::service::ServiceError;
 
 /// Import (or re-import) an upstream MCP server's tools as rows (admin key).
@@ -27,7 +27,7 @@ pub async fn import_mcp(
     body: Body,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = quota::admin_write(app, caller(&headers, peer), "import MCP tools")?;
+    let admin = admin_write(app, caller(&headers, peer), "import MCP tools")?;
     let request: ImportRequest =
         read_json(&headers, body, app.config.limits.max_body_bytes).await?;
     let report = crate::service::import::import_mcp(app, &admin, request).await?;

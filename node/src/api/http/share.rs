@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 
 use super::{caller, no_store, read_json, request_id, written_headers, Http, Peer};
 use crate::api::base_url;
-use crate::service::quota;
+use crate::service::admin_write;
 use crate::service::share as service;
 use crate::service::ServiceError;
 
@@ -40,7 +40,7 @@ pub async fn mint(
     body: Body,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = quota::admin_write(app, caller(&headers, peer), "mint share tokens")?;
+    let admin = admin_write(app, caller(&headers, peer), "mint share tokens")?;
     let body: MintBody = read_json(&headers, body, app.config.limits.max_body_bytes).await?;
     let base = base_url(app, &headers);
     let minted = service::mint(app, &admin, &base, &body.key, body.ttl_secs).await?;
@@ -81,7 +81,7 @@ pub async fn rotate(
     body: Body,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = quota::admin_write(app, caller(&headers, peer), "rotate the share secret")?;
+    let admin = admin_write(app, caller(&headers, peer), "rotate the share secret")?;
     let body: RotateBody = read_json(&headers, body, 4096).await?;
     let rotated = service::rotate(app, &admin, request_id(&headers)?, body.keep_previous).await?;
     let response =
@@ -101,7 +101,7 @@ pub async fn revoke(
     Path(id): Path<String>,
 ) -> Result<Response, ServiceError> {
     let app = &http.app;
-    let admin = quota::admin_write(app, caller(&headers, peer), "revoke share tokens")?;
+    let admin = admin_write(app, caller(&headers, peer), "revoke share tokens")?;
     let (id, logged) = service::revoke(app, &admin, request_id(&headers)?, &id).await?;
     let response = Json(json!({ "ok": true, "revoked": id })).into_response();
     Ok(written_headers(response, logged))

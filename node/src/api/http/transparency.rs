@@ -8,7 +8,7 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::{caller, Http, Peer, ReadOptions};
-use crate::service::quota;
+use crate::service::admin_write;
 use crate::service::transparency::{
     self as service, ConsistencyProof, InclusionProof, Leaves, SignedCheckpoint,
 };
@@ -70,7 +70,7 @@ pub async fn request_checkpoint(
     headers: HeaderMap,
 ) -> Result<Json<SignedCheckpoint>, ServiceError> {
     let app = &http.app;
-    let admin = quota::admin_write(app, caller(&headers, peer), "ask for a checkpoint")?;
+    let admin = admin_write(app, caller(&headers, peer), "ask for a checkpoint")?;
     Ok(Json(service::request_checkpoint(app, &admin).await?))
 }
 

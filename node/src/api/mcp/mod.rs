@@ -25,6 +25,7 @@
 mod cut;
 mod handler;
 mod replay;
+mod session_id;
 mod sessions;
 mod test_tools;
 pub mod tools;
@@ -151,7 +152,7 @@ fn no_session() -> Response {
 /// Whether the request names a session, or a stream to resume, that is not `owner`'s.
 fn foreign(request: &Request, session: Option<&str>, owner: &str, replay: &Replay) -> bool {
     if session
-        .and_then(sessions::owner)
+        .and_then(session_id::owner)
         .is_some_and(|o| o != owner)
     {
         return true;
@@ -359,7 +360,7 @@ async fn end_session(request: Request, next: Next) -> Response {
         .headers()
         .get(HEADER_SESSION_ID)
         .and_then(|id| id.to_str().ok())
-        .is_some_and(|id| !sessions::well_formed(mode, id));
+        .is_some_and(|id| !session_id::well_formed(mode, id));
     if foreign {
         return no_session();
     }

@@ -196,7 +196,7 @@ impl Replay {
             return true;
         };
         if let Some(session) = stream_id.strip_suffix(":common") {
-            return super::sessions::owner(session) == Some(owner);
+            return super::session_id::owner(session) == Some(owner);
         }
         let streams = self.streams.lock().expect("replay lock");
         streams

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::packed::Unpack;
 
 /// The start of every snapshot file's name.
 const PREFIX: &str = "snap-";
@@ -23,20 +25,36 @@ const BUILDING: &str = ".build.part";
 /// The suffix of a file a receive is writing.
 const RECEIVING: &str = ".recv.part";
 
-/// A snapshot's bytes on disk: what openraft sends chunks from and receives chunks into.
-#[derive(Debug)]
+/// A snapshot's bytes on disk: what a leader sends chunks from and a follower receives
+/// chunks into. Reads give the snapshot's lines, unpacked if the file is compressed
+/// ([`super::packed`]); writes (a receive) write the bytes as they come.
 pub struct SnapshotFile {
     file: tokio::fs::File,
     path: PathBuf,
+    unpack: Unpack,
+}
+
+impl std::fmt::Debug for SnapshotFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SnapshotFile {
     /// Opens the complete snapshot file at `path` for reading.
     pub(crate) async fn open(path: &Path) -> io::Result<Self> {
-        Ok(Self {
-            file: tokio::fs::File::open(path).await?,
+        Ok(Self::from_std(std::fs::File::open(path)?, path))
+    }
+
+    /// Reads the snapshot file `file`, opened at `path`, from where `file` stands.
+    pub(crate) fn from_std(file: std::fs::File, path: &Path) -> Self {
+        Self {
+            file: tokio::fs::File::from_std(file),
             path: path.to_owned(),
-        })
+            unpack: Unpack::default(),
+        }
     }
 
     /// Where the file is.
@@ -52,16 +70,18 @@ impl SnapshotFile {
     }
 }
 
-// Plain delegation to the tokio file (which is `Unpin`).
 impl AsyncRead for SnapshotFile {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.file).poll_read(cx, buf)
+        let this = self.get_mut();
+        this.unpack.poll_read(&mut this.file, cx, buf)
     }
 }
+
+// Writes: plain delegation to the tokio file (which is `Unpin`).
 
 impl AsyncWrite for SnapshotFile {
     fn poll_write(
@@ -78,16 +98,6 @@ impl AsyncWrite for SnapshotFile {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.file).poll_shutdown(cx)
-    }
-}
-
-impl AsyncSeek for SnapshotFile {
-    fn start_seek(mut self: Pin<&mut Self>, position: io::SeekFrom) -> io::Result<()> {
-        Pin::new(&mut self.file).start_seek(position)
-    }
-
-    fn poll_complete(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
-        Pin::new(&mut self.file).poll_complete(cx)
     }
 }
 
@@ -213,7 +223,11 @@ impl Folder {
             .create_new(true)
             .open(&path)
             .await?;
-        Ok(SnapshotFile { file, path })
+        Ok(SnapshotFile {
+            file,
+            path,
+            unpack: Unpack::default(),
+        })
     }
 
     /// Makes the complete, fsynced file at `from` the snapshot file `name` (a rename, then

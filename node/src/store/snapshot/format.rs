@@ -26,8 +26,8 @@ use crate::catalogue::row::Row;
 use crate::model::alarm::StorageAlarm;
 use crate::model::receipt::Receipt;
 use crate::model::share::ShareSecret;
+use crate::store::checkpoint::LogHeader;
 use crate::store::requests::Record;
-use crate::store::state_machine::transparency::LogHeader;
 
 /// The format version this node writes and reads.
 pub const FORMAT: u32 = 3;

@@ -25,7 +25,6 @@
 #![allow(clippy::result_large_err)]
 
 use std::convert::Infallible;
-use std::io::BufReader;
 
 use sled::transaction::{ConflictableTransactionResult, TransactionError};
 
@@ -33,6 +32,7 @@ use openraft::{ErrorSubject, ErrorVerb};
 
 use super::*;
 use crate::store::snapshot::format::{read_through, Header, Line, Reader};
+use crate::store::snapshot::packed;
 use crate::store::snapshot::Current;
 
 /// Lines of a snapshot file written to sled per batch. sled holds memory in proportion to a
@@ -76,7 +76,8 @@ impl StateMachine {
         let (folder, name) = (self.snapshots.clone(), file.clone());
         let checked = tokio::task::spawn_blocking(move || -> Result<(), String> {
             let file = std::fs::File::open(folder.path(&name)).map_err(|e| e.to_string())?;
-            read_through(BufReader::new(file)).map_err(|e| e.to_string())?;
+            read_through(packed::lines(file).map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
             Ok(())
         })
         .await
@@ -176,7 +177,9 @@ struct Batch<'a> {
 impl Batch<'_> {
     /// Writes the bodies, then the batch, then releases what it dropped.
     fn write(&mut self) -> Result<(), StorageError> {
-        let receipts: Vec<&Receipt> = self.receipts.iter().collect();
+        // Without their leaves: the install writes `x/n/` for every leaf of the snapshot.
+        let receipts: Vec<(&Receipt, Option<u64>)> =
+            self.receipts.iter().map(|r| (r, None)).collect();
         store_receipts(self.segments, &mut self.batch, &receipts)?;
         self.tree
             .apply_batch(std::mem::take(&mut self.batch))
@@ -205,7 +208,8 @@ fn load(
         )
     };
     let file = std::fs::File::open(folder.path(&current.file)).map_err(|e| read_fail(&e))?;
-    let (header, mut reader) = Reader::new(BufReader::new(file)).map_err(|e| read_fail(&e))?;
+    let lines = packed::lines(file).map_err(|e| read_fail(&e))?;
+    let (header, mut reader) = Reader::new(lines).map_err(|e| read_fail(&e))?;
 
     let mut out = Batch {
         tree,
@@ -381,6 +385,8 @@ fn drop_value(out: &mut Batch<'_>, value: &[u8]) -> Result<(), StorageError> {
             &mut out.batch,
             &found.receipt,
             found.place,
+            // The log is replaced by the snapshot's, every leaf under `x/n/`.
+            None,
             &mut out.released,
         );
     }

@@ -43,6 +43,17 @@ fn open_storage(dir: &std::path::Path) -> Durable {
     }
 }
 
+/// The bytes a leader sends of the snapshot file at `path`: its lines, unpacked.
+fn sent_bytes(path: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(
+        &mut snapshot::packed::lines(std::fs::File::open(path).unwrap()).unwrap(),
+        &mut out,
+    )
+    .unwrap();
+    out
+}
+
 /// What a snapshot file holds, read whole (small test snapshots only).
 #[derive(Debug, Default)]
 struct Contents {
@@ -53,7 +64,7 @@ struct Contents {
 
 fn contents(path: &std::path::Path) -> Contents {
     use snapshot::format::{Line, Reader};
-    let file = std::io::BufReader::new(std::fs::File::open(path).unwrap());
+    let file = snapshot::packed::lines(std::fs::File::open(path).unwrap()).unwrap();
     let (_, mut reader) = Reader::new(file).unwrap();
     let mut out = Contents::default();
     while let Some(line) = reader.next().unwrap() {
@@ -1102,12 +1113,39 @@ async fn a_snapshot_sent_by_a_leader_of_the_older_version_installs() {
 }
 
 #[tokio::test]
+async fn a_snapshot_is_compressed_at_rest_and_sent_as_its_lines() {
+    use tokio::io::AsyncReadExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut leader = sender(&dir.path().join("leader"), 3).await;
+    let mut built = build(&mut leader).await;
+    let at_rest = std::fs::read(built.snapshot.path()).unwrap();
+    assert!(snapshot::packed::is_packed(&at_rest), "compressed on disk");
+    // What a leader reads to send (and a backup streams): the lines, as before.
+    let mut sent = Vec::new();
+    built.snapshot.read_to_end(&mut sent).await.unwrap();
+    assert!(sent.starts_with(b"{\"header\""), "plain lines on the wire");
+    assert_eq!(sent, sent_bytes(built.snapshot.path()));
+    // A follower writes them as they come, and installs them.
+    let follower = dir.path().join("follower");
+    let (mut sm, catalogue, _storage) = machine(&follower);
+    let received = dir.path().join("received");
+    std::fs::write(&received, &sent).unwrap();
+    let data = SnapshotFile::open(&received).await.unwrap();
+    sm.install_snapshot(&built.meta, data).await.unwrap();
+    assert!(catalogue.read().get("SENT").is_some());
+    assert_eq!(
+        sm.receipts().digest().unwrap(),
+        leader.receipts().digest().unwrap()
+    );
+}
+
+#[tokio::test]
 async fn a_damaged_snapshot_is_refused_before_anything_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let mut leader = sender(&dir.path().join("leader"), 3).await;
     let sent = build(&mut leader).await;
     // Damaged on its way: cut off two thirds in, in the middle of a line.
-    let whole = std::fs::read(sent.snapshot.path()).unwrap();
+    let whole = sent_bytes(sent.snapshot.path());
     let cut = dir.path().join("cut");
     std::fs::write(&cut, &whole[..whole.len() * 2 / 3]).unwrap();
 
@@ -1157,7 +1195,11 @@ mod receipt_log {
     const CLUSTER: &str = "ctest";
 
     fn key(node: u64) -> SigningKey {
-        SigningKey::from_seed(&transparency::key_name(CLUSTER, node), &[node as u8; 32]).unwrap()
+        SigningKey::from_seed(
+            &crate::store::checkpoint::key_name(CLUSTER, node),
+            &[node as u8; 32],
+        )
+        .unwrap()
     }
 
     fn b64(bytes: &[u8]) -> String {
@@ -1188,7 +1230,7 @@ mod receipt_log {
     /// Node `node`'s signature of the tree of `size` leaves with `root`, signed by `signer`.
     fn cosign(node: u64, signer: u64, size: u64, root: &tlog::Hash) -> Command {
         let body = Checkpoint {
-            origin: transparency::origin(CLUSTER),
+            origin: crate::store::checkpoint::origin(CLUSTER),
             size,
             root: *root,
         }
@@ -1350,7 +1392,7 @@ mod receipt_log {
 
         // A snapshot whose leaves were edited does not install.
         let built = build(&mut leader).await;
-        let text = std::fs::read_to_string(built.snapshot.path()).unwrap();
+        let text = String::from_utf8(sent_bytes(built.snapshot.path())).unwrap();
         let first_leaf = text.find("{\"leaf\"").unwrap();
         let hash_at = first_leaf + text[first_leaf..].find("\"hash\":\"").unwrap() + 8;
         let mut edited = text.clone().into_bytes();
@@ -1974,6 +2016,100 @@ async fn a_prune_drops_the_same_receipts_however_the_entries_before_it_were_batc
     let (count, digest) = one_by_one.receipts().digest().unwrap();
     assert_eq!(count, 2, "1-3 by age, then 4 (EVEN keeps 6), ODD keeps 5");
     assert_eq!(batched.receipts().digest().unwrap(), (count, digest));
+    // Dropped before or in the batch that appended them, every receipt keeps its leaf.
+    for sm in [&one_by_one, &batched] {
+        for i in 1..=6u64 {
+            let id = format!("inv_{i:010}");
+            assert_eq!(sm.log().leaf_of(&id).unwrap(), Some(i - 1), "{id}");
+        }
+    }
+}
+
+#[test]
+fn a_stored_value_of_the_wrong_length_is_no_place_whatever_its_tag() {
+    for tag in [Stored::TAG, Stored::TAG_WITH_LEAF] {
+        for len in [
+            1,
+            17,
+            20,
+            Stored::ENCODED - 1,
+            Stored::ENCODED + 7,
+            Stored::ENCODED + 9,
+        ] {
+            let mut value = vec![0u8; len];
+            value[0] = tag;
+            assert_eq!(Stored::decode(&value), None, "tag {tag}, {len} bytes");
+        }
+    }
+    let mut tag_one_with_a_leaf = vec![0u8; Stored::ENCODED + 8];
+    tag_one_with_a_leaf[0] = Stored::TAG;
+    assert_eq!(Stored::decode(&tag_one_with_a_leaf), None);
+}
+
+/// The `x/n/` keys of a machine's tree (a receipt's leaf by its id, for receipts whose
+/// stored value does not hold it).
+fn leaf_of_keys(sm: &StateMachine) -> Vec<String> {
+    sm.tree
+        .scan_prefix(b"x/n/")
+        .keys()
+        .map(|k| String::from_utf8_lossy(&k.unwrap()[4..]).into_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_kept_receipt_holds_its_leaf_and_a_dropped_one_leaves_it_by_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sm, _, _) = machine(&dir.path().join("leader"));
+    let stamped = |i: u64| Receipt {
+        started_at: crate::model::time::format_ms(1_000 * i),
+        ..receipt(&format!("inv_{i:010}"), "o")
+    };
+    sm.apply_entries((1..=5).map(|i| entry(i, Request::new(append(stamped(i))))))
+        .await
+        .unwrap();
+    // Kept receipts: one key each fewer, the leaf in the receipt's own value.
+    assert!(leaf_of_keys(&sm).is_empty(), "{:?}", leaf_of_keys(&sm));
+    for i in 1..=5u64 {
+        let id = format!("inv_{i:010}");
+        assert_eq!(sm.log().leaf_of(&id).unwrap(), Some(i - 1), "{id}");
+    }
+    assert_eq!(sm.log().leaf_of("inv_0000000099").unwrap(), None);
+
+    // Retention drops the two oldest: their leaves are found by id under `x/n/`.
+    let prune = Command::PruneReceipts {
+        before_ms: 2_500,
+        keep_per_key: 0,
+        limit: 10,
+        max_age_ms: 0,
+    };
+    sm.apply_entries([entry(6, Request::new(prune))])
+        .await
+        .unwrap();
+    assert!(sm.receipts().get("inv_0000000001").unwrap().is_none());
+    assert_eq!(leaf_of_keys(&sm), ["inv_0000000001", "inv_0000000002"]);
+    for i in 1..=5u64 {
+        let id = format!("inv_{i:010}");
+        assert_eq!(sm.log().leaf_of(&id).unwrap(), Some(i - 1), "{id}");
+    }
+
+    // A snapshot carries every leaf; the machine that installs it finds each by id.
+    let built = build(&mut sm).await;
+    let (mut follower, _, _) = machine(&dir.path().join("follower"));
+    follower
+        .install_snapshot(&built.meta, built.snapshot)
+        .await
+        .unwrap();
+    for i in 1..=5u64 {
+        let id = format!("inv_{i:010}");
+        assert_eq!(follower.log().leaf_of(&id).unwrap(), Some(i - 1), "{id}");
+    }
+    // It goes on storing new receipts with their leaves.
+    follower
+        .apply_entries([entry(7, Request::new(append(stamped(7))))])
+        .await
+        .unwrap();
+    assert_eq!(follower.log().leaf_of("inv_0000000007").unwrap(), Some(5));
+    assert!(!leaf_of_keys(&follower).contains(&"inv_0000000007".to_owned()));
 }
 
 /// The segment file `n` of a machine's folder.
@@ -2010,8 +2146,12 @@ async fn receipt_bodies_live_in_segment_files_and_sled_keeps_where_they_are() {
     apply_one_by_one(&mut sm, &receipt_entries(1, 4)).await;
     let value = sm.tree.get(receipt_key("inv_0000000002")).unwrap().unwrap();
     let stored = Stored::decode(&value).expect("a place, not the receipt itself");
-    assert_eq!(value.len(), Stored::ENCODED);
-    assert_eq!((stored.index, stored.asked), (2, true));
+    assert_eq!(value.len(), Stored::ENCODED + 8);
+    // Entry 2 appended the second leaf.
+    assert_eq!(
+        (stored.index, stored.asked, stored.leaf),
+        (2, true, Some(1))
+    );
     let body = std::fs::read(segment_file(dir.path(), 1)).unwrap();
     let at = stored.place.offset as usize + 8;
     let inside: Receipt =
@@ -2094,6 +2234,11 @@ async fn bodies_a_power_loss_took_are_written_again_from_the_log() {
     sm.restore_bodies(&entries[2..]).await.unwrap();
     assert_eq!(sm.receipts().digest().unwrap(), before);
     assert!(sm.missing_bodies().is_empty());
+    // Written again, each keeps its leaf.
+    for i in 1..=5u64 {
+        let id = format!("inv_{i:010}");
+        assert_eq!(sm.log().leaf_of(&id).unwrap(), Some(i - 1), "{id}");
+    }
     drop((sm, storage));
     let (sm, _, storage) = machine(dir.path());
     assert!(sm.missing_bodies().is_empty());

@@ -5,8 +5,10 @@
 //!
 //! In the state machine's tree, written in the same atomic batch as the receipts they
 //! commit to:
-//! - `x/l/<leaf:be8>` → the leaf's hash and its receipt id (`0`, 32 bytes, the id), and
-//!   `x/n/<id>` → leaf index;
+//! - `x/l/<leaf:be8>` → the leaf's hash and its receipt id (`0`, 32 bytes, the id);
+//! - a receipt's leaf index by its id: in the receipt's own stored value while it is kept
+//!   and was stored by apply, else `x/n/<id>` → leaf index (written when retention drops
+//!   it, and for every leaf by an install or a rebuild; see `Stored`);
 //! - `x/size`: the number of leaves;
 //! - `x/checkpoint`: the latest checkpoint a majority of voters signed ([`Cosigned`]);
 //! - `x/pending`: signatures of newer sizes still short of a majority.
@@ -36,10 +38,13 @@
 //! a majority of the voters signed one size, it is the cluster's checkpoint.
 
 use rowcall_proto::tlog::{self, Checkpoint, Hash, VerifierKey};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::*;
 use crate::raft::NodeId;
+use crate::store::checkpoint::{
+    base64_decode, base64_encode, key_name, origin, Cosigned, LogHeader, NodeSignature, Pending,
+};
 use crate::store::tree_file::{self, TreeFile};
 
 const SIZE: &[u8] = b"x/size";
@@ -127,101 +132,10 @@ impl NewSlots {
     }
 }
 
-/// One node's signature of one checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeSignature {
-    /// The signer.
-    pub node: NodeId,
-    /// Its signed-note verifier key when it signed.
-    pub key: String,
-    /// The Ed25519 signature, base64.
-    pub signature: String,
-}
-
-impl NodeSignature {
-    /// Its signature line in a note.
-    pub fn note_line(&self) -> Option<tlog::NoteSignature> {
-        let key = VerifierKey::parse(&self.key).ok()?;
-        let signature = base64_decode(&self.signature)?;
-        Some(tlog::NoteSignature {
-            name: key.name.clone(),
-            key_id: key.id(),
-            signature,
-        })
-    }
-}
-
-/// A checkpoint with the signatures of a majority of the voters it had.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cosigned {
-    /// `rowcall/<cluster id>`.
-    pub origin: String,
-    /// Leaves.
-    pub size: u64,
-    /// The root, base64.
-    pub root: String,
-    /// The voters when it reached a majority.
-    pub voters: Vec<NodeId>,
-    /// Its signatures, in node order (learners' too, though they do not count).
-    pub signatures: Vec<NodeSignature>,
-}
-
-impl Cosigned {
-    /// The checkpoint as a C2SP signed note.
-    pub fn note(&self) -> String {
-        let body = tlog::checkpoint_body(&self.origin, self.size, &self.root);
-        let lines: Vec<_> = self
-            .signatures
-            .iter()
-            .filter_map(NodeSignature::note_line)
-            .collect();
-        tlog::sign_note(&body, &lines)
-    }
-}
-
-/// A signature of a size that has no majority yet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pending {
-    pub size: u64,
-    pub root: String,
-    pub signature: NodeSignature,
-}
-
-/// What a snapshot carries of the log besides its leaves.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LogHeader {
-    /// Leaves at the cut.
-    pub size: u64,
-    /// The root at the cut, base64 (checked by the node that installs it).
-    pub root: String,
-    pub checkpoint: Option<Cosigned>,
-    pub pending: Vec<Pending>,
-}
-
-/// The log's origin line for a cluster.
-pub fn origin(cluster_id: &str) -> String {
-    format!("rowcall/{cluster_id}")
-}
-
-/// A member's signed-note key name.
-pub fn key_name(cluster_id: &str, node: NodeId) -> String {
-    format!("rowcall/{cluster_id}/node{node}")
-}
-
 /// A member's verifier key, from what the membership records of it.
 pub fn member_key(node: NodeId, info: &crate::raft::NodeInfo) -> Option<VerifierKey> {
     let public: [u8; 32] = base64_decode(&info.signing_key)?.try_into().ok()?;
     VerifierKey::new(&key_name(&info.cluster_id, node), public).ok()
-}
-
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.decode(text).ok()
-}
-
-fn base64_encode(bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// The staged part of the log in one apply batch.
@@ -232,6 +146,9 @@ pub(super) struct LogStage {
     slots: Option<NewSlots>,
     /// Leaves of the entry being applied, appended (in id order) when it is done.
     entry: Vec<(String, Hash)>,
+    /// The leaf of each receipt appended in the batch, by id, for its stored value
+    /// ([`LogStage::take_leaf`]); what is left when the batch is written goes under `x/n/`.
+    leaves: HashMap<String, u64>,
     checkpoint: Option<Option<Cosigned>>,
     pending: Option<Vec<Pending>>,
     dirty_signatures: bool,
@@ -241,6 +158,19 @@ impl LogStage {
     /// The log's size after the batch, if the batch appended to it.
     pub fn size(&self) -> Option<u64> {
         self.size
+    }
+
+    /// The leaf of receipt `id` if the batch appended it, for its stored value to hold.
+    pub fn take_leaf(&mut self, id: &str) -> Option<u64> {
+        self.leaves.remove(id)
+    }
+
+    /// Stages `x/n/` for the batch's leaves whose receipts are not stored with them (those a
+    /// prune of the same batch dropped), after every stored one took its leaf.
+    pub fn keep_untaken_leaves(&mut self, batch: &mut sled::Batch) {
+        for (id, leaf) in self.leaves.drain() {
+            keep_leaf_of(batch, &id, leaf);
+        }
     }
 
     /// Writes the hashes the batch made to the file (before the batch goes to sled).
@@ -383,6 +313,12 @@ fn be_u64(bytes: &[u8], what: &str) -> Result<u64, ProofError> {
         .map_err(|_| ProofError::Decode(what.into()))
 }
 
+/// Stages `x/n/<id>` → `leaf`: where the leaf of a receipt whose stored value does not hold
+/// it is found (see `Stored`).
+pub(super) fn keep_leaf_of(batch: &mut sled::Batch, id: &str, leaf: u64) {
+    batch.insert(leaf_of_key(id), &leaf.to_be_bytes()[..]);
+}
+
 /// The leaf index in an `x/l/<leaf>` key.
 fn leaf_index(key: &[u8]) -> Result<u64, ProofError> {
     be_u64(&key[LEAF_ID.len()..], "x/l key")
@@ -480,7 +416,7 @@ impl StateMachine {
                 .get_or_insert_with(|| NewSlots::starting_at(tree_file::slots(size)));
             append_hashes(file, new, size, hash).map_err(|e| proof_err(&e))?;
             batch.insert(leaf_id_key(size), leaf_value(&hash, id.as_bytes()));
-            batch.insert(leaf_of_key(&id), &size.to_be_bytes()[..]);
+            log.leaves.insert(id, size);
             size += 1;
         }
         stage.log.size = Some(size);
@@ -998,8 +934,13 @@ impl LogReader {
         FileHashes(&self.file).root(size)
     }
 
-    /// The leaf index of receipt `id`, if it has one.
+    /// The leaf index of receipt `id`, if it has one: in its stored value while it is kept
+    /// (see `Stored`), else under `x/n/`.
     pub fn leaf_of(&self, id: &str) -> Result<Option<u64>, ProofError> {
+        let stored = self.tree.get(super::receipt_key(id))?;
+        if let Some(leaf) = stored.and_then(|v| super::Stored::decode(&v)?.leaf) {
+            return Ok(Some(leaf));
+        }
         match self.tree.get(leaf_of_key(id))? {
             Some(bytes) => be_u64(&bytes, "x/n").map(Some),
             None => Ok(None),
