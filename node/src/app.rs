@@ -78,6 +78,10 @@ pub struct App {
     pub standing: watch::Sender<crate::raft::standing::Standing>,
     /// Asks, invocations and writes over the last minutes, for the console's charts.
     pub activity: crate::activity::Activity,
+    /// Set once the node's start is over (it founded its cluster and wrote the demo
+    /// catalogue, joined one, or reopened its folder): until then it serves its peers but
+    /// is not ready, so a first ask cannot arrive before the catalogue it was started with.
+    pub started: std::sync::atomic::AtomicBool,
 }
 
 /// One write counted in [`App::proposing`] until dropped.

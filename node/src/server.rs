@@ -392,6 +392,7 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         asks: Default::default(),
         ranking_peers: Default::default(),
         activity: Default::default(),
+        started: Default::default(),
         standing: watch::channel(if restarted {
             Standing::Verifying
         } else {
@@ -626,6 +627,10 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
     } else if (cluster.bootstrap || !cluster.join.is_empty()) && cluster.restore.is_none() {
         tracing::info!("already a member; --join and --bootstrap ignored (the data folder says which cluster this node belongs to)");
     }
+    handle
+        .app
+        .started
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     tracing::info!(id = node.id, http = %http_addr, grpc = %grpc_addr, "rowcall node serving");
     Ok(handle)
 }

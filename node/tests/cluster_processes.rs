@@ -333,3 +333,64 @@ async fn acknowledged_rows_and_receipts_survive_leader_kills_during_and_after_wr
         );
     }
 }
+
+/// A node founding a cluster serves its peers before the demo catalogue is written; an
+/// outside poller (a load balancer, a newcomer's script) that waits for `/readyz` must then
+/// find the catalogue, never an empty one in the moment between the election and the write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_founding_node_is_ready_only_once_its_demo_catalogue_is_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let http_addr = format!("127.0.0.1:{port}");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rowcall-node"))
+        .args(["--id", "1", "--http", &http_addr, "--grpc", "127.0.0.1:0"])
+        .arg("--data")
+        .arg(dir.path())
+        .env("ROWCALL_ADMIN_KEY", ADMIN)
+        .env("ROWCALL_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn rowcall-node");
+    let _node = Process {
+        child,
+        url: format!("http://{http_addr}"),
+        http: http_addr.clone(),
+        grpc: String::new(),
+    };
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the node never became ready"
+        );
+        // Polled as tightly as a poller can: the window before the fix was one write long.
+        if let Ok(answer) = http.get(format!("http://{http_addr}/readyz")).send().await {
+            let ok = answer.status() == StatusCode::OK;
+            let body: Value = answer.json().await.unwrap_or_default();
+            if ok {
+                assert_eq!(body.get("starting"), None, "{body}");
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    let answer = get_json(
+        &http,
+        &format!("http://{http_addr}/api/dispatch?ask=what+time+is+it"),
+    )
+    .await;
+    assert!(
+        answer["count"].as_u64().unwrap_or(0) > 0,
+        "the first ask after /readyz said ready found nothing: {answer}"
+    );
+    assert_eq!(answer["best"]["key"], "TIME_NOW", "{answer}");
+}

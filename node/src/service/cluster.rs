@@ -218,9 +218,13 @@ fn seen_by(viewer: &Viewer, mut status: Status) -> Status {
 /// Whether this node should get traffic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Readiness {
-    /// Raft runs here, a leader is known and reachable, and this node applied all it knows
-    /// is committed.
+    /// The node's start is over, Raft runs here, a leader is known and reachable, and this
+    /// node applied all it knows is committed.
     pub ready: bool,
+    /// The node is still starting (founding its cluster and writing the demo catalogue, or
+    /// joining one): it answers its peers but is not ready yet.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub starting: bool,
     /// The leader, if known.
     pub leader: Option<NodeId>,
     /// Whether it is cut off from the leader or a quorum.
@@ -266,8 +270,10 @@ pub async fn readiness(app: &App) -> Readiness {
         .collect();
     // Raft stopped (its storage failed, or the node is stopping): nothing here is current.
     let running = app.raft.metrics().borrow_watched().running_state.is_ok();
+    let starting = !app.started.load(std::sync::atomic::Ordering::SeqCst);
     Readiness {
-        ready: running && leader.is_some() && !stale && applied >= committed,
+        ready: !starting && running && leader.is_some() && !stale && applied >= committed,
+        starting,
         leader,
         stale,
         applied,
