@@ -162,6 +162,11 @@ impl Cluster {
                 handle: Some(handle),
             });
         }
+        // A join returns once the leader committed the new member, not once every member
+        // applied it: a test that cuts a node off at once would find it still a learner in
+        // its own view (it never campaigns). Tests start from a cluster every member knows.
+        let index = cluster.applied(1);
+        cluster.converge(index).await;
         cluster
     }
 
