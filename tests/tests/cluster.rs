@@ -606,6 +606,77 @@ async fn a_follower_stops_at_once_while_the_leader_streams_to_it() {
     cluster.shutdown().await;
 }
 
+/// Heartbeats go to a follower as one call each: openraft hands each one over as a stream
+/// of one request, and a gRPC stream opened for every heartbeat to every follower costs
+/// more than the call (on a starved CPU, enough to delay the appends behind it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_leader_heartbeats_without_opening_a_stream_for_each() {
+    let cluster = Cluster::start_with(3, 0, |config| config.raft.stream_appends = true).await;
+    let leader = cluster.leader().await;
+    let index = insert_eventually(&cluster, leader, &row("IDLE", "then heartbeats")).await;
+    cluster.converge(index).await;
+    let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let network = cluster
+        .member(leader)
+        .handle
+        .as_ref()
+        .unwrap()
+        .app
+        .network
+        .clone();
+    let before = network.append_streams_opened(follower);
+    assert!(before > 0, "the leader streams its appends to {follower}");
+    // Thirty heartbeat intervals (100 ms in tests) with nothing to append.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let opened = network.append_streams_opened(follower) - before;
+    assert!(
+        opened <= 2,
+        "{opened} streams opened to an idle follower in 30 heartbeat intervals"
+    );
+    cluster.shutdown().await;
+}
+
+/// A follower whose disk is slower than the heartbeat keeps its stream of appends: an
+/// answer late by a slow sync (or a TCP retransmission) is waited for, not taken for a
+/// broken stream that sends every append in flight again on a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_slower_than_the_heartbeat_keeps_its_stream() {
+    let cluster = Cluster::start_with(3, 0, |config| config.raft.stream_appends = true).await;
+    let leader = cluster.leader().await;
+    let index = insert_eventually(&cluster, leader, &row("BEFORE_SLOW", "fast disks")).await;
+    cluster.converge(index).await;
+    let slow = cluster.others(leader)[0];
+    let network = cluster
+        .member(leader)
+        .handle
+        .as_ref()
+        .unwrap()
+        .app
+        .network
+        .clone();
+    let before = network.append_streams_opened(slow);
+    // Three heartbeats (100 ms in tests) per sync on that follower.
+    let storage = &cluster.member(slow).handle.as_ref().unwrap().app.storage;
+    storage.slow_down(Duration::from_millis(300));
+    let mut last = index;
+    for i in 0..5 {
+        last = insert_eventually(
+            &cluster,
+            leader,
+            &row(&format!("SLOW_{i}"), "one slow disk"),
+        )
+        .await;
+    }
+    cluster.converge(last).await;
+    storage.slow_down(Duration::ZERO);
+    let opened = network.append_streams_opened(slow) - before;
+    assert!(
+        opened <= 2,
+        "{opened} streams opened to a follower whose syncs take three heartbeats"
+    );
+    cluster.shutdown().await;
+}
+
 /// A leader stopped as SIGTERM stops it hands leadership to a voter level with its log
 /// before it goes: when its shutdown returns, a survivor already leads (without the handover
 /// the survivors would still be waiting out the old leader's lease, then an election), and
