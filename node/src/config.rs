@@ -666,9 +666,12 @@ pub struct RaftConfig {
     /// time changes nothing: the cluster elects, as it does with 0 (no handover).
     pub handover_timeout_ms: u64,
     /// Send each follower its appends on one gRPC stream, several in flight (openraft's
-    /// pipelined replication), instead of one at a time. Off by default: on a machine whose
-    /// cores the nodes starve each other of, streams left timing-sensitive paths slower
-    /// (see Performance); `ROWCALL_STREAM_APPENDS=on`.
+    /// pipelined replication), instead of one at a time: a write then waits for one round
+    /// trip to the followers, not for the append before it as well (across regions about
+    /// half the write latency; see Performance). Heartbeats go one call each either way.
+    /// Off by default: with streams, 5 nodes whose leader's answers are lost kept writes
+    /// within 1 s 94% of the time instead of 100% (see Performance);
+    /// `ROWCALL_STREAM_APPENDS=on`.
     pub stream_appends: bool,
     /// Ask the voters whether they would elect this node before raising its term (Raft's
     /// pre-vote), for openraft's own timer and rowcall's early candidacies alike: a node
