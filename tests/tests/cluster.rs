@@ -584,14 +584,7 @@ async fn a_follower_stops_at_once_while_the_leader_streams_to_it() {
     let index = insert_eventually(&cluster, leader, &row("STREAMED", "before the stop")).await;
     cluster.converge(index).await;
     let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
-    let network = cluster
-        .member(leader)
-        .handle
-        .as_ref()
-        .unwrap()
-        .app
-        .network
-        .clone();
+    let network = cluster.network(leader);
     assert!(
         network.append_streams_opened(follower) > 0,
         "the leader streams to {follower}"
@@ -616,14 +609,7 @@ async fn an_idle_leader_heartbeats_without_opening_a_stream_for_each() {
     let index = insert_eventually(&cluster, leader, &row("IDLE", "then heartbeats")).await;
     cluster.converge(index).await;
     let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
-    let network = cluster
-        .member(leader)
-        .handle
-        .as_ref()
-        .unwrap()
-        .app
-        .network
-        .clone();
+    let network = cluster.network(leader);
     let before = network.append_streams_opened(follower);
     assert!(before > 0, "the leader streams its appends to {follower}");
     // Thirty heartbeat intervals (100 ms in tests) with nothing to append.
@@ -646,14 +632,7 @@ async fn a_follower_slower_than_the_heartbeat_keeps_its_stream() {
     let index = insert_eventually(&cluster, leader, &row("BEFORE_SLOW", "fast disks")).await;
     cluster.converge(index).await;
     let slow = cluster.others(leader)[0];
-    let network = cluster
-        .member(leader)
-        .handle
-        .as_ref()
-        .unwrap()
-        .app
-        .network
-        .clone();
+    let network = cluster.network(leader);
     let before = network.append_streams_opened(slow);
     // Three heartbeats (100 ms in tests) per sync on that follower.
     let storage = &cluster.member(slow).handle.as_ref().unwrap().app.storage;

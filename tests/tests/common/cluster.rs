@@ -232,6 +232,12 @@ impl Cluster {
         request
     }
 
+    /// Running member `id`'s node-to-node transport (streams opened, peers' builds).
+    pub fn network(&self, id: u64) -> rowcall_node::raft::network::Network {
+        let handle = self.member(id).handle.as_ref().expect("running");
+        handle.app.network.clone()
+    }
+
     pub fn member(&self, id: u64) -> &Member {
         &self.members[(id - 1) as usize]
     }
