@@ -669,9 +669,7 @@ pub struct RaftConfig {
     /// pipelined replication), instead of one at a time: a write then waits for one round
     /// trip to the followers, not for the append before it as well (across regions about
     /// half the write latency; see Performance). Heartbeats go one call each either way.
-    /// Off by default: with streams, 5 nodes whose leader's answers are lost kept writes
-    /// within 1 s 94% of the time instead of 100% (see Performance);
-    /// `ROWCALL_STREAM_APPENDS=on`.
+    /// On by default; `ROWCALL_STREAM_APPENDS=off` sends appends one at a time.
     pub stream_appends: bool,
     /// Ask the voters whether they would elect this node before raising its term (Raft's
     /// pre-vote), for openraft's own timer and rowcall's early candidacies alike: a node
@@ -693,7 +691,7 @@ impl Default for RaftConfig {
             snapshot_chunk_bytes: 1024 * 1024,
             max_entry_bytes: 512 * 1024,
             handover_timeout_ms: 2_000,
-            stream_appends: false,
+            stream_appends: true,
             pre_vote: true,
         }
     }

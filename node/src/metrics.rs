@@ -97,7 +97,8 @@ pub const CHECKPOINT_SIGNATURES_TOTAL: &str = "rowcall_checkpoint_signatures_tot
 pub const RECEIPT_LOG_LEAVES: &str = "rowcall_receipt_log_leaves";
 /// Leaves covered by the latest co-signed checkpoint on this node.
 pub const CHECKPOINT_LEAVES: &str = "rowcall_checkpoint_leaves";
-/// AppendEntries this node sent as leader that went unanswered within the heartbeat, by peer.
+/// AppendEntries this node sent as leader that went unanswered within their bound (the heartbeat,
+/// or at least `STREAM_ANSWER_FLOOR` on a stream of appends), by peer.
 pub const APPENDS_UNANSWERED_TOTAL: &str = "rowcall_raft_appends_unanswered_total";
 /// Streams of appends this node opened as leader, by peer.
 pub const APPEND_STREAMS_TOTAL: &str = "rowcall_raft_append_streams_total";

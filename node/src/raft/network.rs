@@ -888,6 +888,14 @@ impl InFlight {
 /// in flight were sent again on a new one after a backoff that grew with every break, and
 /// under 5% loss writes waited up to 1.7 s. A follower that is really gone is still noticed
 /// by its heartbeats, which go one call each at the heartbeat's bound.
+///
+/// 1 s: a few retransmissions, and a follower's slow syncs. An append that reaches a
+/// follower during a sync waits for it and then for its own, so a disk whose syncs take
+/// 300 ms left one append unanswered for 600 ms, and a floor of 400 ms broke its stream
+/// (`cluster::a_follower_slower_than_the_heartbeat_keeps_its_stream`). What the floor
+/// delays is only the resending of appends a follower did not answer; a follower that
+/// stopped answering altogether is noticed by its heartbeats, and a leader that gets no
+/// answers at all is replaced by the election whatever its streams do.
 const STREAM_ANSWER_FLOOR: Duration = Duration::from_secs(1);
 
 /// The answers of one follower's stream, read in order against what was sent.
@@ -1317,11 +1325,12 @@ fn note_unanswered(liveness: &Liveness, peer: NodeId, bound: Duration) {
             peer,
             count,
             bound_ms = bound.as_millis() as u64,
-            "an AppendEntries to node {peer} went unanswered within the heartbeat interval \
-             ({} ms) and is sent again: that node is down or cut off, or the round trip to \
-             it is longer; then raise raft.heartbeat_ms above the round trip (and the \
-             election timeouts with it)",
-            bound.as_millis()
+            "an AppendEntries to node {peer} went unanswered within {} ms (the heartbeat \
+             interval, or on a stream of appends at least {} ms) and is sent again: that \
+             node is down or cut off, or the round trip to it is longer; then raise \
+             raft.heartbeat_ms above the round trip (and the election timeouts with it)",
+            bound.as_millis(),
+            STREAM_ANSWER_FLOOR.as_millis()
         );
     }
 }
