@@ -519,6 +519,43 @@ async fn five_voters_replace_a_leader_whose_answers_are_lost_in_one_election() {
     cluster.shutdown().await;
 }
 
+/// A voter that hears a leader backed by a quorum refuses a candidate of a later term, with
+/// an equal log, for its lease: a node that stands on its own (a pause, a link of its own
+/// gone bad) must not unseat a leader that still commits. Only a leader that said its
+/// quorum is a lease old loses that protection (the test before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_voter_that_hears_a_backed_leader_refuses_another_candidate() {
+    use openraft::network::v2::RaftNetworkV2 as _;
+    use openraft::network::{RPCOption, RaftNetworkFactory as _};
+    use openraft::raft::VoteRequest;
+
+    let cluster = Cluster::start_with(3, 0, slow_timer).await;
+    let leader = cluster.leader().await;
+    let index = insert_eventually(&cluster, leader, &row("BACKED", "a leader that commits")).await;
+    cluster.converge(index).await;
+    let followers = cluster.others(leader);
+    let (asker, voter) = (followers[0], followers[1]);
+    let asking = cluster.member(asker).handle.as_ref().unwrap().app.clone();
+    let metrics = asking.raft.metrics().borrow_watched().clone();
+    // Its log as long as any: after the convergence, the last entry is applied everywhere.
+    let request = VoteRequest::new(
+        rowcall_node::raft::Vote::new(metrics.current_term + 1, asker),
+        metrics.last_applied,
+    );
+    let node = asking.membership().get_node(&voter).cloned().unwrap();
+    let mut network = asking.network.clone();
+    let mut peer = network.new_client(voter, &node).await;
+    let answer = peer
+        .vote(request, RPCOption::new(Duration::from_secs(2)))
+        .await
+        .expect("the voter answers");
+    assert!(
+        !answer.vote_granted,
+        "node {voter} voted for {asker} while it heard a leader backed by a quorum"
+    );
+    cluster.shutdown().await;
+}
+
 /// A follower cut off from every other node stands with a pre-vote, which nobody it can
 /// reach grants, so its term stays where it was however long it is cut off; back, it
 /// follows the leader it had, and that leader is not unseated by a higher term (without
