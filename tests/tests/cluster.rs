@@ -526,7 +526,7 @@ async fn five_voters_replace_a_leader_whose_answers_are_lost_in_one_election() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_voter_that_hears_a_backed_leader_refuses_another_candidate() {
     use openraft::network::v2::RaftNetworkV2 as _;
-    use openraft::network::{RPCOption, RaftNetworkFactory as _};
+    use openraft::network::RPCOption;
     use openraft::raft::VoteRequest;
 
     let cluster = Cluster::start_with(3, 0, slow_timer).await;
@@ -542,10 +542,9 @@ async fn a_voter_that_hears_a_backed_leader_refuses_another_candidate() {
         rowcall_node::raft::Vote::new(metrics.current_term + 1, asker),
         metrics.last_applied,
     );
-    let node = asking.membership().get_node(&voter).cloned().unwrap();
-    let mut network = asking.network.clone();
-    let mut peer = network.new_client(voter, &node).await;
-    let answer = peer
+    let answer = cluster
+        .peer(asker, voter)
+        .await
         .vote(request, RPCOption::new(Duration::from_secs(2)))
         .await
         .expect("the voter answers");

@@ -710,7 +710,7 @@ async fn a_voter_restored_from_an_older_copy_of_its_folder_stays_out_until_readm
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pre_vote_counts_an_older_build_as_granting_and_an_unreachable_peer_as_not() {
     use openraft::network::v2::RaftNetworkV2 as _;
-    use openraft::network::{RPCOption, RaftNetworkFactory as _};
+    use openraft::network::RPCOption;
     use openraft::raft::VoteRequest;
 
     let mut cluster = Cluster::start(3, 0).await;
@@ -723,20 +723,19 @@ async fn a_pre_vote_counts_an_older_build_as_granting_and_an_unreachable_peer_as
         ..cluster.options()
     };
     cluster.restart_with(older, options).await;
-    let app = |id: u64| cluster.member(id).handle.as_ref().unwrap().app.clone();
-    let asking = app(asker);
+    let asking = cluster.member(asker).handle.as_ref().unwrap().app.clone();
     let pre_vote = |to: u64| {
-        let asking = asking.clone();
+        let (asking, cluster) = (asking.clone(), &cluster);
         async move {
             let metrics = asking.raft.metrics().borrow_watched().clone();
             let request = VoteRequest::new(
                 rowcall_node::raft::Vote::new(metrics.current_term + 1, asker),
                 metrics.last_applied,
             );
-            let node = asking.membership().get_node(&to).cloned().unwrap();
-            let mut network = asking.network.clone();
-            let mut peer = network.new_client(to, &node).await;
-            peer.pre_vote(request, RPCOption::new(Duration::from_secs(2)))
+            cluster
+                .peer(asker, to)
+                .await
+                .pre_vote(request, RPCOption::new(Duration::from_secs(2)))
                 .await
         }
     };

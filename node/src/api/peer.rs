@@ -387,39 +387,6 @@ impl RaftGrpc {
         Ok((message, vote))
     }
 
-    /// Whether the leader this node follows told it, in its latest message, of a quorum
-    /// older than the leader lease is now: that leader cannot commit, and no other leader
-    /// can have been elected on its quorum's lease any more, so this node's lease no longer
-    /// protects anything and it may vote at once (Raft's safety never rests on the lease).
-    ///
-    /// Why: a leader whose followers' answers are lost keeps sending, so every follower's
-    /// openraft lease is renewed by messages from a leader that cannot commit. A follower
-    /// that stands against it (`early_election`, reason `leader_unbacked`) gets the old
-    /// leader's vote and its own, a majority of three but not of five, where the others
-    /// refused it for their leases until those ran out: 1.2–1.4 s without writes in chaos
-    /// `lost-answers` at 5 nodes instead of 0.7–0.8 s.
-    ///
-    /// The lease's other duty holds: a voter votes early only once `R - A + lease` has
-    /// passed (`A` the quorum age the leader sent, `R` when it arrived here), which is
-    /// `Q + lease` plus the message's transit, `Q` being the leader's quorum instant, so no
-    /// new leader exists before `Q + lease`, the bound the followers' freshness rests on
-    /// ([`crate::raft::liveness`]).
-    fn leader_unbacked_for_a_lease(&self) -> bool {
-        let (leader, term) = {
-            let metrics = self.app.raft.metrics();
-            let m = metrics.borrow_watched();
-            (m.current_leader, m.current_term)
-        };
-        let Some(leader) = leader.filter(|&l| l != self.app.node_id) else {
-            return false;
-        };
-        let lease = Duration::from_millis(self.app.config.raft.election_timeout_max_ms);
-        self.app
-            .liveness
-            .leader_contact(leader, term)
-            .is_some_and(|contact| contact.backed.elapsed() >= lease)
-    }
-
     /// Records the term a sender stated in a message: a candidate saved its vote for
     /// itself, a leader holds its vote, before either sends.
     fn witness_sender(&self, message: &RaftMessage, term: u64) {
@@ -603,7 +570,7 @@ impl RaftService for RaftGrpc {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let (message, mut vote) = self.open_vote(request)?;
         self.witness_sender(&message, vote.vote.leader_id.term);
-        if self.leader_unbacked_for_a_lease() {
+        if self.app.leader_unbacked_for_a_lease() {
             // openraft skips its lease check for a transfer the leader authorised; the
             // lease protects a leader that can still commit, which this one cannot.
             vote.leadership_transfer = true;

@@ -238,6 +238,15 @@ impl Cluster {
         handle.app.network.clone()
     }
 
+    /// Running member `from`'s client for member `to`: Raft calls made through it go over
+    /// the real peer protocol, in `from`'s name, as that node's own would.
+    pub async fn peer(&self, from: u64, to: u64) -> rowcall_node::raft::network::Peer {
+        use openraft::network::RaftNetworkFactory as _;
+        let app = &self.member(from).handle.as_ref().expect("running").app;
+        let node = app.membership().get_node(&to).cloned().expect("a member");
+        app.network.clone().new_client(to, &node).await
+    }
+
     pub fn member(&self, id: u64) -> &Member {
         &self.members[(id - 1) as usize]
     }
