@@ -12,7 +12,7 @@ use rowcall_chaos::bench_api::{self, ApiOptions};
 use rowcall_chaos::bench_loop::{self, LoopOptions};
 use rowcall_chaos::bench_reads::{self, ReadsOptions};
 use rowcall_chaos::bench_regions::{self, RegionsOptions};
-use rowcall_chaos::bench_scale::{self, ScaleOptions};
+use rowcall_chaos::bench_scale::{self, ScaleOptions, Words};
 use rowcall_chaos::bench_soak::{self, SoakOptions};
 use rowcall_chaos::bench_tls::{self, TlsOptions};
 use rowcall_chaos::cluster::node_binary;
@@ -127,6 +127,11 @@ enum Bench {
         /// Seconds of asks per size.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// How the rows' words are drawn: `zipf` as real catalogues' (a vocabulary growing
+        /// with the text, Zipf frequencies, asks of one row's words), or `uniform` from 50
+        /// words (each in ~45% of the rows: the worst case for an index).
+        #[arg(long, value_enum, default_value_t = Words::Zipf)]
+        words: Words,
         /// The rowcall-node binary [default: next to this executable].
         #[arg(long)]
         node_bin: Option<PathBuf>,
@@ -294,6 +299,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                 out,
                 sizes,
                 seconds,
+                words,
                 node_bin,
             } => {
                 check(seconds, 1, &sizes)?;
@@ -302,6 +308,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                     out,
                     sizes,
                     cell: Duration::from_secs_f64(seconds),
+                    words,
                 };
                 bench_scale::scale(&options).await?;
             }

@@ -297,9 +297,14 @@ pub(crate) fn catalogue_row(i: usize, rng: &mut Rng) -> Value {
         "key": format!("BENCH_ROW_{i}"),
         "type": "static",
         "auth": "public",
-        "category": CATEGORIES[i % CATEGORIES.len()],
+        "category": category(i),
         "content": format!("# WHAT: {what}\n\n{content}\n"),
     })
+}
+
+/// The category of the `i`th synthetic row: the rows are spread evenly over a few.
+pub(crate) fn category(i: usize) -> &'static str {
+    CATEGORIES[i % CATEGORIES.len()]
 }
 
 /// The `n`th ask: three vocabulary words, cycling.

@@ -16,6 +16,7 @@ use crate::cluster::{control_client, Cluster, ClusterOptions, SnapshotStorm, ADM
 use crate::error::ChaosError;
 use crate::report::Latency;
 use crate::rng::Rng;
+use crate::vocabulary;
 
 /// How long a snapshot or a catch-up may take before the bench gives up on it.
 const WAIT_AT_MOST: Duration = Duration::from_secs(300);
@@ -31,7 +32,24 @@ pub struct ScaleOptions {
     pub sizes: Vec<usize>,
     /// How long asks run on the follower (one client) per size.
     pub cell: Duration,
+    /// How the synthetic rows' words are drawn.
+    pub words: Words,
 }
+
+/// How the synthetic catalogue's words are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Words {
+    /// As real catalogues' are: a vocabulary that grows with the text, frequencies by
+    /// Zipf's law, asks made of one row's words ([`crate::vocabulary`]).
+    Zipf,
+    /// Uniformly from 50 words, asks of three of them: each word in ~45% of the rows, the
+    /// worst case for an index (the figures before 2026-12-07 were measured so).
+    Uniform,
+}
+
+/// Asks prepared per size: enough that none repeats within a measurement at one client.
+const ASKS: usize = 20_000;
 
 /// The figures of one catalogue size.
 #[derive(Debug, Clone, Serialize)]
@@ -169,8 +187,17 @@ async fn snapshot_size(cluster: &Cluster, id: u64, dir: &Path) -> Result<Option<
 
 /// Measures one catalogue size on a fresh cluster.
 async fn one_size(options: &ScaleOptions, rows: usize) -> Result<ScaleRow, ChaosError> {
-    let mut rng = Rng::new(rows as u64);
-    let catalogue: Vec<Value> = (0..rows).map(|i| catalogue_row(i, &mut rng)).collect();
+    let (catalogue, asks) = match options.words {
+        Words::Zipf => {
+            let (catalogue, asks) = vocabulary::catalogue(rows, ASKS, rows as u64);
+            (catalogue, Some(asks))
+        }
+        Words::Uniform => {
+            let mut rng = Rng::new(rows as u64);
+            let catalogue: Vec<Value> = (0..rows).map(|i| catalogue_row(i, &mut rng)).collect();
+            (catalogue, None)
+        }
+    };
     let mut cluster = Cluster::start(&ClusterOptions {
         bin: options.node_bin.clone(),
         nodes: 3,
@@ -209,7 +236,7 @@ async fn one_size(options: &ScaleOptions, rows: usize) -> Result<ScaleRow, Chaos
     load_rowcall(&cluster, leader, follower, &catalogue).await?;
     let load_s = started.elapsed().as_secs_f64();
     let url = cluster.node(follower).url();
-    let workload = Workload::new(&catalogue, None);
+    let workload = Workload::new(&catalogue, asks);
     load(&url, Read::Ask, &workload, 1, Duration::from_millis(500)).await?;
     let asks = load(&url, Read::Ask, &workload, 1, options.cell).await?;
     let rss_mib = cluster
@@ -280,7 +307,11 @@ pub async fn scale(options: &ScaleOptions) -> Result<ScaleReport, ChaosError> {
             "sizes": options.sizes,
             "ask_seconds": options.cell.as_secs_f64(),
             "load": "bulk writes of 100 rows to the leader, until a follower applied the last",
-            "asks": "one client on a follower, three vocabulary words each",
+            "words": options.words,
+            "asks": match options.words {
+                Words::Zipf => "one client on a follower, three words of one row's summary each",
+                Words::Uniform => "one client on a follower, three of the 50 words each",
+            },
             "backup": "rowcall backup from a follower: request to the checked file in place, snapshot build included",
             "catch_up": "a follower wiped, removed, restarted empty and rejoined, until it holds every row; no log is kept behind snapshots",
             "node_bin": options.node_bin.display().to_string(),
@@ -295,7 +326,8 @@ pub async fn scale(options: &ScaleOptions) -> Result<ScaleReport, ChaosError> {
 pub fn table(report: &ScaleReport) -> String {
     let mut out = crate::bench::machine_line("scale", &report.machine);
     out.push_str(&format!(
-        "3 nodes per size, asks on a follower at one client for {} s\n\n",
+        "3 nodes per size, words drawn {}, asks on a follower at one client for {} s\n\n",
+        report.settings["words"].as_str().unwrap_or("uniform"),
         report.settings["ask_seconds"],
     ));
     out.push_str(

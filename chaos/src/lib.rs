@@ -47,6 +47,7 @@ pub mod rng;
 pub mod run;
 pub mod settle;
 pub mod svg;
+pub mod vocabulary;
 pub mod workload;
 
 pub use error::ChaosError;
