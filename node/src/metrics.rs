@@ -102,6 +102,9 @@ pub const CHECKPOINT_LEAVES: &str = "rowcall_checkpoint_leaves";
 pub const APPENDS_UNANSWERED_TOTAL: &str = "rowcall_raft_appends_unanswered_total";
 /// Streams of appends this node opened as leader, by peer.
 pub const APPEND_STREAMS_TOTAL: &str = "rowcall_raft_append_streams_total";
+/// Bytes of snapshot files this node sent as leader, by peer and form (`packed`: the file as
+/// it is at rest; `lines`: unpacked, to a follower that installs only plain files).
+pub const SNAPSHOT_SENT_BYTES_TOTAL: &str = "rowcall_raft_snapshot_sent_bytes_total";
 /// Appends this node sent as leader one at a time, to a peer of an older build that serves
 /// no streams, by peer.
 pub const APPENDS_UNSTREAMED_TOTAL: &str = "rowcall_raft_appends_unstreamed_total";
@@ -291,6 +294,11 @@ fn describe() {
     describe_counter!(
         APPEND_STREAMS_TOTAL,
         "Streams of appends opened as leader, by peer: a new one after each stream ended (a fault, a lost leadership, an unanswered append)."
+    );
+    describe_counter!(
+        SNAPSHOT_SENT_BYTES_TOTAL,
+        Unit::Bytes,
+        "Bytes of snapshot files sent as leader, by peer and form: packed (the compressed file as it is at rest) or lines (unpacked, for a follower of an older build)."
     );
     describe_counter!(
         APPENDS_UNSTREAMED_TOTAL,

@@ -223,6 +223,9 @@ pub struct StartOptions {
     /// Speak this peer protocol instead of [`crate::raft::identity::PEER_PROTOCOL`] (a test
     /// build's bumped version).
     pub peer_protocol: Option<u32>,
+    /// Install only plain snapshot files, as a build from before packed transfers (a test
+    /// of a leader sending such a follower its snapshots).
+    pub plain_snapshots_only: bool,
 }
 
 /// Starts a node: binds its listeners, opens storage, starts Raft, and brings a node on a
@@ -354,6 +357,11 @@ pub async fn start_with(mut config: Config, options: StartOptions) -> anyhow::Re
         .with_routes(node.peer_routes.clone())
         .with_peer_auth(Some(tls.clone()), secret.clone())
         .with_stream_appends(config.raft.stream_appends);
+    let network = if options.plain_snapshots_only {
+        network.with_plain_snapshots_only()
+    } else {
+        network
+    };
     let restarted = held != Progress::default();
     let mut raft_config = raft_config(&config)?;
     raft_config.enable_elect = !restarted;

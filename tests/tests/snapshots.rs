@@ -183,9 +183,26 @@ fn bulky(config: &mut rowcall_node::Config) {
 
 /// A node that was down while thousands of receipts were recorded (and the log purged behind
 /// snapshots) catches up by installing a multi-chunk snapshot file, and ends with the
-/// leader's receipt log and directory; every receipt confirms on it.
+/// leader's receipt log and directory; every receipt confirms on it. The leader sends the
+/// file as it is at rest, compressed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_catches_up_by_a_streamed_snapshot_of_thousands_of_receipts() {
+    let sent = catch_up_by_snapshot(false).await;
+    assert!(sent.packed > 0 && sent.lines == 0, "{sent:?}");
+}
+
+/// A follower of an older build, which installs only plain snapshot files (its hello does
+/// not say otherwise), is sent the file's lines and catches up as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_that_installs_only_plain_files_is_sent_the_lines() {
+    let sent = catch_up_by_snapshot(true).await;
+    assert!(sent.lines > 0 && sent.packed == 0, "{sent:?}");
+}
+
+/// Takes a node down while thousands of receipts are recorded, brings it back (as a build
+/// that installs only plain snapshot files when `plain_only`), checks it caught up, and
+/// returns the snapshot bytes the leader sent it.
+async fn catch_up_by_snapshot(plain_only: bool) -> rowcall_node::raft::network::SnapshotBytes {
     use futures_util::StreamExt;
     const RECEIPTS: usize = 3_000;
     let mut cluster = Cluster::start_with(3, 0, bulky).await;
@@ -239,7 +256,11 @@ async fn a_node_catches_up_by_a_streamed_snapshot_of_thousands_of_receipts() {
         "leader purged: {status}"
     );
 
-    cluster.restart(behind).await;
+    let options = rowcall_node::StartOptions {
+        plain_snapshots_only: plain_only,
+        ..cluster.options()
+    };
+    cluster.restart_with(behind, options).await;
     cluster.converge(last).await;
     let expected = digest(&cluster, leader).await;
     assert!(
@@ -267,7 +288,9 @@ async fn a_node_catches_up_by_a_streamed_snapshot_of_thousands_of_receipts() {
             .await;
         assert_eq!(code, 200, "node {behind} confirms {receipt}: {confirmed}");
     }
+    let sent = cluster.network(leader).snapshot_bytes_sent(behind);
     cluster.shutdown().await;
+    sent
 }
 
 fn grows_with_the_state(config: &mut rowcall_node::Config) {

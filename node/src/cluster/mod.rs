@@ -230,6 +230,7 @@ impl App {
             wall_ms: crate::model::time::raw_now_ms(),
             quorum_age_ms: quorum_age.map(|age| age.as_millis() as u64),
             term,
+            packed_snapshots: self.network.installs_packed_snapshots(),
         }
     }
 

@@ -109,6 +109,10 @@ pub struct Hello {
     /// already stood, or won.
     #[serde(default)]
     pub term: u64,
+    /// Whether it installs a snapshot file sent as it is at rest, zstd-compressed (false
+    /// from a version that does not say: it is sent the file's lines).
+    #[serde(default)]
+    pub packed_snapshots: bool,
 }
 
 /// A node asking to become a member.

@@ -548,6 +548,7 @@ mod tests {
             wall_ms: 0,
             quorum_age_ms,
             term,
+            packed_snapshots: true,
         }
     }
 

@@ -345,6 +345,7 @@ impl Cluster {
             faults: Some(self.faults.clone()),
             data_format: None,
             peer_protocol: None,
+            plain_snapshots_only: false,
         }
     }
 

@@ -57,6 +57,13 @@ impl SnapshotFile {
         }
     }
 
+    /// Reads give the file's bytes as they are at rest (compressed or not) instead of its
+    /// lines: for a follower that installs packed files. Before anything was read.
+    pub(crate) fn read_as_stored(mut self) -> Self {
+        self.unpack = Unpack::stored();
+        self
+    }
+
     /// Where the file is.
     pub fn path(&self) -> &Path {
         &self.path

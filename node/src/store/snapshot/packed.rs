@@ -9,9 +9,10 @@
 //! - A file is compressed when it starts with zstd's frame magic; a JSON line never does
 //!   (it starts with `{`). A file this node receives from a leader, a file of an older
 //!   version, and a backup's lines are plain and stay readable as they are.
-//! - What leaves the node is plain: a leader sends a follower the file's lines
-//!   ([`Unpack`] behind [`super::file::SnapshotFile`]'s reads), so a follower of an older
-//!   version installs them, and a backup is the same lines as before.
+//! - A leader sends a follower the file as it is when the follower says it installs packed
+//!   files (`packed_snapshots` in its hello), else the file's lines ([`Unpack`] behind
+//!   [`super::file::SnapshotFile`]'s reads), so a follower of an older version installs
+//!   them. A backup is the same lines as before.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -115,6 +116,15 @@ impl Default for Unpack {
 }
 
 impl Unpack {
+    /// Passes the file's bytes on as they are, compressed or not: what a leader sends a
+    /// follower that installs packed files.
+    pub(crate) fn stored() -> Self {
+        Self {
+            mode: Mode::Plain,
+            ..Self::default()
+        }
+    }
+
     /// Reads more of `file` into the input buffer (moving what is left to its start).
     fn fill<R: AsyncRead + Unpin>(
         &mut self,

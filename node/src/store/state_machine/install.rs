@@ -4,15 +4,18 @@
 //! 1. The received file is fsynced, renamed into the snapshot folder and named current in
 //!    the same synced sled batch as the `m/installing` marker. From here a restart finishes
 //!    the install ([`resume`], at open) before anything reads the state.
-//! 2. Request records are cleared, then the file is streamed: receipts are merged in id
-//!    order with the stored ones (a stored receipt the snapshot lacks was pruned in its
-//!    history and is dropped; one it has stays where it is, since an id names one receipt
-//!    across the log; a new one's body goes to the segment files), request records
-//!    written, in batches of [`BATCH`] lines. Rows and the share state are kept for the end
-//!    (the catalogue holds rows in memory anyway).
-//! 3. The segment files are synced; one last batch replaces the rows and the share state,
-//!    sets the applied log id and membership, and removes the marker; it is synced, then
-//!    published. A start that finds the marker with bodies past the segments' end (a power
+//! 2. Request records are cleared, then the file is streamed: rows written, receipts
+//!    merged in id order with the stored ones (a stored receipt the snapshot lacks was
+//!    pruned in its history and is dropped; one it has stays where it is, since an id names
+//!    one receipt across the log; a new one's body goes to the segment files), request
+//!    records written, in batches of [`BATCH`] lines; then stored rows the snapshot lacks
+//!    are removed, in batches too. Rows on disk are read only at open, which finishes the
+//!    install first, so writing them as they come shows no reader a mix; and no batch holds
+//!    sled's writers for long (one batch of a million rows held them, and with them the
+//!    node's Raft log, for most of a minute).
+//! 3. The segment files are synced; one last batch replaces the share state, sets the
+//!    applied log id and membership, and removes the marker; it is synced. The catalogue
+//!    is then built from the rows off the async threads and swapped in, and published. A start that finds the marker with bodies past the segments' end (a power
 //!    loss during step 2) forgets those receipts' values, and the resumed install writes
 //!    them again from the snapshot, which holds them: bodies written before the install
 //!    were synced in step 1.
@@ -57,6 +60,7 @@ impl StateMachine {
                 &snapshot::SnapshotError(e.to_string()),
             )
         };
+        let started = std::time::Instant::now();
         data.sync().await.map_err(|e| write_err(&e))?;
         let from = data.path().to_owned();
         drop(data);
@@ -90,6 +94,8 @@ impl StateMachine {
             )));
         }
 
+        let checked_s = started.elapsed().as_secs_f64();
+
         // Named current with the marker, durably, before the state is touched. One
         // transaction, so the file it replaces is exactly the one named before (a build
         // that named its own in between has that one removed here, not left behind).
@@ -116,11 +122,22 @@ impl StateMachine {
         let (tree, folder, named) = (self.tree.clone(), self.snapshots.clone(), current.clone());
         let segments = self.storage.segments().clone();
         let tree_file = self.storage.tree_file().clone();
-        let (rows, asked) = tokio::task::spawn_blocking(move || {
-            Ok::<_, StorageError>((
-                load(&tree, &segments, &tree_file, &folder, &named)?,
-                super::asked_receipts(&tree, &segments, &[])?,
-            ))
+        // The new catalogue is built off the async threads and without the catalogue's
+        // lock, which asks keep taking meanwhile (from the rows as they were): a million
+        // rows take tens of seconds to index, and a runtime or a lock held that long would
+        // leave the node answering nothing, its leader's keepalive pings included.
+        let fresh = self.catalogue.read().empty_like();
+        let (fresh, row_count, stored_s) = tokio::task::spawn_blocking(move || {
+            let rows = load(&tree, &segments, &tree_file, &folder, &named)?;
+            let asked = super::asked_receipts(&tree, &segments, &[])?;
+            let stored_s = started.elapsed().as_secs_f64();
+            let row_count = rows.len();
+            let mut fresh = fresh;
+            fresh.fill(rows);
+            for (key, words) in &asked {
+                fresh.learn(key, words, 1);
+            }
+            Ok::<_, StorageError>((fresh, row_count, stored_s))
         })
         .await
         .map_err(|e| write_err(&e))??;
@@ -131,10 +148,7 @@ impl StateMachine {
         self.membership = meta.last_membership.clone();
         {
             let mut catalogue = self.catalogue.write();
-            catalogue.replace_all(rows);
-            for (key, words) in &asked {
-                catalogue.learn(key, words, 1);
-            }
+            catalogue.adopt(fresh);
             self.catalogue.publish_index(index);
         }
         self.log_published
@@ -143,6 +157,14 @@ impl StateMachine {
         if let Some(replaced) = replaced.filter(|r| r.file != current.file) {
             self.snapshots.remove(&replaced.file);
         }
+        tracing::info!(
+            index,
+            rows = row_count,
+            checked_s,
+            stored_s,
+            total_s = started.elapsed().as_secs_f64(),
+            "installed a snapshot"
+        );
         Ok(())
     }
 }
@@ -229,7 +251,10 @@ fn load(
     // The reader hands out receipts in id order, as the merge with the stored ones needs.
     while let Some(line) = reader.next().map_err(|e| read_fail(&e))? {
         match line {
-            Line::Row(row) => rows.push(row),
+            Line::Row(row) => {
+                out.batch.insert(row_key(&row.key), encode(&row)?);
+                rows.push(row);
+            }
             Line::Receipt(receipt) => {
                 if !stored.merge(&mut out, &receipt)? {
                     stage_receipt(&mut out.batch, &receipt);
@@ -261,6 +286,7 @@ fn load(
         }
     }
     stored.drop_rest(&mut out)?;
+    drop_rows_not_in(&mut out, &rows)?;
     if let Some(header) = &header.log {
         log.finish(&mut out.batch, header)
             .map_err(|e| read_fail(&e))?;
@@ -272,7 +298,7 @@ fn load(
     segments
         .sync_files()
         .map_err(|e| io_error(subject.clone(), ErrorVerb::Write, &e))?;
-    out.batch = last_batch(tree, &header, &rows, current)?;
+    out.batch = last_batch(tree, &header, current)?;
     out.write()?;
     if header.log.is_none() {
         // A format 2 snapshot (an older leader's): the log is rebuilt from its receipts.
@@ -281,24 +307,39 @@ fn load(
     Ok(rows)
 }
 
-/// Step 3's batch: rows and share state replaced, the applied state set, the marker gone.
+/// Removes, in batches, every stored row the snapshot's `rows` lack (the rows it has were
+/// written as it was read).
+fn drop_rows_not_in(out: &mut Batch<'_>, rows: &[Row]) -> Result<(), StorageError> {
+    let keep: std::collections::HashSet<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+    let mut dropped = 0;
+    for item in out.tree.scan_prefix(ROW) {
+        let (key, _) = item.map_err(|e| read_err(&e))?;
+        let row = std::str::from_utf8(&key[ROW.len()..]).unwrap_or_default();
+        if !keep.contains(row) {
+            out.batch.remove(key);
+            dropped += 1;
+            if dropped % BATCH == 0 {
+                out.write()?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Step 3's batch: the share state replaced, the applied state set, the marker gone.
 fn last_batch(
     tree: &sled::Tree,
     header: &Header,
-    rows: &[Row],
     current: &Current,
 ) -> Result<sled::Batch, StorageError> {
     let mut batch = sled::Batch::default();
     batch.remove(SHARE_SECRET);
     batch.remove(SHARE_PREVIOUS);
-    for prefix in [ROW, SHARE_REVOKED, ALARM] {
+    for prefix in [SHARE_REVOKED, ALARM] {
         for item in tree.scan_prefix(prefix) {
             let (key, _) = item.map_err(|e| read_err(&e))?;
             batch.remove(key);
         }
-    }
-    for row in rows {
-        batch.insert(row_key(&row.key), encode(row)?);
     }
     if let Some(secret) = &header.share_secret {
         batch.insert(SHARE_SECRET, encode(secret)?);

@@ -1140,6 +1140,85 @@ async fn a_snapshot_is_compressed_at_rest_and_sent_as_its_lines() {
 }
 
 #[tokio::test]
+async fn a_snapshot_sent_as_it_is_at_rest_installs() {
+    use tokio::io::AsyncReadExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut leader = sender(&dir.path().join("leader"), 3).await;
+    let built = build(&mut leader).await;
+    let at_rest = std::fs::read(built.snapshot.path()).unwrap();
+    // What a leader sends a follower that installs packed files: the compressed bytes.
+    let mut sent = Vec::new();
+    built
+        .snapshot
+        .read_as_stored()
+        .read_to_end(&mut sent)
+        .await
+        .unwrap();
+    assert!(snapshot::packed::is_packed(&sent), "compressed on the wire");
+    assert_eq!(sent, at_rest);
+    let (mut sm, catalogue, _storage) = machine(&dir.path().join("follower"));
+    let received = dir.path().join("received");
+    std::fs::write(&received, &sent).unwrap();
+    let data = SnapshotFile::open(&received).await.unwrap();
+    sm.install_snapshot(&built.meta, data).await.unwrap();
+    assert!(catalogue.read().get("SENT").is_some());
+    assert_eq!(
+        sm.receipts().digest().unwrap(),
+        leader.receipts().digest().unwrap()
+    );
+    // The follower keeps the file as it came: compressed.
+    let current = sm.get_current_snapshot().await.unwrap().unwrap();
+    assert!(snapshot::packed::is_packed(
+        &std::fs::read(current.snapshot.path()).unwrap()
+    ));
+}
+
+/// An install leaves exactly the snapshot's rows, on disk as in memory: the rows it has
+/// (over several batches) written, a stored row it lacks removed, also when a crash cut
+/// the install short and the next open finished it.
+#[tokio::test]
+async fn an_install_leaves_exactly_the_snapshots_rows_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut leader, leader_catalogue, _) = machine(&dir.path().join("leader"));
+    let (mut follower, _, _) = machine(&dir.path().join("follower"));
+    for sm in [&mut leader, &mut follower] {
+        sm.apply_entries([entry(
+            1,
+            Request::new(put(1, vec![input("KEPT", ""), input("GONE", "")])),
+        )])
+        .await
+        .unwrap();
+    }
+    let many: Vec<RowInput> = (0..450)
+        .map(|i| input(&format!("NEW_{i:03}"), ""))
+        .collect();
+    leader
+        .apply_entries([
+            entry(
+                2,
+                Request::new(Command::DeleteRow {
+                    key: "GONE".into(),
+                    if_version: None,
+                }),
+            ),
+            entry(3, Request::new(put(3, many))),
+        ])
+        .await
+        .unwrap();
+    let snapshot = build(&mut leader).await;
+    install_cut_short(&mut follower, snapshot).await;
+    drop(follower);
+
+    let (_follower, catalogue, _) = machine(&dir.path().join("follower"));
+    let keys = |c: &SharedCatalogue| -> Vec<String> {
+        c.read().all_rows().iter().map(|r| r.key.clone()).collect()
+    };
+    assert_eq!(keys(&catalogue).len(), 451);
+    assert_eq!(keys(&catalogue), keys(&leader_catalogue));
+    assert!(catalogue.read().get("GONE").is_none());
+}
+
+#[tokio::test]
 async fn a_damaged_snapshot_is_refused_before_anything_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let mut leader = sender(&dir.path().join("leader"), 3).await;
