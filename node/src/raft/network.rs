@@ -810,7 +810,7 @@ impl Peer {
             snapshot: file,
         } = snapshot;
         // A follower that installs packed files gets the file as it is at rest: several
-        // times fewer bytes to send and write than its lines (a million rows: 83 MB, not
+        // times fewer bytes to send and write than its lines (a million rows: 87 MB, not
         // 554). One that does not say so, or does not answer, is sent the lines.
         let packed = self
             .network

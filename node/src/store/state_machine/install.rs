@@ -15,10 +15,11 @@
 //!    node's Raft log, for most of a minute).
 //! 3. The segment files are synced; one last batch replaces the share state, sets the
 //!    applied log id and membership, and removes the marker; it is synced. The catalogue
-//!    is then built from the rows off the async threads and swapped in, and published. A start that finds the marker with bodies past the segments' end (a power
-//!    loss during step 2) forgets those receipts' values, and the resumed install writes
-//!    them again from the snapshot, which holds them: bodies written before the install
-//!    were synced in step 1.
+//!    is then built from the rows off the async threads, swapped in and published (a node
+//!    that held rows holds two catalogues for that while). A start that finds the marker
+//!    with bodies past the segments' end (a power loss during step 2) forgets those
+//!    receipts' values, and the resumed install writes them again from the snapshot, which
+//!    holds them: bodies written before the install were synced in step 1.
 //!
 //! Receipts shown before the install stay readable throughout, and the new ones are shown
 //! only once the applied index is published. Re-running step 2 over a half-done one yields
