@@ -867,7 +867,7 @@ impl Peer {
                     option,
                 )
                 .await
-                .map_err(|e| {
+                .inspect_err(|e| {
                     tracing::warn!(
                         target = self.target,
                         offset,
@@ -876,7 +876,6 @@ impl Peer {
                         error = %e,
                         "sending a snapshot failed; it is sent again from the start"
                     );
-                    e
                 })
                 .map_err(|e| match e {
                     RPCError::Network(e) => StreamingError::Network(e),

@@ -1126,17 +1126,28 @@ async fn a_snapshot_is_compressed_at_rest_and_sent_as_its_lines() {
     assert!(sent.starts_with(b"{\"header\""), "plain lines on the wire");
     assert_eq!(sent, sent_bytes(built.snapshot.path()));
     // A follower writes them as they come, and installs them.
-    let follower = dir.path().join("follower");
-    let (mut sm, catalogue, _storage) = machine(&follower);
-    let received = dir.path().join("received");
-    std::fs::write(&received, &sent).unwrap();
+    install_as_received(dir.path(), &leader, &built.meta, &sent).await;
+}
+
+/// Installs the bytes `sent` for `meta` on a new follower under `dir`, as received from
+/// `leader`, and checks it then holds the leader's row and receipts; returns the follower.
+async fn install_as_received(
+    dir: &std::path::Path,
+    leader: &StateMachine,
+    meta: &Meta,
+    sent: &[u8],
+) -> (StateMachine, Durable) {
+    let (mut sm, catalogue, storage) = machine(&dir.join("follower"));
+    let received = dir.join("received");
+    std::fs::write(&received, sent).unwrap();
     let data = SnapshotFile::open(&received).await.unwrap();
-    sm.install_snapshot(&built.meta, data).await.unwrap();
+    sm.install_snapshot(meta, data).await.unwrap();
     assert!(catalogue.read().get("SENT").is_some());
     assert_eq!(
         sm.receipts().digest().unwrap(),
         leader.receipts().digest().unwrap()
     );
+    (sm, storage)
 }
 
 #[tokio::test]
@@ -1156,16 +1167,7 @@ async fn a_snapshot_sent_as_it_is_at_rest_installs() {
         .unwrap();
     assert!(snapshot::packed::is_packed(&sent), "compressed on the wire");
     assert_eq!(sent, at_rest);
-    let (mut sm, catalogue, _storage) = machine(&dir.path().join("follower"));
-    let received = dir.path().join("received");
-    std::fs::write(&received, &sent).unwrap();
-    let data = SnapshotFile::open(&received).await.unwrap();
-    sm.install_snapshot(&built.meta, data).await.unwrap();
-    assert!(catalogue.read().get("SENT").is_some());
-    assert_eq!(
-        sm.receipts().digest().unwrap(),
-        leader.receipts().digest().unwrap()
-    );
+    let (mut sm, _storage) = install_as_received(dir.path(), &leader, &built.meta, &sent).await;
     // The follower keeps the file as it came: compressed.
     let current = sm.get_current_snapshot().await.unwrap().unwrap();
     assert!(snapshot::packed::is_packed(
