@@ -155,6 +155,10 @@ enum Bench {
         /// Seconds between samples.
         #[arg(long, default_value_t = 10.0)]
         sample_every: f64,
+        /// Entries between snapshots, at least (the node's `[raft] snapshot_every`; its
+        /// default unless given). A large value leaves snapshots out, to see what they cost.
+        #[arg(long, default_value_t = 5_000)]
+        snapshot_every: u64,
         /// The rowcall-node binary [default: next to this executable].
         #[arg(long)]
         node_bin: Option<PathBuf>,
@@ -318,6 +322,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                 rows,
                 clients,
                 sample_every,
+                snapshot_every,
                 node_bin,
             } => {
                 check(minutes * 60.0, 1, &[clients, rows])?;
@@ -329,6 +334,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                     rows,
                     clients,
                     sample_every: Duration::from_secs_f64(sample_every),
+                    snapshot_every,
                 };
                 bench_soak::soak(&options).await?;
             }

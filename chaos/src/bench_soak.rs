@@ -34,6 +34,8 @@ pub struct SoakOptions {
     pub clients: usize,
     /// How often each node is sampled.
     pub sample_every: Duration,
+    /// Entries between snapshots, at least (`[raft] snapshot_every`).
+    pub snapshot_every: u64,
 }
 
 /// One node at one moment.
@@ -245,7 +247,7 @@ pub async fn soak(options: &SoakOptions) -> Result<SoakReport, ChaosError> {
         nodes: 3,
         root: options.out.join("cluster"),
         proxies: false,
-        snapshot_every: 5_000,
+        snapshot_every: options.snapshot_every,
         seed: 1,
         tls: false,
     })
@@ -352,6 +354,7 @@ pub async fn soak(options: &SoakOptions) -> Result<SoakReport, ChaosError> {
             "mixed_seconds": options.mixed.as_secs_f64(),
             "clients": options.clients,
             "sample_every_seconds": options.sample_every.as_secs_f64(),
+            "snapshot_every": options.snapshot_every,
             "mix": "of every 50 calls per client: 1 insert, 4 asks, 45 invocations of a static row; nodes in turn",
             "disk": "blocks of every file under each node's data folder",
             "node_bin": options.node_bin.display().to_string(),
