@@ -326,6 +326,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                 node_bin,
             } => {
                 check(minutes * 60.0, 1, &[clients, rows])?;
+                anyhow::ensure!(snapshot_every > 0, "--snapshot-every must be positive");
                 check(sample_every, 1, &[1])?;
                 let options = SoakOptions {
                     node_bin: node_binary(node_bin.as_deref())?,
