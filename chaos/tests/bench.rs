@@ -425,3 +425,38 @@ fn regions_reports_every_node_and_writes_coming_back_when_the_leaders_region_is_
     assert!(stdout.contains("writes unavailable"), "{stdout}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn soak_refuses_settings_that_would_measure_nothing() {
+    let node = rowcall_chaos::cluster::node_binary(None).unwrap();
+    let out = out_dir("soak-refused");
+    for (flag, value, says) in [
+        ("--snapshot-every", "0", "--snapshot-every must be positive"),
+        ("--clients", "0", "must be positive"),
+    ] {
+        let run = Command::new(env!("CARGO_BIN_EXE_rowcall-bench"))
+            // Short, so that a run that is not refused ends soon and fails the test.
+            .args([
+                "soak",
+                "--minutes",
+                "0.05",
+                "--rows",
+                "1",
+                flag,
+                value,
+                "--out",
+            ])
+            .arg(&out)
+            .arg("--node-bin")
+            .arg(&node)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success(), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(says), "{flag} {value}: {stderr}");
+        assert!(
+            !out.exists(),
+            "{flag} {value}: refused before anything is started"
+        );
+    }
+}
