@@ -307,11 +307,19 @@ mod tests {
     }
 
     fn open(dir: &Path) -> (TreeFile, sled::Db) {
-        let db = sled::Config::new()
-            .path(dir.join("sled"))
-            .flush_every_ms(None)
-            .open()
-            .unwrap();
+        // The previous open's lock may still be held for a moment by sled's background
+        // writes after its last handle dropped: waited for as the node's own open does.
+        let locked = |e: &sled::Error| matches!(e, sled::Error::Io(e) if e.to_string().contains("could not acquire lock"));
+        let db = crate::store::wait_for_lock(
+            || {
+                sled::Config::new()
+                    .path(dir.join("sled"))
+                    .flush_every_ms(None)
+                    .open()
+            },
+            locked,
+        )
+        .unwrap();
         let file = TreeFile::open(&dir.join(FILE_NAME), db.clone(), false).unwrap();
         (file, db)
     }
