@@ -99,8 +99,7 @@ pub fn segments_dir(dir: &Path) -> PathBuf {
 fn open_sled(dir: &Path, config: &crate::config::StorageConfig) -> Result<sled::Db, SyncError> {
     let (cache_bytes, compression) = (config.cache_bytes(), config.compression);
     super::compression::rewrite_if_needed(dir, compression, config.defragment)?;
-    // sled reports the lock as an I/O error of its own wording.
-    let locked = |e: &sled::Error| matches!(e, sled::Error::Io(e) if e.to_string().contains("could not acquire lock"));
+    let locked = super::sled_locked;
     let opened = super::wait_for_lock(
         || {
             sled::Config::new()

@@ -65,6 +65,12 @@ pub(crate) fn index_key(prefix: &[u8], index: u64) -> Vec<u8> {
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// Whether sled's open failed on the database's lock (sled reports it as an I/O error of
+/// its own wording), for [`wait_for_lock`].
+pub(crate) fn sled_locked(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(e) if e.to_string().contains("could not acquire lock"))
+}
+
 /// Runs `open` until it succeeds or fails for another reason than `locked`, for a few
 /// seconds at most: a node restarted within one process (tests, a node that leaves and
 /// rejoins) may find a store's lock still held for a moment by its previous run, whose last

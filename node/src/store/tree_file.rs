@@ -309,7 +309,6 @@ mod tests {
     fn open(dir: &Path) -> (TreeFile, sled::Db) {
         // The previous open's lock may still be held for a moment by sled's background
         // writes after its last handle dropped: waited for as the node's own open does.
-        let locked = |e: &sled::Error| matches!(e, sled::Error::Io(e) if e.to_string().contains("could not acquire lock"));
         let db = crate::store::wait_for_lock(
             || {
                 sled::Config::new()
@@ -317,7 +316,7 @@ mod tests {
                     .flush_every_ms(None)
                     .open()
             },
-            locked,
+            crate::store::sled_locked,
         )
         .unwrap();
         let file = TreeFile::open(&dir.join(FILE_NAME), db.clone(), false).unwrap();
