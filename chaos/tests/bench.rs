@@ -80,17 +80,7 @@ fn bench(args: &[&str], out: &Path) -> String {
 
 /// [`bench`] into `out` as it is.
 fn bench_in(args: &[&str], out: &Path) -> String {
-    let node = rowcall_chaos::cluster::node_binary(None).expect(
-        "rowcall-node binary next to the test (build it first: cargo build -p rowcall-node)",
-    );
-    let run: Output = Command::new(env!("CARGO_BIN_EXE_rowcall-bench"))
-        .args(args)
-        .arg("--out")
-        .arg(out)
-        .arg("--node-bin")
-        .arg(&node)
-        .output()
-        .expect("rowcall-bench runs");
+    let run = run_bench(args, out);
     let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
     assert!(
         run.status.success(),
@@ -99,6 +89,21 @@ fn bench_in(args: &[&str], out: &Path) -> String {
         String::from_utf8_lossy(&run.stderr)
     );
     stdout
+}
+
+/// `rowcall-bench <args> --out <out> --node-bin <the node of this profile>`, as it ended.
+fn run_bench(args: &[&str], out: &Path) -> Output {
+    let node = rowcall_chaos::cluster::node_binary(None).expect(
+        "rowcall-node binary next to the test (build it first: cargo build -p rowcall-node)",
+    );
+    Command::new(env!("CARGO_BIN_EXE_rowcall-bench"))
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .arg("--node-bin")
+        .arg(&node)
+        .output()
+        .expect("rowcall-bench runs")
 }
 
 fn out_dir(name: &str) -> PathBuf {
@@ -241,15 +246,7 @@ fn reads_takes_a_real_catalogue_and_real_requests_from_files() {
 
     // A line that is not a row is refused, naming the file and the line.
     std::fs::write(catalogue, format!("{}\n[1, 2]\n", rows[0])).unwrap();
-    let node = rowcall_chaos::cluster::node_binary(None).unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_rowcall-bench"))
-        .args(args)
-        .arg("--out")
-        .arg(out.join("refused"))
-        .arg("--node-bin")
-        .arg(&node)
-        .output()
-        .unwrap();
+    let run = run_bench(&args, &out.join("refused"));
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(!run.status.success(), "{stderr}");
     assert!(
@@ -428,29 +425,14 @@ fn regions_reports_every_node_and_writes_coming_back_when_the_leaders_region_is_
 
 #[test]
 fn soak_refuses_settings_that_would_measure_nothing() {
-    let node = rowcall_chaos::cluster::node_binary(None).unwrap();
     let out = out_dir("soak-refused");
     for (flag, value, says) in [
         ("--snapshot-every", "0", "--snapshot-every must be positive"),
         ("--clients", "0", "must be positive"),
     ] {
-        let run = Command::new(env!("CARGO_BIN_EXE_rowcall-bench"))
-            // Short, so that a run that is not refused ends soon and fails the test.
-            .args([
-                "soak",
-                "--minutes",
-                "0.05",
-                "--rows",
-                "1",
-                flag,
-                value,
-                "--out",
-            ])
-            .arg(&out)
-            .arg("--node-bin")
-            .arg(&node)
-            .output()
-            .unwrap();
+        // Short, so that a run that is not refused ends soon and fails the test.
+        let args = ["soak", "--minutes", "0.05", "--rows", "1", flag, value];
+        let run = run_bench(&args, &out);
         let stderr = String::from_utf8_lossy(&run.stderr);
         assert!(!run.status.success(), "{flag} {value}: {stderr}");
         assert!(stderr.contains(says), "{flag} {value}: {stderr}");
