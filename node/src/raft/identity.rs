@@ -536,7 +536,7 @@ mod tests {
     use super::*;
 
     fn database(dir: &Path) -> sled::Db {
-        sled::Config::new().path(dir.join("sled")).open().unwrap()
+        crate::store::reopen_sled(&sled::Config::new().path(dir.join("sled")))
     }
 
     /// Gives the database some Raft state (a vote), as a member's has.

@@ -328,11 +328,8 @@ mod tests {
 
     /// A database with a few trees and a value large enough for sled to keep as a blob.
     fn fill(dir: &Path, compression: bool) -> u32 {
-        let db = sled::Config::new()
-            .path(dir)
-            .use_compression(compression)
-            .open()
-            .unwrap();
+        let db =
+            crate::store::reopen_sled(&sled::Config::new().path(dir).use_compression(compression));
         for tree in ["log", "sm", "outbox"] {
             let tree = db.open_tree(tree).unwrap();
             for i in 0..500u32 {
@@ -363,11 +360,7 @@ mod tests {
         assert_eq!(written_with(&dir).unwrap(), Some(true));
         assert_eq!(checksum(&dir), sum);
         // Opening it compressed is what the node does next.
-        let db = sled::Config::new()
-            .path(&dir)
-            .use_compression(true)
-            .open()
-            .unwrap();
+        let db = crate::store::reopen_sled(&sled::Config::new().path(&dir).use_compression(true));
         assert_eq!(db.open_tree("sm").unwrap().len(), 500);
         drop(db);
         // Nothing of the conversion is left beside it but the (unlocked) lock file.
@@ -456,7 +449,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("sled");
         {
-            let db = sled::Config::new().path(&dir).open().unwrap();
+            let db = crate::store::reopen_sled(&sled::Config::new().path(&dir));
             let tree = db.open_tree("sm").unwrap();
             // Receipts written and then pruned: sled keeps the space they took.
             for i in 0..20_000u32 {

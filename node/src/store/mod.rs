@@ -90,3 +90,11 @@ pub(crate) fn wait_for_lock<T, E>(
         }
     }
 }
+
+/// Opens the sled database `config` describes as the node does, waiting out the lock a
+/// previous handle in this process may still hold for a moment ([`wait_for_lock`]): for
+/// tests that close a database and open it again.
+#[cfg(test)]
+pub(crate) fn reopen_sled(config: &sled::Config) -> sled::Db {
+    wait_for_lock(|| config.open(), sled_locked).expect("sled opens")
+}

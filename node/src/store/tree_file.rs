@@ -309,16 +309,11 @@ mod tests {
     fn open(dir: &Path) -> (TreeFile, sled::Db) {
         // The previous open's lock may still be held for a moment by sled's background
         // writes after its last handle dropped: waited for as the node's own open does.
-        let db = crate::store::wait_for_lock(
-            || {
-                sled::Config::new()
-                    .path(dir.join("sled"))
-                    .flush_every_ms(None)
-                    .open()
-            },
-            crate::store::sled_locked,
-        )
-        .unwrap();
+        let db = crate::store::reopen_sled(
+            &sled::Config::new()
+                .path(dir.join("sled"))
+                .flush_every_ms(None),
+        );
         let file = TreeFile::open(&dir.join(FILE_NAME), db.clone(), false).unwrap();
         (file, db)
     }
