@@ -83,7 +83,7 @@ fn stored_rows(values: Result<Vec<serde_json::Value>, DataError>) -> Vec<Row> {
 
 fn stored(input: RowInput) -> Row {
     let at = "2026-01-01T00:00:00Z".to_owned();
-    Row::stored(input, 1, at.clone(), at)
+    Row::stored(input, 1, at.as_str().into(), at.into())
 }
 
 /// A variant of `row`: key suffix `_V{round}`, docstring words shuffled, one WHAT word

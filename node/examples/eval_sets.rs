@@ -322,7 +322,12 @@ fn read_rows(path: &Path) -> Result<Vec<Row>, Error> {
         .filter(|line| !line.trim().is_empty())
         .map(|line| {
             let input: RowInput = serde_json::from_str(line)?;
-            Ok(Row::stored(input, 1, at.clone(), at.clone()))
+            Ok(Row::stored(
+                input,
+                1,
+                at.as_str().into(),
+                at.as_str().into(),
+            ))
         })
         .collect()
 }

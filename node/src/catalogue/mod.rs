@@ -33,7 +33,8 @@ pub mod setup;
 #[cfg(test)]
 mod properties;
 
-use std::collections::BTreeMap;
+use std::borrow::Borrow;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -79,7 +80,7 @@ impl Counts {
 /// The applied directory, as every node keeps it in memory.
 #[derive(Default)]
 pub struct Catalogue {
-    rows: BTreeMap<String, Arc<Row>>,
+    rows: Rows,
     /// Approximate bytes `rows` holds ([`Catalogue::rows_bytes`]), kept as rows change.
     rows_bytes: usize,
     counts: Counts,
@@ -134,7 +135,7 @@ impl Catalogue {
         } else {
             unpublishable(&row.key, row.version, self.resolver.remove(&row.key));
         }
-        self.rows.insert(row.key.clone(), Arc::new(row));
+        self.rows.insert(Arc::new(row));
     }
 
     /// Removes a row; returns it if it was there.
@@ -201,7 +202,7 @@ impl Catalogue {
     /// of this one's. The feed outlives the rebuild: its subscribers are told to start over
     /// once. Row vectors no row needs any more are dropped.
     pub fn adopt(&mut self, mut fresh: Catalogue) {
-        let index = fresh.rows.values().map(|r| r.version).max().unwrap_or(0);
+        let index = fresh.rows.iter().map(|r| r.version).max().unwrap_or(0);
         fresh.feed = std::mem::take(&mut self.feed);
         fresh.feed.reset(index);
         *self = fresh;
@@ -233,11 +234,8 @@ impl Catalogue {
         after: Option<&str>,
     ) -> impl Iterator<Item = &'a Arc<Row>> + 'a {
         use std::ops::Bound;
-        let start = after.map_or(Bound::Unbounded, |key| Bound::Excluded(key.to_owned()));
-        self.rows
-            .range((start, Bound::Unbounded))
-            .map(|(_, row)| row)
-            .filter(|row| row.mcp_projected())
+        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.rows.after(start).filter(|row| row.mcp_projected())
     }
 
     /// The four counts.
@@ -288,7 +286,7 @@ impl Catalogue {
             .search_fused(query, vector, limit, fusion.unwrap_or(&own))
             .into_iter()
             .filter_map(|hit| {
-                let row = self.rows.get(&*hit.key)?.clone();
+                let row = self.rows.get(&hit.key)?.clone();
                 Some((hit, row))
             })
             .collect()
@@ -303,14 +301,10 @@ impl Catalogue {
         limit: usize,
     ) -> (Vec<Arc<Row>>, Option<String>) {
         use std::ops::Bound;
-        let start = match after {
-            Some(key) => Bound::Excluded(key.to_owned()),
-            None => Bound::Unbounded,
-        };
+        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut matching = self
             .rows
-            .range((start, Bound::Unbounded))
-            .map(|(_, row)| row)
+            .after(start)
             .filter(|row| category.is_none_or(|c| row.category.eq_ignore_ascii_case(c)));
         let page: Vec<Arc<Row>> = matching.by_ref().take(limit).cloned().collect();
         let next = match (page.last(), matching.next()) {
@@ -324,7 +318,7 @@ impl Catalogue {
     pub fn digest(&self) -> String {
         use sha2::{Digest, Sha256};
         let mut hasher = Sha256::new();
-        for row in self.rows.values() {
+        for row in self.rows.iter() {
             if let Ok(bytes) = serde_json::to_vec(&**row) {
                 hasher.update(&bytes);
             }
@@ -335,7 +329,7 @@ impl Catalogue {
 
     /// Every row, in key order (for snapshots).
     pub fn all_rows(&self) -> Vec<Arc<Row>> {
-        self.rows.values().cloned().collect()
+        self.rows.iter().cloned().collect()
     }
 
     /// Sets the vector of row `key` seen from one side (see [`Resolver::set_vector`]).
@@ -408,7 +402,77 @@ impl Catalogue {
 /// What one row costs the catalogue's map: the row ([`Row::heap_bytes`]), its `Arc`'s
 /// counts, the map's copy of the key, and the entry (B-tree nodes at about two-thirds full).
 fn entry_bytes(row: &Row) -> usize {
-    row.heap_bytes() + 16 + row.key.capacity() + std::mem::size_of::<(String, Arc<Row>)>() * 3 / 2
+    row.heap_bytes() + 16 + std::mem::size_of::<Arc<Row>>() * 3 / 2
+}
+
+/// The rows in key order, each found by its own key: a set of the rows rather than a map
+/// from a copy of the key (at a million rows, about 60 bytes a row less).
+#[derive(Debug, Default)]
+struct Rows(BTreeSet<Keyed>);
+
+/// A row, ordered and found by its key.
+#[derive(Debug, Clone)]
+struct Keyed(Arc<Row>);
+
+impl Borrow<str> for Keyed {
+    fn borrow(&self) -> &str {
+        &self.0.key
+    }
+}
+
+impl PartialEq for Keyed {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key == other.0.key
+    }
+}
+
+impl Eq for Keyed {}
+
+impl PartialOrd for Keyed {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Keyed {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.key.cmp(&other.0.key)
+    }
+}
+
+impl Rows {
+    fn get(&self, key: &str) -> Option<&Arc<Row>> {
+        self.0.get(key).map(|k| &k.0)
+    }
+
+    /// Inserts `row`, replacing the row with its key.
+    fn insert(&mut self, row: Arc<Row>) {
+        self.0.replace(Keyed(row));
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Arc<Row>> {
+        self.0.take(key).map(|k| k.0)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every row in key order.
+    fn iter(&self) -> impl DoubleEndedIterator<Item = &Arc<Row>> {
+        self.0.iter().map(|k| &k.0)
+    }
+
+    /// The rows from `start` on, in key order.
+    fn after<'a>(&'a self, start: std::ops::Bound<&str>) -> impl Iterator<Item = &'a Arc<Row>> {
+        self.0
+            .range::<str, _>((start, std::ops::Bound::Unbounded))
+            .map(|k| &k.0)
+    }
 }
 
 /// The synonym groups in the payload of the [`SYNONYMS_KEY`] row. An empty payload means no
@@ -496,7 +560,7 @@ pub fn embed_text(row: &Row) -> String {
         &row.key,
         &row.category,
         &row.content,
-        row.args_schema.as_ref(),
+        row.args_schema.as_deref(),
     )
 }
 
@@ -507,7 +571,7 @@ pub fn embed_views(row: &Row) -> Vec<String> {
         &row.key,
         &row.category,
         &row.content,
-        row.args_schema.as_ref(),
+        row.args_schema.as_deref(),
     )
 }
 
@@ -583,6 +647,30 @@ mod tests {
     const SYNONYMS: &str = "# WHAT: Operator synonyms\n\n[[\"k8s\", \"kubernetes\"]]\n";
 
     #[test]
+    fn rows_are_found_replaced_removed_and_paged_by_their_own_key() {
+        let mut c = Catalogue::default();
+        for key in ["B_ROW", "A_ROW", "C_ROW"] {
+            c.put(row(key, "# WHAT: First\n"));
+        }
+        c.put(row("B_ROW", "# WHAT: Second\n"));
+        assert_eq!(c.len(), 3, "a put of a key already there replaces its row");
+        assert_eq!(c.get("B_ROW").unwrap().content, "# WHAT: Second\n");
+        let all: Vec<String> = c.all_rows().iter().map(|r| r.key.clone()).collect();
+        assert_eq!(all, ["A_ROW", "B_ROW", "C_ROW"]);
+        let (page, next) = c.page(None, Some("A_ROW"), 1);
+        assert_eq!(page[0].key, "B_ROW");
+        assert_eq!(next.as_deref(), Some("B_ROW"));
+        let (page, next) = c.page(None, next.as_deref(), 5);
+        assert_eq!(page.len(), 1);
+        assert_eq!(page[0].key, "C_ROW");
+        assert_eq!(next, None);
+        assert_eq!(c.remove("B_ROW").unwrap().content, "# WHAT: Second\n");
+        assert!(c.get("B_ROW").is_none());
+        assert!(c.remove("B_ROW").is_none());
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
     fn the_rows_bytes_follow_the_rows_through_puts_replacements_and_removals() {
         let mut c = Catalogue::default();
         assert_eq!(c.rows_bytes(), 0);
@@ -597,10 +685,10 @@ mod tests {
         let ten = c.rows_bytes();
         assert!(ten > 10 * short.len(), "{ten}");
         let mut schema = row("ROW_0", short);
-        schema.args_schema = Some(serde_json::json!({
+        schema.args_schema = Some(Box::new(serde_json::json!({
             "type": "object",
             "properties": {"replicas": {"type": "integer", "description": "How many to run"}}
-        }));
+        })));
         c.put(schema);
         assert!(c.rows_bytes() > ten, "a schema is counted");
         c.put(row("ROW_0", &long));

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::model::time::Stamp;
+
 /// Longest key, after the first character (`^[A-Z_][A-Z0-9_]{0,63}$`).
 pub const MAX_KEY_LEN: usize = 64;
 /// Longest category.
@@ -106,7 +108,8 @@ pub struct Row {
     /// JSON Schema of the arguments, enforced on invoke.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub args_schema: Option<Value>,
+    /// Boxed: a `Value` with ordered maps takes 80 bytes in place, and most rows have none.
+    pub args_schema: Option<Box<Value>>,
     /// `public` or `key`.
     pub auth: Auth,
     /// `read`, `write` or `destructive`.
@@ -124,43 +127,43 @@ pub struct Row {
     /// The Raft log index of the write that last changed this row.
     pub version: u64,
     /// When the row was first written (RFC 3339, UTC).
-    pub created_at: String,
+    #[schema(value_type = String)]
+    pub created_at: Stamp,
     /// When the row was last written (RFC 3339, UTC).
-    pub updated_at: String,
+    #[schema(value_type = String)]
+    pub updated_at: Stamp,
 }
 
 impl Row {
     /// Approximate bytes the row holds in memory: itself and what its strings, schema and
     /// pins allocate, at their capacities (allocator overhead aside). For the memory gauges.
     pub fn heap_bytes(&self) -> usize {
-        let strings: usize = [
-            &self.key,
-            &self.target,
-            &self.category,
-            &self.content,
-            &self.created_at,
-            &self.updated_at,
-        ]
-        .iter()
-        .map(|s| s.capacity())
-        .sum();
+        let strings: usize = [&self.key, &self.target, &self.category, &self.content]
+            .iter()
+            .map(|s| s.capacity())
+            .sum::<usize>()
+            + self.created_at.heap_bytes()
+            + self.updated_at.heap_bytes();
         let pins = self.pins.capacity() * std::mem::size_of::<String>()
             + self.pins.iter().map(String::capacity).sum::<usize>();
         std::mem::size_of::<Row>()
             + strings
             + pins
-            + self.args_schema.as_ref().map_or(0, value_bytes)
+            + self
+                .args_schema
+                .as_deref()
+                .map_or(0, |v| value_bytes(v) + std::mem::size_of::<Value>())
     }
 
     /// A written row as stored: `input` with the server's fields.
-    pub fn stored(input: RowInput, version: u64, created_at: String, updated_at: String) -> Row {
+    pub fn stored(input: RowInput, version: u64, created_at: Stamp, updated_at: Stamp) -> Row {
         Row {
             key: input.key,
             kind: input.kind,
             target: input.target,
             category: input.category,
             content: input.content,
-            args_schema: input.args_schema,
+            args_schema: input.args_schema.map(Box::new),
             auth: input.auth,
             risk: input.risk,
             enabled: input.enabled,
@@ -546,8 +549,8 @@ impl Row {
             pins: Vec::new(),
             demote: false,
             version: 1,
-            created_at: String::new(),
-            updated_at: String::new(),
+            created_at: Stamp::from(""),
+            updated_at: Stamp::from(""),
         }
     }
 }

@@ -292,7 +292,7 @@ fn same(input: &RowInput, row: &Row) -> bool {
         && input.target == row.target
         && input.category == row.category
         && input.content == row.content
-        && input.args_schema == row.args_schema
+        && input.args_schema.as_ref() == row.args_schema.as_deref()
         && input.risk == row.risk
         && input.enabled == row.enabled
 }
@@ -305,7 +305,7 @@ fn input_of(row: &Row) -> RowInput {
         target: row.target.clone(),
         category: row.category.clone(),
         content: row.content.clone(),
-        args_schema: row.args_schema.clone(),
+        args_schema: row.args_schema.as_deref().cloned(),
         auth: row.auth,
         risk: row.risk,
         enabled: row.enabled,
@@ -437,12 +437,7 @@ mod tests {
     }
 
     fn stored(input: &RowInput, version: u64) -> Arc<Row> {
-        Arc::new(Row::stored(
-            input.clone(),
-            version,
-            String::new(),
-            String::new(),
-        ))
+        Arc::new(Row::stored(input.clone(), version, "".into(), "".into()))
     }
 
     #[test]

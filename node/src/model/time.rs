@@ -74,6 +74,118 @@ pub fn parse_ms(text: &str) -> Option<u64> {
     u64::try_from(ms).ok()
 }
 
+/// A time as a row carries it (`created_at`, `updated_at`): RFC 3339 text, held as its
+/// milliseconds when the text is exactly what [`format_ms`] writes for them (every time a
+/// node stamps), else as the text itself (a row restored from older or foreign data, kept
+/// byte for byte). Eight bytes of milliseconds instead of a 24-character string's heap
+/// block: at a million rows, about 60 bytes a row less for the two.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Stamp {
+    /// The time [`format_ms`] writes for these milliseconds.
+    Ms(u64),
+    /// Any other text, as it came.
+    Text(Box<str>),
+}
+
+impl Stamp {
+    /// The stamp for `ms` milliseconds since the epoch (clamped as [`format_ms`] clamps).
+    pub fn from_ms(ms: u64) -> Stamp {
+        Stamp::Ms(ms.min(MAX_MS))
+    }
+
+    /// Milliseconds since the epoch, if the text is a time [`parse_ms`] reads.
+    pub fn ms(&self) -> Option<u64> {
+        match self {
+            Stamp::Ms(ms) => Some(*ms),
+            Stamp::Text(text) => parse_ms(text),
+        }
+    }
+
+    /// Bytes held on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Stamp::Ms(_) => 0,
+            Stamp::Text(text) => text.len(),
+        }
+    }
+}
+
+impl From<&str> for Stamp {
+    fn from(text: &str) -> Stamp {
+        match parse_ms(text) {
+            Some(ms) if ms <= MAX_MS && format_ms(ms) == text => Stamp::Ms(ms),
+            _ => Stamp::Text(text.into()),
+        }
+    }
+}
+
+impl From<String> for Stamp {
+    fn from(text: String) -> Stamp {
+        Stamp::from(text.as_str())
+    }
+}
+
+impl std::fmt::Display for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stamp::Ms(ms) => f.write_str(&format_ms(*ms)),
+            Stamp::Text(text) => f.write_str(text),
+        }
+    }
+}
+
+impl std::fmt::Debug for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+impl PartialEq<str> for Stamp {
+    fn eq(&self, other: &str) -> bool {
+        match self {
+            Stamp::Ms(ms) => format_ms(*ms) == other,
+            Stamp::Text(text) => &**text == other,
+        }
+    }
+}
+
+impl PartialEq<&str> for Stamp {
+    fn eq(&self, other: &&str) -> bool {
+        *self == **other
+    }
+}
+
+impl PartialEq<String> for Stamp {
+    fn eq(&self, other: &String) -> bool {
+        *self == **other
+    }
+}
+
+impl serde::Serialize for Stamp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Stamp::Ms(ms) => serializer.serialize_str(&format_ms(*ms)),
+            Stamp::Text(text) => serializer.serialize_str(text),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Stamp {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Stamp, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Stamp;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an RFC 3339 time")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Stamp, E> {
+                Ok(Stamp::from(text))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
+}
+
 /// How far ahead of the majority of members' clocks this node's clock may stamp.
 pub const CLOCK_LEAD_MS: i64 = 2_000;
 /// A peer's clock read over a round trip longer than this is not used.
@@ -221,6 +333,41 @@ mod tests {
     use super::*;
 
     const DAY: u64 = 86_400_000;
+
+    #[test]
+    fn a_stamp_gives_back_its_text_byte_for_byte_and_holds_a_node_s_own_as_milliseconds() {
+        let own = format_ms(1_764_000_000_123);
+        let texts = [
+            own.as_str(),
+            // Not what format_ms writes (no milliseconds, an offset, nothing): kept as text.
+            "2026-01-01T00:00:00Z",
+            "2026-01-01T01:00:00.000+01:00",
+            "",
+            "not a time",
+        ];
+        for text in texts {
+            let stamp = Stamp::from(text);
+            assert_eq!(stamp.to_string(), text);
+            assert_eq!(stamp, text);
+            let json = serde_json::to_string(&stamp).unwrap();
+            assert_eq!(json, serde_json::to_string(text).unwrap());
+            let back: Stamp = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, stamp);
+            assert_eq!(back.ms(), parse_ms(text));
+        }
+        assert_eq!(Stamp::from(own.as_str()), Stamp::Ms(1_764_000_000_123));
+        assert_eq!(Stamp::from(own.as_str()).heap_bytes(), 0);
+        assert_eq!(
+            Stamp::from("2026-01-01T00:00:00Z"),
+            Stamp::Text("2026-01-01T00:00:00Z".into())
+        );
+        assert_eq!(Stamp::from_ms(u64::MAX), format_ms(u64::MAX));
+        assert_eq!(Stamp::from_ms(u64::MAX).ms(), Some(MAX_MS));
+        assert!(
+            serde_json::from_str::<Stamp>("17").is_err(),
+            "a number is not a time"
+        );
+    }
 
     #[test]
     fn a_clock_a_day_ahead_of_the_majority_is_held_back_to_it_and_no_other_is_moved() {

@@ -466,7 +466,7 @@ pub fn contract_json(row: &Row, base: &str) -> Value {
         contract["docs"] = Value::Object(fields);
     }
     if let Some(schema) = &row.args_schema {
-        contract["args_schema"] = schema.clone();
+        contract["args_schema"] = (**schema).clone();
         contract["args_example"] = example_args(schema);
     }
     if row.auth == Auth::Public && runs_by_get(row) {

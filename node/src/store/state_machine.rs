@@ -77,7 +77,7 @@ use crate::catalogue::SharedCatalogue;
 use crate::model::alarm::StorageAlarm;
 use crate::model::receipt::Receipt;
 use crate::model::share::{ShareKeys, ShareSecret};
-use crate::model::time::{format_ms, parse_ms};
+use crate::model::time::{parse_ms, Stamp};
 use crate::raft::{
     Command, CommandResult, Entry, EntryPayload, LogId, PutOutcome, Request, RequestId,
     StorageError, StoredMembership, TypeConfig,
@@ -948,7 +948,7 @@ impl StateMachine {
                         key: row.key.clone(),
                         version: index,
                         created: existing.is_none(),
-                        updated_at: row.updated_at.clone(),
+                        updated_at: row.updated_at.to_string(),
                     });
                     stage.rows.insert(row.key.clone(), Some(row.clone()));
                     stage.changes.push(Change::Put(row));
@@ -1236,8 +1236,8 @@ impl StateMachine {
 /// `updated_at` never goes back: a proposer whose clock is behind the last writer's gets the
 /// last writer's time.
 fn stored_row(input: RowInput, index: u64, at_ms: u64, existing: Option<&Row>) -> Row {
-    let previous = existing.and_then(|r| parse_ms(&r.updated_at)).unwrap_or(0);
-    let at = format_ms(at_ms.max(previous));
+    let previous = existing.and_then(|r| r.updated_at.ms()).unwrap_or(0);
+    let at = Stamp::from_ms(at_ms.max(previous));
     let created_at = existing.map_or_else(|| at.clone(), |r| r.created_at.clone());
     Row::stored(input, index, created_at, at)
 }

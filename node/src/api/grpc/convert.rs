@@ -37,7 +37,7 @@ impl From<&Row> for v1::Row {
             target: row.target.clone(),
             category: row.category.clone(),
             content: row.content.clone(),
-            args_schema: row.args_schema.clone().and_then(object),
+            args_schema: row.args_schema.as_deref().cloned().and_then(object),
             auth: row.auth.as_str().to_owned(),
             risk: row.risk.as_str().to_owned(),
             enabled: row.enabled,
@@ -45,8 +45,8 @@ impl From<&Row> for v1::Row {
             pins: row.pins.clone(),
             demote: row.demote,
             version: row.version,
-            created_at: row.created_at.clone(),
-            updated_at: row.updated_at.clone(),
+            created_at: row.created_at.to_string(),
+            updated_at: row.updated_at.to_string(),
         }
     }
 }

@@ -30,7 +30,7 @@ pub const INVOKE: &str = "invoke";
 /// fields (returns, examples, errors), argument descriptions and troubleshooting are in the
 /// contract (`GET /api/dispatch?key=K`, or the compact mode's `contract` tool).
 pub fn row_tool(row: &Row) -> Tool {
-    let input_schema = match &row.args_schema {
+    let input_schema = match row.args_schema.as_deref() {
         Some(Value::Object(schema)) => call_schema(schema),
         _ => object(json!({ "type": "object", "properties": {} })),
     };
@@ -220,7 +220,7 @@ mod tests {
 
     fn row(content: &str, risk: Risk, schema: Option<Value>) -> Row {
         Row {
-            args_schema: schema,
+            args_schema: schema.map(Box::new),
             risk,
             ..Row::fixture("SOME_ROW", RowType::Static, content)
         }

@@ -58,17 +58,62 @@ const PREFIX_WEIGHT: f32 = 0.5;
 const MAX_TOLERANT: usize = 6;
 
 /// One row's counts of one term, per field (saturating: 255 repeats say nothing more).
-#[derive(Debug, Clone, Copy)]
-struct Posting {
-    doc: u32,
-    tf: [u8; FIELDS],
+type Counts = [u8; FIELDS];
+
+/// A term's postings, sorted by slot: the slots, and apart from them each one's counts per
+/// field. Two arrays instead of one of (slot, counts) pairs: a posting takes 9 bytes instead
+/// of 12 (the pair's padding), at a million rows about 90 bytes a row, and a binary search
+/// for a slot reads slots alone.
+#[derive(Debug, Default)]
+struct Postings {
+    docs: Vec<u32>,
+    counts: Vec<Counts>,
+}
+
+impl Postings {
+    fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
+    /// Where `doc`'s posting is, if it has one.
+    fn find(&self, doc: u32) -> Option<usize> {
+        self.docs.binary_search(&doc).ok()
+    }
+
+    /// Adds `doc`'s posting in slot order (a fresh slot is the largest: appended).
+    fn insert(&mut self, doc: u32, counts: Counts) {
+        let at = self.docs.partition_point(|&d| d < doc);
+        self.docs.insert(at, doc);
+        self.counts.insert(at, counts);
+    }
+
+    /// Removes the posting at `i`, returning its counts.
+    fn remove(&mut self, i: usize) -> Counts {
+        self.docs.remove(i);
+        self.counts.remove(i)
+    }
+
+    /// (slot, counts) in slot order.
+    fn iter(&self) -> impl Iterator<Item = (u32, &Counts)> {
+        self.docs.iter().copied().zip(&self.counts)
+    }
+
+    /// Heap bytes, at capacity.
+    fn heap_bytes(&self) -> usize {
+        self.docs.capacity() * std::mem::size_of::<u32>()
+            + self.counts.capacity() * std::mem::size_of::<Counts>()
+    }
 }
 
 #[derive(Debug)]
 struct Term {
     text: Arc<str>,
     /// Sorted by slot, so the top-k search can skip through them.
-    postings: Vec<Posting>,
+    postings: Postings,
     bound: Ceiling,
 }
 
@@ -216,9 +261,7 @@ impl Index {
             let id = self.term_id_or_create(text);
             match self.term_mut(id) {
                 Some(term) => {
-                    // A fresh slot is the largest: appended. A reused one goes in its place.
-                    let at = term.postings.partition_point(|p| p.doc < slot);
-                    term.postings.insert(at, Posting { doc: slot, tf });
+                    term.postings.insert(slot, tf);
                     term.bound.widen(&tf, &len);
                     ids.push(id);
                 }
@@ -277,13 +320,13 @@ impl Index {
                 continue;
             };
             // O(df) to keep the order, touching only this term's list.
-            if let Ok(i) = term.postings.binary_search_by_key(&slot, |p| p.doc) {
+            if let Some(i) = term.postings.find(slot) {
                 let removed = term.postings.remove(i);
-                if term.bound.is_set_by(&removed.tf, &lens) {
+                if term.bound.is_set_by(&removed, &lens) {
                     let mut bound = Ceiling::NONE;
-                    for p in &term.postings {
-                        if let Some(len) = self.lens.get(p.doc as usize) {
-                            bound.widen(&p.tf, len);
+                    for (doc, tf) in term.postings.iter() {
+                        if let Some(len) = self.lens.get(doc as usize) {
+                            bound.widen(tf, len);
                         }
                     }
                     term.bound = bound;
@@ -325,7 +368,7 @@ impl Index {
         let text: Arc<str> = Arc::from(text);
         let term = Term {
             text: text.clone(),
-            postings: Vec::new(),
+            postings: Postings::default(),
             bound: Ceiling::NONE,
         };
         let free = self.free_terms.pop();
@@ -443,20 +486,20 @@ impl Index {
                 };
                 let idf = self.idf(term, weight);
                 // Postings only ever name live rows: removal deletes them first.
-                for p in &term.postings {
-                    let Some(len) = self.lens.get(p.doc as usize) else {
+                for (doc, tf) in term.postings.iter() {
+                    let Some(len) = self.lens.get(doc as usize) else {
                         continue;
                     };
-                    let s = saturate(idf, tfn(&p.tf, len, &inv_avg));
-                    let d = p.doc as usize;
+                    let s = saturate(idf, tfn(tf, len, &inv_avg));
+                    let d = doc as usize;
                     if multi {
                         if best[d] == 0.0 {
-                            best_touched.push(p.doc);
+                            best_touched.push(doc);
                         }
                         best[d] = best[d].max(s);
                     } else {
                         if mask[d] == 0 {
-                            touched.push(p.doc);
+                            touched.push(doc);
                         }
                         acc[d] += s;
                         mask[d] |= bit;
@@ -569,7 +612,7 @@ impl Index {
         // Term texts are shared by the vocabulary and the term table: count once.
         for t in self.terms.iter().flatten() {
             bytes += t.text.len() + 16; // Arc header (two counts)
-            bytes += t.postings.capacity() * size_of::<Posting>();
+            bytes += t.postings.heap_bytes();
         }
         bytes += self.terms.capacity() * size_of::<Option<Term>>();
         bytes += self.free_terms.capacity() * 4 + self.free_docs.capacity() * 4;
@@ -629,6 +672,24 @@ mod tests {
         let mut fields: [Vec<String>; FIELDS] = Default::default();
         fields[KEY] = words.iter().map(|w| (*w).to_owned()).collect();
         fields
+    }
+
+    #[test]
+    fn postings_stay_in_slot_order_with_their_own_counts() {
+        let mut postings = Postings::default();
+        for (doc, n) in [(4, 1), (9, 2), (2, 3)] {
+            postings.insert(doc, [n; FIELDS]);
+        }
+        // A reused slot goes in its place, not at the end.
+        postings.insert(6, [7; FIELDS]);
+        let all: Vec<(u32, u8)> = postings.iter().map(|(d, c)| (d, c[0])).collect();
+        assert_eq!(all, [(2, 3), (4, 1), (6, 7), (9, 2)]);
+        let at = postings.find(6).unwrap();
+        assert_eq!(postings.remove(at), [7; FIELDS]);
+        assert_eq!(postings.find(6), None);
+        assert_eq!(postings.find(9).map(|i| postings.counts[i][0]), Some(2));
+        assert_eq!(postings.len(), 3);
+        assert!(postings.heap_bytes() >= 3 * (4 + FIELDS));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use openraft::storage::RaftSnapshotBuilder;
 use super::*;
 use crate::config::SyncMode;
 use crate::model::share::ShareSecret;
-use crate::model::time::MAX_MS;
+use crate::model::time::{format_ms, MAX_MS};
 
 fn entry(index: u64, request: Request) -> Entry {
     Entry {
@@ -148,8 +148,8 @@ async fn a_repeated_request_id_is_answered_with_the_first_outcome_and_applied_on
     );
     let row = catalogue.read().get("ONCE").unwrap();
     assert_eq!(
-        (row.version, row.updated_at.as_str()),
-        (1, format_ms(1_000).as_str())
+        (row.version, row.updated_at.to_string()),
+        (1, format_ms(1_000))
     );
 
     // The same key for a different request is refused, and changes nothing.

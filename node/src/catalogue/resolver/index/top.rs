@@ -17,7 +17,7 @@
 //! spare, and strictly, so a row that could tie the k-th is kept and ordered by key as
 //! the final ranking orders ties.
 
-use super::{saturate, tfn, Index, Posting, Scored, FIELDS};
+use super::{saturate, tfn, Index, Postings, Scored, FIELDS};
 
 /// Relative margin on every comparison of partial sums and bounds, far above what a sum of
 /// at most 64 f32 terms can differ by when added in another order.
@@ -30,7 +30,7 @@ const LOOKUP_COST: usize = 8;
 
 /// One alternative of a position: a term's postings and its weighted IDF.
 struct List<'a> {
-    postings: &'a [Posting],
+    postings: &'a Postings,
     idf: f32,
 }
 
@@ -167,20 +167,20 @@ impl Index {
             }
             for l in &position.lists {
                 read += l.postings.len();
-                for posting in l.postings {
-                    let Some(len) = self.lens.get(posting.doc as usize) else {
+                for (doc, tf) in l.postings.iter() {
+                    let Some(len) = self.lens.get(doc as usize) else {
                         continue;
                     };
-                    let s = saturate(l.idf, tfn(&posting.tf, len, &inv_avg));
-                    let d = posting.doc as usize;
+                    let s = saturate(l.idf, tfn(tf, len, &inv_avg));
+                    let d = doc as usize;
                     if multi {
                         if best[d] == 0.0 {
-                            best_touched.push(posting.doc);
+                            best_touched.push(doc);
                         }
                         best[d] = best[d].max(s);
                     } else {
                         if acc[d] == 0.0 {
-                            touched.push(posting.doc);
+                            touched.push(doc);
                         }
                         acc[d] += s;
                         most = most.max(acc[d]);
@@ -230,8 +230,8 @@ impl Index {
         for (p, position) in query.iter().enumerate() {
             let mut found: Option<f32> = None;
             for l in &position.lists {
-                if let Ok(i) = l.postings.binary_search_by_key(&slot, |x| x.doc) {
-                    let s = saturate(l.idf, tfn(&l.postings[i].tf, len, inv_avg));
+                if let Some(i) = l.postings.find(slot) {
+                    let s = saturate(l.idf, tfn(&l.postings.counts[i], len, inv_avg));
                     found = Some(found.map_or(s, |b: f32| b.max(s)));
                 }
             }
