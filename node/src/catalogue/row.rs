@@ -108,7 +108,7 @@ pub struct Row {
     /// JSON Schema of the arguments, enforced on invoke.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    /// Boxed: a `Value` with ordered maps takes 80 bytes in place, and most rows have none.
+    // Boxed: a `Value` with ordered maps takes 80 bytes in place, and most rows have none.
     pub args_schema: Option<Box<Value>>,
     /// `public` or `key`.
     pub auth: Auth,

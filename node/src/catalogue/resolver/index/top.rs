@@ -17,7 +17,7 @@
 //! spare, and strictly, so a row that could tie the k-th is kept and ordered by key as
 //! the final ranking orders ties.
 
-use super::{saturate, tfn, Index, Postings, Scored, FIELDS};
+use super::{saturate, tfn, Index, Postings, Scored, Scratch, FIELDS};
 
 /// Relative margin on every comparison of partial sums and bounds, far above what a sum of
 /// at most 64 f32 terms can differ by when added in another order.
@@ -124,11 +124,16 @@ impl Index {
         let lists: usize = query.iter().map(|p| p.lists.len()).sum();
 
         let slots = self.docs.len();
-        let mut acc = vec![0.0f32; slots];
-        // Per row, the best alternative of a position with several (allocated at the first).
-        let mut best: Vec<f32> = Vec::new();
-        let mut touched: Vec<u32> = Vec::new();
-        let mut best_touched: Vec<u32> = Vec::new();
+        // Per row its partial score and, for a position with several alternatives, its best
+        // alternative's; kept zero between asks (see `Scratch`).
+        let mut scratch = self.scratch(false);
+        let Scratch {
+            acc,
+            best,
+            touched,
+            best_touched,
+            ..
+        } = &mut scratch;
         let mut most = 0.0f32;
         let mut read = 0usize;
         let mut floors: Vec<f32> = Vec::new();
@@ -157,13 +162,13 @@ impl Index {
             }
             if last {
                 // Fewer than k rows match at all: every one of them is in the top k.
-                candidates = std::mem::take(&mut touched);
+                candidates = std::mem::take(touched);
                 break;
             }
             let position = &query[order[i]];
             let multi = position.lists.len() > 1;
-            if multi && best.is_empty() {
-                best = vec![0.0; slots];
+            if multi && best.len() < slots {
+                best.resize(slots, 0.0);
             }
             for l in &position.lists {
                 read += l.postings.len();
@@ -187,7 +192,7 @@ impl Index {
                     }
                 }
             }
-            for &slot in &best_touched {
+            for &slot in best_touched.iter() {
                 let d = slot as usize;
                 if acc[d] == 0.0 {
                     touched.push(slot);
@@ -198,6 +203,13 @@ impl Index {
             }
             best_touched.clear();
         }
+
+        // Leave the scratch as it was found: every slot given a partial score is in
+        // `touched`, or in `candidates` when they were all taken from it.
+        for &slot in touched.iter().chain(&candidates) {
+            acc[slot as usize] = 0.0;
+        }
+        self.give_back(scratch);
 
         let mut exact: Vec<(f32, &str, Scored)> = candidates
             .iter()
