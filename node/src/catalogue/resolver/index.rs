@@ -812,6 +812,17 @@ mod tests {
     }
 
     #[test]
+    fn no_more_scratches_are_kept_than_the_bound() {
+        let index = words_index(10);
+        // As many asks at once as the bound and one more: the extra one's is let go.
+        let taken: Vec<Scratch> = (0..=SCRATCHES_KEPT).map(|_| index.scratch(false)).collect();
+        for scratch in taken {
+            index.give_back(scratch);
+        }
+        assert_eq!(index.scratches.lock().unwrap().len(), SCRATCHES_KEPT);
+    }
+
+    #[test]
     fn postings_stay_in_slot_order_with_their_own_counts() {
         let mut postings = Postings::default();
         for (doc, n) in [(4, 1), (9, 2), (2, 3)] {
