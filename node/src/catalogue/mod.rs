@@ -399,8 +399,8 @@ impl Catalogue {
     }
 }
 
-/// What one row costs the catalogue's map: the row ([`Row::heap_bytes`]), its `Arc`'s
-/// counts, the map's copy of the key, and the entry (B-tree nodes at about two-thirds full).
+/// What one row costs the catalogue: the row ([`Row::heap_bytes`]), its `Arc`'s counts, and
+/// its entry in the set of rows (B-tree nodes at about two-thirds full).
 fn entry_bytes(row: &Row) -> usize {
     row.heap_bytes() + 16 + std::mem::size_of::<Arc<Row>>() * 3 / 2
 }
