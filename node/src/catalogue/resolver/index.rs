@@ -146,6 +146,18 @@ impl Ceiling {
         (0..FIELDS).any(|f| tf[f] > 0 && (tf[f] == self.max_tf[f] || len[f] == self.min_len[f]))
     }
 
+    /// Per field, the most one count there can add to [`tfn`]: `WEIGHT / norm` at the
+    /// shortest length the term occurs in (0 where it never occurs).
+    fn per_count(&self, inv_avg: &[f32; FIELDS]) -> [f32; FIELDS] {
+        let mut per = [0.0f32; FIELDS];
+        for f in 0..FIELDS {
+            if self.max_tf[f] > 0 {
+                per[f] = WEIGHT[f] / (1.0 - B[f] + B[f] * self.min_len[f] as f32 * inv_avg[f]);
+            }
+        }
+        per
+    }
+
     /// The most [`tfn`] can be for the term in any row (rounding included: each step is
     /// the same monotone operation on larger inputs).
     fn tfn(&self, inv_avg: &[f32; FIELDS]) -> f32 {
@@ -796,8 +808,8 @@ mod tests {
                 );
                 let fresh = words_index(300);
                 assert_eq!(
-                    sorted(warm.top(&positions(&warm, ask), 5, 0.5, &[])),
-                    sorted(fresh.top(&positions(&fresh, ask), 5, 0.5, &[]))
+                    sorted(warm.top(&positions(&warm, ask), 5, 0.5, 0.0, &[])),
+                    sorted(fresh.top(&positions(&fresh, ask), 5, 0.5, 0.0, &[]))
                 );
             }
         }

@@ -344,7 +344,8 @@ impl Resolver {
         let mut scored = match (vector, scoring) {
             // Words alone rank: only the `limit` best can show, beside the pinned rows and
             // the rows with learned words, whose final scores do not follow their lexical
-            // order. Every other row is below `limit` rows at least as good.
+            // order. Every other row is below `limit` rows at least as good, or under the
+            // cut-off below, which the best row found so far already sets a floor for.
             (None, Scoring::Pruned) => {
                 let keep: Vec<u32> = lexical
                     .pinned
@@ -353,7 +354,7 @@ impl Resolver {
                     .chain(taught.iter().map(|t| t.0))
                     .collect();
                 self.index
-                    .top(&lexical.positions, limit, DEMOTE_FACTOR, &keep)
+                    .top(&lexical.positions, limit, DEMOTE_FACTOR, CUT_OFF, &keep)
             }
             // Fused, every lexical match may rise by its cosine (until the dense half has an
             // index whose bounds can prune the lexical one).

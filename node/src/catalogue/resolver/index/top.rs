@@ -1,68 +1,216 @@
-//! The k best rows of a query without reading every posting of its words: term-at-a-time
-//! scoring with early termination (the "quit/continue" family of MaxScore, Turtle & Flood,
-//! 1995), over the slot-sorted postings.
+//! The k best rows of a query without scoring every posting of its words: document-at-a-time
+//! MaxScore (Turtle & Flood, 1995) over the slot-sorted postings.
 //!
 //! Each query position has an upper bound, the most any row can score from it (the best of
-//! its alternatives' [`Ceiling`]s). Positions are read strongest bound first into dense
-//! accumulators, as the exhaustive scorer reads them. Before each further position, the
-//! k-th best partial score is a floor under the k-th final score; once the summed bounds of
-//! the positions left are below it, no row unread so far can enter, and neither can a row
-//! whose partial score plus those bounds is below it. The few rows left are then scored
-//! exactly by looking them up in every position's postings (binary search), and the weak
-//! positions' postings — the common words' long lists — are never read.
+//! its alternatives' [`Ceiling`]s). Positions are ordered weakest bound first. The rows held
+//! so far set a floor: the k-th best rank once k rows are held, and at least the share of
+//! the best rank under which the caller drops rows anyway (its cut-off). The weakest
+//! positions whose bounds together stay below the floor are *non-essential* — a row that
+//! only they match cannot enter — so rows are visited in slot order along the essential
+//! positions' postings alone, and each visited row is looked up in the non-essential ones (a
+//! galloping search forward, as rows come in slot order) strongest first, only while what it
+//! has so far plus the bounds left could still reach the floor. As better rows come in, the
+//! floor rises and more positions turn non-essential: for an ask of common words, their long
+//! lists are stepped through along the rarest one's postings instead of being scored whole.
 //!
-//! Exactness: the rows returned are scored position by position in query order, from the
-//! same [`tfn`] and [`saturate`] the exhaustive scorer uses, so their scores are the same
-//! f32 bits. Partial sums (added in another order) are compared only with [`SLACK`] to
-//! spare, and strictly, so a row that could tie the k-th is kept and ordered by key as
-//! the final ranking orders ties.
+//! Two things keep the visits cheap. A row is first judged on its postings' counts alone,
+//! each at its term's shortest field ([`List::most`]): most rows of a common word fall short
+//! there, and are left without reading their lengths (a read far from the last, dearer than
+//! the rest of a posting). And when the strongest position's words are rare, their rows are
+//! scored first (the seeds), so the floor starts where they put it rather than at zero.
+//!
+//! Exactness: a row that is scored whole gets its positions' scores from the same [`tfn`]
+//! and [`saturate`] the exhaustive scorer uses, added in query order, one addition per
+//! matched position from zero, as the exhaustive scorer adds them: the same f32 bits. Partial
+//! sums and bounds (added in another order) are compared only with [`SLACK`] to spare, and
+//! strictly, so a row that could tie the k-th is scored whole and ordered by key as the final
+//! ranking orders ties.
 
-use super::{saturate, tfn, Index, Postings, Scored, Scratch, FIELDS};
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use super::{saturate, tfn, Counts, Index, Postings, Scored, FIELDS};
+
+/// Most postings of the strongest position for its rows to be scored first (see `top`).
+const SEEDS: usize = 128;
 
 /// Relative margin on every comparison of partial sums and bounds, far above what a sum of
 /// at most 64 f32 terms can differ by when added in another order.
 const SLACK: f32 = 1e-4;
 
-/// Rescoring a row looks it up in every list, a binary search each; reading on costs one
-/// step per posting. Stop reading when rescoring the rows left costs less than this share of
-/// the postings still unread.
-const LOOKUP_COST: usize = 8;
-
 /// One alternative of a position: a term's postings and its weighted IDF.
 struct List<'a> {
     postings: &'a Postings,
     idf: f32,
+    /// Per field, the most one count there can add to [`tfn`]: at the term's shortest field.
+    per_count: [f32; FIELDS],
+}
+
+impl List<'_> {
+    /// The most a posting with `counts` can score, whatever its row's lengths: a bound
+    /// read from the postings alone, before the row's lengths are.
+    fn most(&self, counts: &Counts) -> f32 {
+        let mut tfn = 0.0f32;
+        for (count, per) in counts.iter().zip(&self.per_count) {
+            tfn += f32::from(*count) * per;
+        }
+        saturate(self.idf, tfn)
+    }
 }
 
 /// A query position: its alternatives and the most a row can score from it.
 struct Position<'a> {
     lists: Vec<List<'a>>,
     bound: f32,
-    /// Postings of all its alternatives.
-    postings: usize,
+}
+
+/// Where an alternative's postings are read: the position (in query order) it scores for,
+/// and the index of its next posting.
+struct Cursor<'a> {
+    list: &'a List<'a>,
+    position: usize,
+    at: usize,
+}
+
+/// A row held among the k best, ordered worst first (the heap's top): lowest rank, then the
+/// larger key, as the final ranking orders ties.
+struct Held<'a> {
+    rank: f32,
+    key: &'a str,
+    scored: Scored,
+}
+
+impl Held<'_> {
+    /// Whether it ranks above `other`.
+    fn beats(&self, other: &Held<'_>) -> bool {
+        self.cmp(other) == Ordering::Less
+    }
+}
+
+impl PartialEq for Held<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Held<'_> {}
+
+impl PartialOrd for Held<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Held<'_> {
+    /// Greater is worse: a lower rank, or the same rank and a larger key.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .rank
+            .total_cmp(&self.rank)
+            .then_with(|| self.key.cmp(other.key))
+    }
+}
+
+/// The rows held so far and the floor they set.
+struct Best<'a> {
+    held: BinaryHeap<Held<'a>>,
+    k: usize,
+    /// Share of the best rank under which rows are not wanted.
+    cut: f32,
+    /// The best rank seen, of a row held or kept.
+    top: f32,
+    /// What a row must reach to be wanted, less the slack: the k-th best rank once k rows
+    /// are held, and `cut` times the best rank seen.
+    floor: f32,
+}
+
+impl<'a> Best<'a> {
+    fn new(k: usize, cut: f32) -> Self {
+        Self {
+            held: BinaryHeap::with_capacity(k + 1),
+            k,
+            cut,
+            top: 0.0,
+            floor: 0.0,
+        }
+    }
+
+    /// Notes a rank seen (a kept row's) for the cut.
+    fn see(&mut self, rank: f32) {
+        self.top = self.top.max(rank);
+        let kth = match self.held.peek() {
+            Some(worst) if self.held.len() == self.k => worst.rank,
+            _ => 0.0,
+        };
+        self.floor = kth.max(self.cut * self.top) * (1.0 - SLACK);
+    }
+
+    /// Holds a row scored `scored`, ranked `rank`, if it is among the k best so far; its
+    /// key is read only if the rank alone does not decide.
+    fn offer(&mut self, rank: f32, scored: Scored, key: impl FnOnce() -> &'a str) {
+        let full = self.held.len() == self.k;
+        if full && self.held.peek().is_some_and(|worst| rank < worst.rank) {
+            return;
+        }
+        let row = Held {
+            rank,
+            key: key(),
+            scored,
+        };
+        if !full {
+            self.held.push(row);
+        } else if self.held.peek().is_some_and(|worst| row.beats(worst)) {
+            self.held.pop();
+            self.held.push(row);
+        }
+        self.see(rank);
+    }
+}
+
+/// The first index from `from` on whose slot is at least `doc` (`docs.len()` if none),
+/// galloping: steps of 1, 2, 4, … then a binary search, so a lookup near the cursor costs a
+/// few comparisons and a far one a logarithm of the distance.
+fn seek(docs: &[u32], from: usize, doc: u32) -> usize {
+    if docs.get(from).is_none_or(|&d| d >= doc) {
+        return from.min(docs.len());
+    }
+    // docs[lo] < doc throughout; hi is past the end or at a slot of at least `doc`.
+    let mut lo = from;
+    let mut step = 1;
+    let mut hi = from + 1;
+    while hi < docs.len() && docs[hi] < doc {
+        lo = hi;
+        step *= 2;
+        hi = lo + step;
+    }
+    let hi = hi.min(docs.len());
+    lo + 1 + docs[lo + 1..hi].partition_point(|&d| d < doc)
 }
 
 impl Index {
     /// The `k` best rows for `positions` (as [`Index::score`] takes them), ranked by score
-    /// times `demote_factor` for demoted rows, ties by key; and every row of `keep` that a
-    /// position matches, wherever it ranks. Scores and masks are exactly those
+    /// times `demote_factor` for demoted rows, ties by key, leaving out rows that rank below
+    /// `cut` times the best (a share the caller drops anyway); and every row of `keep` that
+    /// a position matches, wherever it ranks. Scores and masks are exactly those
     /// [`Index::score`] gives the same rows (before demotion), in no particular order.
     pub(crate) fn top(
         &self,
         positions: &[Vec<(u32, f32)>],
         k: usize,
         demote_factor: f32,
+        cut: f32,
         keep: &[u32],
     ) -> Vec<Scored> {
-        self.top_counted(positions, k, demote_factor, keep).0
+        self.top_counted(positions, k, demote_factor, cut, keep).0
     }
 
-    /// [`Index::top`], and how many postings it read in full (lookups aside).
+    /// [`Index::top`], and how many postings it scored (those of `keep` aside).
     fn top_counted(
         &self,
         positions: &[Vec<(u32, f32)>],
         k: usize,
         demote_factor: f32,
+        cut: f32,
         keep: &[u32],
     ) -> (Vec<Scored>, usize) {
         if self.len() == 0 {
@@ -83,27 +231,13 @@ impl Index {
                         Some(List {
                             postings: &term.postings,
                             idf,
+                            per_count: term.bound.per_count(&inv_avg),
                         })
                     })
                     .collect();
-                let postings = lists.iter().map(|l| l.postings.len()).sum();
-                Position {
-                    lists,
-                    bound,
-                    postings,
-                }
+                Position { lists, bound }
             })
             .collect();
-        let mut keep = keep.to_vec();
-        keep.sort_unstable();
-        keep.dedup();
-        let mut out: Vec<Scored> = keep
-            .iter()
-            .filter_map(|&slot| self.exact(&query, slot, &inv_avg))
-            .collect();
-        if k == 0 {
-            return (out, 0);
-        }
         let rank = |slot: u32, score: f32| {
             if self.demoted(slot) {
                 score * demote_factor
@@ -111,127 +245,181 @@ impl Index {
                 score
             }
         };
-
-        // Strongest bound first; left[i] bounds what the positions from order[i] on add.
-        let mut order: Vec<usize> = (0..query.len()).collect();
-        order.sort_by(|&a, &b| query[b].bound.total_cmp(&query[a].bound));
-        let mut left = vec![0.0f32; order.len() + 1];
-        let mut unread = vec![0usize; order.len() + 1];
-        for (i, &p) in order.iter().enumerate().rev() {
-            left[i] = left[i + 1] + query[p].bound;
-            unread[i] = unread[i + 1] + query[p].postings;
+        let mut best = Best::new(k, cut);
+        let mut keep = keep.to_vec();
+        keep.sort_unstable();
+        keep.dedup();
+        let mut out: Vec<Scored> = keep
+            .iter()
+            .filter_map(|&slot| self.exact(&query, slot, &inv_avg))
+            .collect();
+        for s in &out {
+            best.see(rank(s.slot, s.score));
         }
-        let lists: usize = query.iter().map(|p| p.lists.len()).sum();
-
-        let slots = self.docs.len();
-        // Per row its partial score and, for a position with several alternatives, its best
-        // alternative's; kept zero between asks (see `Scratch`).
-        let mut scratch = self.scratch(false);
-        let Scratch {
-            acc,
-            best,
-            touched,
-            best_touched,
-            ..
-        } = &mut scratch;
-        let mut most = 0.0f32;
-        let mut read = 0usize;
-        let mut floors: Vec<f32> = Vec::new();
-        let mut candidates: Vec<u32> = Vec::new();
-        for i in 0..=order.len() {
-            // Worth a look only if the rows read so far could already shut out the rest,
-            // and if looking (a pass over them) costs less than reading on.
-            let last = i == order.len();
-            let worth = touched.len() < unread[i] && left[i] * (1.0 + SLACK) < most;
-            if touched.len() >= k && (last || worth) {
-                floors.clear();
-                floors.extend(touched.iter().map(|&d| rank(d, acc[d as usize])));
-                let (_, kth, _) = floors.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-                let floor = *kth * (1.0 - SLACK);
-                if last || left[i] * (1.0 + SLACK) < floor {
-                    candidates.clear();
-                    candidates.extend(
-                        touched.iter().copied().filter(|&d| {
-                            rank(d, acc[d as usize] + left[i]) * (1.0 + SLACK) >= floor
-                        }),
-                    );
-                    if last || candidates.len() * lists * LOOKUP_COST < unread[i] {
-                        break;
-                    }
-                }
+        if k == 0 {
+            return (out, 0);
+        }
+        // Weakest bound first; `below[i]` bounds what the positions before `order[i]` add,
+        // and their alternatives' cursors are `cursors[first[i]..first[i + 1]]`.
+        let mut order: Vec<usize> = (0..query.len()).collect();
+        order.sort_by(|&a, &b| query[a].bound.total_cmp(&query[b].bound));
+        let mut below = vec![0.0f32; order.len() + 1];
+        let mut first = vec![0usize; order.len() + 1];
+        let mut cursors: Vec<Cursor<'_>> = Vec::new();
+        for (i, &p) in order.iter().enumerate() {
+            below[i + 1] = below[i] + query[p].bound;
+            first[i] = cursors.len();
+            cursors.extend(query[p].lists.iter().map(|list| Cursor {
+                list,
+                position: p,
+                at: 0,
+            }));
+        }
+        first[order.len()] = cursors.len();
+        // Positions `order[..essential]` are non-essential: together they cannot lift a row
+        // to the floor.
+        let mut essential = 0;
+        let settle = |essential: &mut usize, floor: f32| {
+            while *essential < order.len() && below[*essential + 1] * (1.0 + SLACK) < floor {
+                *essential += 1;
             }
-            if last {
-                // Fewer than k rows match at all: every one of them is in the top k.
-                candidates = std::mem::take(touched);
+        };
+
+        // Seeds: the rows of the strongest position, when they are few (its words are rare),
+        // scored whole first, so the floor starts where they put it rather than at zero and
+        // the common words' postings before them in slot order are not scored.
+        let seeds: Vec<u32> = match order.last() {
+            Some(&p)
+                if query[p]
+                    .lists
+                    .iter()
+                    .map(|l| l.postings.len())
+                    .sum::<usize>()
+                    <= SEEDS =>
+            {
+                let mut seeds: Vec<u32> = query[p]
+                    .lists
+                    .iter()
+                    .flat_map(|l| l.postings.docs.iter().copied())
+                    .collect();
+                seeds.sort_unstable();
+                seeds.dedup();
+                seeds
+            }
+            _ => Vec::new(),
+        };
+        for &slot in &seeds {
+            if let Some(scored) = self.exact(&query, slot, &inv_avg) {
+                best.offer(rank(slot, scored.score), scored, || {
+                    self.key(slot).map_or("", |k| &**k)
+                });
+            }
+        }
+        settle(&mut essential, best.floor);
+        let mut scored = seeds.len();
+        let mut seeds = seeds.iter().copied().peekable();
+
+        // Each cursor's slot, `u32::MAX` once its postings are read: the next row is the least.
+        let slot_at = |c: &Cursor<'_>| c.list.postings.docs.get(c.at).copied();
+        let mut next: Vec<u32> = cursors
+            .iter()
+            .map(|c| slot_at(c).unwrap_or(u32::MAX))
+            .collect();
+        let mut found = [0.0f32; 64];
+        loop {
+            let from = first[essential];
+            let doc = next[from..].iter().copied().min().unwrap_or(u32::MAX);
+            if doc == u32::MAX {
                 break;
             }
-            let position = &query[order[i]];
-            let multi = position.lists.len() > 1;
-            if multi && best.len() < slots {
-                best.resize(slots, 0.0);
-            }
-            for l in &position.lists {
-                read += l.postings.len();
-                for (doc, tf) in l.postings.iter() {
-                    let Some(len) = self.lens.get(doc as usize) else {
-                        continue;
-                    };
-                    let s = saturate(l.idf, tfn(tf, len, &inv_avg));
-                    let d = doc as usize;
-                    if multi {
-                        if best[d] == 0.0 {
-                            best_touched.push(doc);
-                        }
-                        best[d] = best[d].max(s);
-                    } else {
-                        if acc[d] == 0.0 {
-                            touched.push(doc);
-                        }
-                        acc[d] += s;
-                        most = most.max(acc[d]);
+            while seeds.next_if(|&s| s < doc).is_some() {}
+            let seeded = seeds.next_if_eq(&doc).is_some();
+
+            // First from the postings' counts alone (see `List::most`): the row's lengths are
+            // a read far from the last, dearer than the rest of a posting, and most rows of a
+            // common word fall short of the floor without them. The non-essential positions
+            // are looked up strongest first, while the bounds could still reach the floor,
+            // and their cursors left on the row if it has their words.
+            let mut viable = !seeded;
+            if viable {
+                let mut most = 0.0f32;
+                for (c, &n) in cursors[from..].iter().zip(&next[from..]) {
+                    if n == doc {
+                        most += c.list.most(&c.list.postings.counts[c.at]);
                     }
                 }
-            }
-            for &slot in best_touched.iter() {
-                let d = slot as usize;
-                if acc[d] == 0.0 {
-                    touched.push(slot);
+                for j in (0..essential).rev() {
+                    if (most + below[j + 1]) * (1.0 + SLACK) < best.floor {
+                        viable = false;
+                        break;
+                    }
+                    let mut here = 0.0f32;
+                    for c in &mut cursors[first[j]..first[j + 1]] {
+                        c.at = seek(&c.list.postings.docs, c.at, doc);
+                        if slot_at(c) == Some(doc) {
+                            here = here.max(c.list.most(&c.list.postings.counts[c.at]));
+                        }
+                    }
+                    most += here;
                 }
-                acc[d] += best[d];
-                most = most.max(acc[d]);
-                best[d] = 0.0;
+                viable = viable && most * (1.0 + SLACK) >= best.floor;
             }
-            best_touched.clear();
-        }
 
-        // Leave the scratch as it was found: every slot given a partial score is in
-        // `touched`, or in `candidates` when they were all taken from it.
-        for &slot in touched.iter().chain(&candidates) {
-            acc[slot as usize] = 0.0;
+            // Then exactly, for the rows still in the running. Postings only ever name live
+            // rows (removal deletes them first); a slot without lengths (a bug elsewhere) is
+            // stepped over.
+            let len = self.lens.get(doc as usize).filter(|_| viable);
+            let mut mask = 0u64;
+            for (c, n) in cursors[from..].iter_mut().zip(&mut next[from..]) {
+                if *n != doc {
+                    continue;
+                }
+                if let Some(len) = len {
+                    let counts = &c.list.postings.counts[c.at];
+                    let s = saturate(c.list.idf, tfn(counts, len, &inv_avg));
+                    add(&mut found, &mut mask, c.position, s);
+                    scored += 1;
+                }
+                c.at += 1;
+                *n = slot_at(c).unwrap_or(u32::MAX);
+            }
+            let Some(len) = len else {
+                continue;
+            };
+            for c in &cursors[..from] {
+                if slot_at(c) == Some(doc) {
+                    let counts = &c.list.postings.counts[c.at];
+                    let s = saturate(c.list.idf, tfn(counts, len, &inv_avg));
+                    add(&mut found, &mut mask, c.position, s);
+                    scored += 1;
+                }
+            }
+            if mask == 0 {
+                continue;
+            }
+            // Added in query order from zero, one addition per matched position, as the
+            // exhaustive scorer adds them.
+            let mut score = 0.0f32;
+            for p in ones(mask) {
+                score += found[p];
+            }
+            best.offer(
+                rank(doc, score),
+                Scored {
+                    slot: doc,
+                    score,
+                    mask,
+                },
+                || self.key(doc).map_or("", |k| &**k),
+            );
+            settle(&mut essential, best.floor);
         }
-        self.give_back(scratch);
-
-        let mut exact: Vec<(f32, &str, Scored)> = candidates
-            .iter()
-            .filter_map(|&slot| {
-                let scored = self.exact(&query, slot, &inv_avg)?;
-                let key = self.key(slot).map_or("", |k| &**k);
-                Some((rank(slot, scored.score), key, scored))
-            })
-            .collect();
-        let order = |a: &(f32, &str, Scored), b: &(f32, &str, Scored)| {
-            b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1))
-        };
-        if exact.len() > k {
-            exact.select_nth_unstable_by(k - 1, order);
-            exact.truncate(k);
-        }
-        for (_, _, scored) in exact {
-            if !out.iter().any(|s| s.slot == scored.slot) {
-                out.push(scored);
+        for h in best.held {
+            if !out.iter().any(|s| s.slot == h.scored.slot) {
+                out.push(h.scored);
             }
         }
-        (out, read)
+        (out, scored)
     }
 
     /// `slot`'s score and mask, looked up in every position; `None` if none matches.
@@ -258,9 +446,32 @@ impl Index {
     }
 }
 
+/// Records `s` for `position` in a row's `found` scores: the best of its alternatives.
+fn add(found: &mut [f32; 64], mask: &mut u64, position: usize, s: f32) {
+    let bit = 1u64 << position;
+    if *mask & bit == 0 {
+        *mask |= bit;
+        found[position] = s;
+    } else {
+        found[position] = found[position].max(s);
+    }
+}
+
+/// The positions set in `mask`, in query order.
+fn ones(mut mask: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let p = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            p
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::{Index, FIELDS, WHAT};
+    use super::super::{Index, Scored, DOC, FIELDS, WHAT};
+    use super::seek;
 
     fn what(words: &str) -> [Vec<String>; FIELDS] {
         let mut fields: [Vec<String>; FIELDS] = Default::default();
@@ -268,40 +479,187 @@ mod tests {
         fields
     }
 
-    #[test]
-    fn a_rare_word_beside_commoner_ones_reads_only_its_own_postings_and_finds_the_same_best() {
+    /// An index of `rows` rows, `ROW_0000` on, the words of each from `words`.
+    fn index_of(rows: usize, words: impl Fn(usize) -> &'static str) -> Index {
         let mut index = Index::default();
-        for i in 0..2_000 {
-            let words = if [3, 5, 9, 1_000, 1_500].contains(&i) {
+        for i in 0..rows {
+            index
+                .insert(&format!("ROW_{i:04}"), &what(words(i)), false, Vec::new())
+                .unwrap();
+        }
+        index
+    }
+
+    /// A query of one alternative per word.
+    fn query(index: &Index, words: &[&str]) -> Vec<Vec<(u32, f32)>> {
+        words
+            .iter()
+            .map(|w| vec![(index.lookup(w).unwrap(), 1.0)])
+            .collect()
+    }
+
+    /// (slot, score bits, mask), sorted by slot.
+    fn view(scored: &[Scored]) -> Vec<(u32, u32, u64)> {
+        let mut v: Vec<_> = scored
+            .iter()
+            .map(|s| (s.slot, s.score.to_bits(), s.mask))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The `k` best of the exhaustive scorer: rank (demoted rows times `demote`), then key.
+    fn exhaustive(index: &Index, query: &[Vec<(u32, f32)>], k: usize, demote: f32) -> Vec<Scored> {
+        let rank = |s: &Scored| {
+            if index.demoted(s.slot) {
+                s.score * demote
+            } else {
+                s.score
+            }
+        };
+        let mut all = index.score(query);
+        all.sort_by(|a, b| {
+            rank(b)
+                .total_cmp(&rank(a))
+                .then_with(|| index.key(a.slot).cmp(&index.key(b.slot)))
+        });
+        all.truncate(k);
+        all
+    }
+
+    #[test]
+    fn a_rare_word_beside_commoner_ones_scores_only_its_own_rows_and_finds_the_same_best() {
+        let index = index_of(2_000, |i| {
+            if [3, 5, 9, 1_000, 1_500].contains(&i) {
                 "common rare"
             } else if i % 40 == 1 {
                 "common middle"
             } else {
                 "common"
-            };
-            index
-                .insert(&format!("ROW_{i:04}"), &what(words), false, Vec::new())
-                .unwrap();
-        }
-        let common = index.lookup("common").unwrap();
-        let middle = index.lookup("middle").unwrap();
-        let rare = index.lookup("rare").unwrap();
-        let query = [vec![(common, 1.0)], vec![(middle, 1.0)], vec![(rare, 1.0)]];
-        let (top, read) = index.top_counted(&query, 3, 0.5, &[]);
-        let mut all = index.score(&query);
-        all.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.slot.cmp(&b.slot)));
-        let mut top: Vec<(u32, u32)> = top.iter().map(|s| (s.slot, s.score.to_bits())).collect();
-        top.sort_unstable();
-        let mut best: Vec<(u32, u32)> = all[..3]
-            .iter()
-            .map(|s| (s.slot, s.score.to_bits()))
+            }
+        });
+        let query = query(&index, &["common", "middle", "rare"]);
+        let (top, read) = index.top_counted(&query, 3, 0.5, 0.0, &[]);
+        assert_eq!(view(&top), view(&exhaustive(&index, &query, 3, 0.5)));
+        // The rare word's 5 rows are scored first; three of them hold the top k, and no row
+        // with the other words alone can reach the k-th: the middle and the common word's
+        // postings (50 and 2,000) are never scored, only looked up for the rare word's rows.
+        assert_eq!(read, 5, "postings scored");
+    }
+
+    #[test]
+    fn rows_under_the_cut_are_not_looked_for() {
+        // Two rows have the rare word; the other eight of a top 10 can only be rows with the
+        // common word alone, all alike, so finding the right eight (by key) takes them all.
+        let index = index_of(2_000, |i| {
+            if i == 700 || i == 1_300 {
+                "common rare"
+            } else {
+                "common"
+            }
+        });
+        let query = query(&index, &["common", "rare"]);
+        let (top, read) = index.top_counted(&query, 10, 0.5, 0.0, &[]);
+        assert_eq!(view(&top), view(&exhaustive(&index, &query, 10, 0.5)));
+        assert!(
+            read >= 2_000,
+            "without a cut every row is a candidate: {read}"
+        );
+
+        // A row with the common word alone scores far under 0.38 of the best: with that cut
+        // only the rare word's rows are wanted, and only they are scored.
+        let (top, read) = index.top_counted(&query, 10, 0.5, 0.38, &[]);
+        let best = exhaustive(&index, &query, 10, 0.5);
+        let wanted: Vec<Scored> = best
+            .into_iter()
+            .filter(|s| [700, 1_300].contains(&s.slot))
             .collect();
-        best.sort_unstable();
-        assert_eq!(top, best);
-        // Once the rare word's rows are read, three of them hold the top k and no row with
-        // the other words alone can reach the k-th: the middle and the common word's
-        // postings (50 and 2,000, more than looking up the rare word's 5 rows in every list
-        // costs) are never read, only looked up for the rare word's rows.
-        assert_eq!(read, 5, "postings read");
+        assert_eq!(wanted.len(), 2);
+        assert_eq!(view(&top), view(&wanted));
+        assert!(read <= 4, "postings scored with the cut: {read}");
+    }
+
+    #[test]
+    fn rows_of_common_words_that_cannot_reach_the_floor_are_left_on_their_counts() {
+        // Two words of 1,000 rows each, 40 rows with both: the top 5 have both, and a row
+        // with one of them falls short of it whatever its lengths.
+        let index = index_of(1_960, |i| match i % 49 {
+            0 => "alpha beta",
+            n if n % 2 == 1 => "alpha",
+            _ => "beta",
+        });
+        let query = query(&index, &["alpha", "beta"]);
+        let postings: usize = query
+            .iter()
+            .map(|p| index.term(p[0].0).unwrap().postings.len())
+            .sum();
+        let (top, read) = index.top_counted(&query, 5, 0.5, 0.0, &[]);
+        assert_eq!(view(&top), view(&exhaustive(&index, &query, 5, 0.5)));
+        assert!(postings > 1_900, "{postings}");
+        // Scored: the rows read until five with both words are held (about 200, their rows
+        // 0 to 196), then only the rows with both; the other 1,750 are left on their counts.
+        assert!(read < 400, "postings scored: {read}");
+    }
+
+    #[test]
+    fn the_top_k_is_the_exhaustive_top_k_on_random_indexes() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let words = ["ab", "cd", "ef", "gh", "ij", "kl", "mn", "op"];
+        let mut asked = 0;
+        for _ in 0..40 {
+            let mut index = Index::default();
+            let rows = 50 + next(400);
+            for i in 0..rows {
+                let mut fields: [Vec<String>; FIELDS] = Default::default();
+                // Common words early in the list, repeats, two fields of other lengths.
+                for field in [WHAT, DOC] {
+                    for _ in 0..next(6) {
+                        let w = words[next(words.len()).min(next(words.len()))];
+                        fields[field].push(w.to_owned());
+                    }
+                }
+                // Keys out of slot order, so ties are not settled by the order rows come in.
+                let key = format!("ROW_{:04}_{i}", next(50));
+                index
+                    .insert(&key, &fields, next(6) == 0, Vec::new())
+                    .unwrap();
+            }
+            for _ in 0..30 {
+                let mut query: Vec<Vec<(u32, f32)>> = Vec::new();
+                for _ in 0..1 + next(4) {
+                    let mut alts = Vec::new();
+                    for _ in 0..1 + next(2) {
+                        if let Some(id) = index.lookup(words[next(words.len())]) {
+                            alts.push((id, [1.0, 0.6][next(2)]));
+                        }
+                    }
+                    query.push(alts);
+                }
+                let k = 1 + next(12);
+                let (top, _) = index.top_counted(&query, k, 0.5, 0.0, &[]);
+                let best = exhaustive(&index, &query, k, 0.5);
+                assert_eq!(view(&top), view(&best), "{query:?}, k {k}");
+                asked += usize::from(!best.is_empty());
+            }
+        }
+        assert!(asked > 1_000, "{asked}");
+    }
+
+    #[test]
+    fn seeking_finds_the_first_slot_at_or_past_the_one_sought() {
+        let docs: Vec<u32> = (0..300).map(|i| i * 8 + (i % 7)).collect();
+        for from in [0, 1, 5, 64, 299, 300] {
+            for doc in 0..2_500 {
+                let want = from + docs[from..].partition_point(|&d| d < doc);
+                assert_eq!(seek(&docs, from, doc), want, "from {from}, doc {doc}");
+            }
+        }
+        assert_eq!(seek(&[], 0, 5), 0);
     }
 }
