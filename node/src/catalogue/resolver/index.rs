@@ -68,7 +68,16 @@ type Counts = [u8; FIELDS];
 struct Postings {
     docs: Vec<u32>,
     counts: Vec<Counts>,
+    /// For a word in many rows, the same slots as a bit set, so the top-k search can tell
+    /// whether a row has the word with one read instead of a search (see [`Postings::has`]).
+    dense: Option<Box<[u64]>>,
 }
+
+/// A word's slots are also kept as a bit set once it is in one slot of [`DENSE_FROM`] (the
+/// set is then at most as large as the slots' array), and no more below half of that.
+const DENSE_FROM: usize = 32;
+/// Fewer postings than this never get a bit set: a search in them is short anyway.
+const DENSE_MIN: usize = 1_024;
 
 impl Postings {
     fn len(&self) -> usize {
@@ -89,12 +98,55 @@ impl Postings {
         let at = self.docs.partition_point(|&d| d < doc);
         self.docs.insert(at, doc);
         self.counts.insert(at, counts);
+        let (word, bit) = (doc as usize / 64, doc % 64);
+        match &mut self.dense {
+            Some(bits) if word < bits.len() => bits[word] |= 1 << bit,
+            _ => self.redensify(DENSE_FROM),
+        }
     }
 
     /// Removes the posting at `i`, returning its counts.
     fn remove(&mut self, i: usize) -> Counts {
-        self.docs.remove(i);
+        let doc = self.docs.remove(i);
+        if let Some(bits) = &mut self.dense {
+            if let Some(word) = bits.get_mut(doc as usize / 64) {
+                *word &= !(1 << (doc % 64));
+            }
+            self.redensify(DENSE_FROM * 2);
+        }
         self.counts.remove(i)
+    }
+
+    /// Builds the bit set afresh if the word is in at least one slot of `every` (and has
+    /// [`DENSE_MIN`] postings), drops it otherwise.
+    fn redensify(&mut self, every: usize) {
+        let span = self.docs.last().map_or(0, |&d| d as usize + 1);
+        if self.docs.len() < DENSE_MIN || self.docs.len() * every < span {
+            self.dense = None;
+            return;
+        }
+        if self
+            .dense
+            .as_ref()
+            .is_some_and(|bits| bits.len() * 64 >= span)
+        {
+            return;
+        }
+        // Room to grow by an eighth before the next rebuild.
+        let mut bits = vec![0u64; (span + span / 8).div_ceil(64)];
+        for &d in &self.docs {
+            bits[d as usize / 64] |= 1 << (d % 64);
+        }
+        self.dense = Some(bits.into_boxed_slice());
+    }
+
+    /// Whether `doc` has a posting, if the answer is one read away (`None`: search).
+    fn has(&self, doc: u32) -> Option<bool> {
+        let bits = self.dense.as_ref()?;
+        Some(
+            bits.get(doc as usize / 64)
+                .is_some_and(|word| word & (1 << (doc % 64)) != 0),
+        )
     }
 
     /// (slot, counts) in slot order.
@@ -106,6 +158,7 @@ impl Postings {
     fn heap_bytes(&self) -> usize {
         self.docs.capacity() * std::mem::size_of::<u32>()
             + self.counts.capacity() * std::mem::size_of::<Counts>()
+            + self.dense.as_ref().map_or(0, |bits| bits.len() * 8)
     }
 }
 
@@ -832,6 +885,59 @@ mod tests {
             index.give_back(scratch);
         }
         assert_eq!(index.scratches.lock().unwrap().len(), SCRATCHES_KEPT);
+    }
+
+    #[test]
+    fn a_common_words_bit_set_holds_exactly_its_slots_as_rows_come_and_go() {
+        let mut postings = Postings::default();
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let check = |postings: &Postings, at: &str| {
+            let span = postings.docs.last().map_or(0, |&d| d as usize + 1);
+            if postings.len() >= DENSE_MIN && postings.len() * DENSE_FROM >= span {
+                assert!(postings.dense.is_some(), "{at}: dense enough");
+            }
+            if postings.len() * DENSE_FROM * 2 < span {
+                assert!(postings.dense.is_none(), "{at}: too sparse to keep");
+            }
+        };
+        let agree = |postings: &Postings| {
+            for doc in 0..210_000 {
+                if let Some(has) = postings.has(doc) {
+                    assert_eq!(has, postings.find(doc).is_some(), "slot {doc}");
+                }
+            }
+        };
+        // A word in one row of 20 as 200,000 rows come: a bit set from 1,024 postings on.
+        for slot in 0..200_000u32 {
+            if next(20) == 0 {
+                postings.insert(slot, [1; FIELDS]);
+                check(&postings, "growing");
+            }
+        }
+        assert!(postings.dense.is_some());
+        agree(&postings);
+        // Its rows go, at random: kept down to one row of 64, then dropped.
+        let mut at_one_in_50 = false;
+        while postings.len() > 2_500 {
+            postings.remove(next(postings.len()));
+            check(&postings, "thinning");
+            if postings.len() == 4_000 {
+                at_one_in_50 = true;
+                assert!(
+                    postings.dense.is_some(),
+                    "kept between one in 32 and one in 64"
+                );
+                agree(&postings);
+            }
+        }
+        assert!(at_one_in_50);
+        assert!(postings.dense.is_none(), "{} postings left", postings.len());
     }
 
     #[test]

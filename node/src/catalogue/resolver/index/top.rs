@@ -31,6 +31,13 @@ use std::collections::BinaryHeap;
 
 use super::{saturate, tfn, Counts, Index, Postings, Scored, FIELDS};
 
+/// What a top-k search took: postings scored exactly (a seed counts one), rows visited.
+#[derive(Debug, Default)]
+struct Work {
+    scored: usize,
+    visited: usize,
+}
+
 /// Most postings of the strongest position for its rows to be scored first (see `top`).
 const SEEDS: usize = 128;
 
@@ -167,6 +174,52 @@ impl<'a> Best<'a> {
     }
 }
 
+/// Fills `needed` with the bit sets of the positions of `query` without which no row
+/// reaches `floor` (the other positions' bounds, of `all` in all, fall short), for those
+/// whose words are all kept as bit sets.
+fn needed_sets<'a>(query: &[Position<'a>], all: f32, floor: f32, needed: &mut Vec<Vec<&'a [u64]>>) {
+    needed.clear();
+    for position in query {
+        if (all - position.bound) * (1.0 + SLACK) < floor {
+            let sets: Option<Vec<&'a [u64]>> = position
+                .lists
+                .iter()
+                .map(|l| l.postings.dense.as_deref())
+                .collect();
+            needed.extend(sets.filter(|sets| !sets.is_empty()));
+        }
+    }
+}
+
+/// The first slot from `doc` on in every one of `needed` (a position's alternatives' bit
+/// sets: in any of them), `u32::MAX` if none: 64 rows a step.
+fn next_candidate(needed: &[Vec<&[u64]>], doc: u32) -> u32 {
+    let end = needed
+        .iter()
+        .map(|sets| sets.iter().map(|bits| bits.len()).max().unwrap_or(0))
+        .min()
+        .unwrap_or(0);
+    let mut word = doc as usize / 64;
+    let mut from_bit = !0u64 << (doc % 64);
+    while word < end {
+        let mut all = from_bit;
+        for sets in needed {
+            all &= sets
+                .iter()
+                .fold(0, |any, bits| any | bits.get(word).copied().unwrap_or(0));
+            if all == 0 {
+                break;
+            }
+        }
+        if all != 0 {
+            return u32::try_from(word * 64 + all.trailing_zeros() as usize).unwrap_or(u32::MAX);
+        }
+        word += 1;
+        from_bit = !0;
+    }
+    u32::MAX
+}
+
 /// The first index from `from` on whose slot is at least `doc` (`docs.len()` if none),
 /// galloping: steps of 1, 2, 4, … then a binary search, so a lookup near the cursor costs a
 /// few comparisons and a far one a logarithm of the distance.
@@ -204,20 +257,20 @@ impl Index {
         self.top_counted(positions, k, demote_factor, cut, keep).0
     }
 
-    /// [`Index::top`], and how many postings it scored (those of `keep` aside).
-    fn top_counted(
-        &self,
+    /// [`Index::top`], and the work it took.
+    fn top_counted<'a>(
+        &'a self,
         positions: &[Vec<(u32, f32)>],
         k: usize,
         demote_factor: f32,
         cut: f32,
         keep: &[u32],
-    ) -> (Vec<Scored>, usize) {
+    ) -> (Vec<Scored>, Work) {
         if self.len() == 0 {
-            return (Vec::new(), 0);
+            return (Vec::new(), Work::default());
         }
         let inv_avg = self.inv_avg();
-        let query: Vec<Position<'_>> = positions
+        let query: Vec<Position<'a>> = positions
             .iter()
             .take(64)
             .map(|alts| {
@@ -257,7 +310,7 @@ impl Index {
             best.see(rank(s.slot, s.score));
         }
         if k == 0 {
-            return (out, 0);
+            return (out, Work::default());
         }
         // Weakest bound first; `below[i]` bounds what the positions before `order[i]` add,
         // and their alternatives' cursors are `cursors[first[i]..first[i + 1]]`.
@@ -279,10 +332,15 @@ impl Index {
         // Positions `order[..essential]` are non-essential: together they cannot lift a row
         // to the floor.
         let mut essential = 0;
-        let settle = |essential: &mut usize, floor: f32| {
+        // And `needed`: the bit sets of positions without which no row reaches the floor
+        // (the others' bounds together fall short), when their words are all kept as bit
+        // sets: a row without one of their words is skipped unread (see `next_candidate`).
+        let mut needed: Vec<Vec<&[u64]>> = Vec::new();
+        let settle = |essential: &mut usize, needed: &mut Vec<Vec<&'a [u64]>>, floor: f32| {
             while *essential < order.len() && below[*essential + 1] * (1.0 + SLACK) < floor {
                 *essential += 1;
             }
+            needed_sets(&query, below[order.len()], floor, needed);
         };
 
         // Seeds: the rows of the strongest position, when they are few (its words are rare),
@@ -315,8 +373,11 @@ impl Index {
                 });
             }
         }
-        settle(&mut essential, best.floor);
-        let mut scored = seeds.len();
+        settle(&mut essential, &mut needed, best.floor);
+        let mut work = Work {
+            scored: seeds.len(),
+            visited: 0,
+        };
         let mut seeds = seeds.iter().copied().peekable();
 
         // Each cursor's slot, `u32::MAX` once its postings are read: the next row is the least.
@@ -328,10 +389,26 @@ impl Index {
         let mut found = [0.0f32; 64];
         loop {
             let from = first[essential];
-            let doc = next[from..].iter().copied().min().unwrap_or(u32::MAX);
+            let mut doc = next[from..].iter().copied().min().unwrap_or(u32::MAX);
+            // Leapfrog with the needed positions' bit sets: on to the next row that has all
+            // of them, the essential cursors sought past the rows between.
+            while !needed.is_empty() && doc != u32::MAX {
+                let candidate = next_candidate(&needed, doc);
+                if candidate == doc {
+                    break;
+                }
+                for (c, n) in cursors[from..].iter_mut().zip(&mut next[from..]) {
+                    if *n < candidate {
+                        c.at = seek(&c.list.postings.docs, c.at, candidate);
+                        *n = slot_at(c).unwrap_or(u32::MAX);
+                    }
+                }
+                doc = next[from..].iter().copied().min().unwrap_or(u32::MAX);
+            }
             if doc == u32::MAX {
                 break;
             }
+            work.visited += 1;
             while seeds.next_if(|&s| s < doc).is_some() {}
             let seeded = seeds.next_if_eq(&doc).is_some();
 
@@ -355,6 +432,9 @@ impl Index {
                     }
                     let mut here = 0.0f32;
                     for c in &mut cursors[first[j]..first[j + 1]] {
+                        if c.list.postings.has(doc) == Some(false) {
+                            continue;
+                        }
                         c.at = seek(&c.list.postings.docs, c.at, doc);
                         if slot_at(c) == Some(doc) {
                             here = here.max(c.list.most(&c.list.postings.counts[c.at]));
@@ -378,7 +458,7 @@ impl Index {
                     let counts = &c.list.postings.counts[c.at];
                     let s = saturate(c.list.idf, tfn(counts, len, &inv_avg));
                     add(&mut found, &mut mask, c.position, s);
-                    scored += 1;
+                    work.scored += 1;
                 }
                 c.at += 1;
                 *n = slot_at(c).unwrap_or(u32::MAX);
@@ -391,7 +471,7 @@ impl Index {
                     let counts = &c.list.postings.counts[c.at];
                     let s = saturate(c.list.idf, tfn(counts, len, &inv_avg));
                     add(&mut found, &mut mask, c.position, s);
-                    scored += 1;
+                    work.scored += 1;
                 }
             }
             if mask == 0 {
@@ -412,14 +492,14 @@ impl Index {
                 },
                 || self.key(doc).map_or("", |k| &**k),
             );
-            settle(&mut essential, best.floor);
+            settle(&mut essential, &mut needed, best.floor);
         }
         for h in best.held {
             if !out.iter().any(|s| s.slot == h.scored.slot) {
                 out.push(h.scored);
             }
         }
-        (out, scored)
+        (out, work)
     }
 
     /// `slot`'s score and mask, looked up in every position; `None` if none matches.
@@ -539,12 +619,12 @@ mod tests {
             }
         });
         let query = query(&index, &["common", "middle", "rare"]);
-        let (top, read) = index.top_counted(&query, 3, 0.5, 0.0, &[]);
+        let (top, work) = index.top_counted(&query, 3, 0.5, 0.0, &[]);
         assert_eq!(view(&top), view(&exhaustive(&index, &query, 3, 0.5)));
         // The rare word's 5 rows are scored first; three of them hold the top k, and no row
         // with the other words alone can reach the k-th: the middle and the common word's
         // postings (50 and 2,000) are never scored, only looked up for the rare word's rows.
-        assert_eq!(read, 5, "postings scored");
+        assert_eq!(work.scored, 5, "postings scored");
     }
 
     #[test]
@@ -559,16 +639,16 @@ mod tests {
             }
         });
         let query = query(&index, &["common", "rare"]);
-        let (top, read) = index.top_counted(&query, 10, 0.5, 0.0, &[]);
+        let (top, work) = index.top_counted(&query, 10, 0.5, 0.0, &[]);
         assert_eq!(view(&top), view(&exhaustive(&index, &query, 10, 0.5)));
         assert!(
-            read >= 2_000,
-            "without a cut every row is a candidate: {read}"
+            work.scored >= 2_000,
+            "without a cut every row is a candidate: {work:?}"
         );
 
         // A row with the common word alone scores far under 0.38 of the best: with that cut
         // only the rare word's rows are wanted, and only they are scored.
-        let (top, read) = index.top_counted(&query, 10, 0.5, 0.38, &[]);
+        let (top, work) = index.top_counted(&query, 10, 0.5, 0.38, &[]);
         let best = exhaustive(&index, &query, 10, 0.5);
         let wanted: Vec<Scored> = best
             .into_iter()
@@ -576,7 +656,7 @@ mod tests {
             .collect();
         assert_eq!(wanted.len(), 2);
         assert_eq!(view(&top), view(&wanted));
-        assert!(read <= 4, "postings scored with the cut: {read}");
+        assert!(work.scored <= 4, "postings scored with the cut: {work:?}");
     }
 
     #[test]
@@ -593,12 +673,39 @@ mod tests {
             .iter()
             .map(|p| index.term(p[0].0).unwrap().postings.len())
             .sum();
-        let (top, read) = index.top_counted(&query, 5, 0.5, 0.0, &[]);
+        let (top, work) = index.top_counted(&query, 5, 0.5, 0.0, &[]);
         assert_eq!(view(&top), view(&exhaustive(&index, &query, 5, 0.5)));
         assert!(postings > 1_900, "{postings}");
         // Scored: the rows read until five with both words are held (about 200, their rows
         // 0 to 196), then only the rows with both; the other 1,750 are left on their counts.
-        assert!(read < 400, "postings scored: {read}");
+        assert!(work.scored < 400, "postings scored: {work:?}");
+    }
+
+    #[test]
+    fn rows_without_a_needed_common_word_are_skipped_unvisited() {
+        // Rows of three words each: alpha in every second row, beta in every third, gamma in
+        // every fifth. The top 5 have all three, and so must any row that reaches them:
+        // along gamma's 800 rows, only the 134 that alpha's and beta's bit sets both hold
+        // are visited.
+        let mut index = Index::default();
+        for i in 0..4_000 {
+            let mut fields: [Vec<String>; FIELDS] = Default::default();
+            for (word, every, other) in [("alpha", 2, "a"), ("beta", 3, "b"), ("gamma", 5, "c")] {
+                let w = if i % every == 0 {
+                    word.to_owned()
+                } else {
+                    format!("{other}{i}")
+                };
+                fields[WHAT].push(w);
+            }
+            index
+                .insert(&format!("ROW_{i:04}"), &fields, false, Vec::new())
+                .unwrap();
+        }
+        let query = query(&index, &["alpha", "beta", "gamma"]);
+        let (top, work) = index.top_counted(&query, 5, 0.5, 0.0, &[]);
+        assert_eq!(view(&top), view(&exhaustive(&index, &query, 5, 0.5)));
+        assert!(work.visited < 200, "rows visited: {work:?}");
     }
 
     #[test]
@@ -612,16 +719,39 @@ mod tests {
         };
         let words = ["ab", "cd", "ef", "gh", "ij", "kl", "mn", "op"];
         let mut asked = 0;
-        for _ in 0..40 {
+        for round in 0..40 {
+            // Every fourth index is large, of rows alike in length, its words in a third of
+            // the rows or more: kept as bit sets, and needed by the top k.
+            let large = round % 4 == 3;
             let mut index = Index::default();
-            let rows = 50 + next(400);
-            for i in 0..rows {
+            let mut keys: Vec<String> = Vec::new();
+            let rows = if large {
+                2_500 + next(2_500)
+            } else {
+                50 + next(400)
+            };
+            // Inserts, removals (a fifth), inserts again into the freed slots.
+            for i in 0..rows + rows / 3 {
+                if i >= rows && i < rows + rows / 5 {
+                    let key = keys.swap_remove(next(keys.len()));
+                    index.remove(&key).unwrap();
+                    continue;
+                }
                 let mut fields: [Vec<String>; FIELDS] = Default::default();
-                // Common words early in the list, repeats, two fields of other lengths.
-                for field in [WHAT, DOC] {
-                    for _ in 0..next(6) {
-                        let w = words[next(words.len()).min(next(words.len()))];
-                        fields[field].push(w.to_owned());
+                if large {
+                    while fields[WHAT].len() < 3 {
+                        let w = words[next(words.len()).min(next(words.len()))].to_owned();
+                        if !fields[WHAT].contains(&w) {
+                            fields[WHAT].push(w);
+                        }
+                    }
+                } else {
+                    // Common words early in the list, repeats, two fields of other lengths.
+                    for field in [WHAT, DOC] {
+                        for _ in 0..next(6) {
+                            let w = words[next(words.len()).min(next(words.len()))];
+                            fields[field].push(w.to_owned());
+                        }
                     }
                 }
                 // Keys out of slot order, so ties are not settled by the order rows come in.
@@ -629,6 +759,7 @@ mod tests {
                 index
                     .insert(&key, &fields, next(6) == 0, Vec::new())
                     .unwrap();
+                keys.push(key);
             }
             for _ in 0..30 {
                 let mut query: Vec<Vec<(u32, f32)>> = Vec::new();
