@@ -181,11 +181,8 @@ fn needed_sets<'a>(query: &[Position<'a>], all: f32, floor: f32, needed: &mut Ve
     needed.clear();
     for position in query {
         if (all - position.bound) * (1.0 + SLACK) < floor {
-            let sets: Option<Vec<&'a [u64]>> = position
-                .lists
-                .iter()
-                .map(|l| l.postings.dense.as_deref())
-                .collect();
+            let sets: Option<Vec<&'a [u64]>> =
+                position.lists.iter().map(|l| l.postings.bits()).collect();
             needed.extend(sets.filter(|sets| !sets.is_empty()));
         }
     }
