@@ -907,6 +907,9 @@ mod tests {
         };
         let check = |postings: &Postings, at: &str| {
             let span = postings.docs.last().map_or(0, |&d| d as usize + 1);
+            if postings.len() < DENSE_MIN {
+                assert!(postings.dense.is_none(), "{at}: too few postings for a set");
+            }
             if postings.len() >= DENSE_MIN && postings.len() * DENSE_FROM >= span {
                 assert!(postings.dense.is_some(), "{at}: dense enough");
             }
@@ -914,11 +917,11 @@ mod tests {
                 assert!(postings.dense.is_none(), "{at}: too sparse to keep");
             }
         };
+        // With a set, whether a slot has a posting is answered from it, and rightly.
         let agree = |postings: &Postings| {
             for doc in 0..210_000 {
-                if let Some(has) = postings.has(doc) {
-                    assert_eq!(has, postings.find(doc).is_some(), "slot {doc}");
-                }
+                let has = postings.has(doc).expect("answered from the set");
+                assert_eq!(has, postings.find(doc).is_some(), "slot {doc}");
             }
         };
         // A word in one row of 20 as 200,000 rows come: a bit set from 1,024 postings on.
@@ -930,6 +933,10 @@ mod tests {
         }
         assert!(postings.dense.is_some());
         agree(&postings);
+        // A row going clears its bit; the set is not built again.
+        let before = postings.bits().map(<[u64]>::as_ptr);
+        postings.remove(postings.len() / 2);
+        assert_eq!(postings.bits().map(<[u64]>::as_ptr), before);
         // Its rows go, at random: kept down to one row of 64, then dropped.
         let mut at_one_in_50 = false;
         while postings.len() > 2_500 {
