@@ -803,6 +803,7 @@ fn remove_slot(map: &mut HashMap<Box<str>, Vec<u32>>, key: &str, slot: u32) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::Mix;
     use super::*;
 
     fn key_terms(words: &[&str]) -> [Vec<String>; FIELDS] {
@@ -898,13 +899,8 @@ mod tests {
     #[test]
     fn a_common_words_bit_set_holds_exactly_its_slots_as_rows_come_and_go() {
         let mut postings = Postings::default();
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut mix = Mix(0x2545);
+        let mut next = |n: usize| mix.below(n);
         let check = |postings: &Postings, at: &str| {
             let span = postings.docs.last().map_or(0, |&d| d as usize + 1);
             if postings.len() < DENSE_MIN {

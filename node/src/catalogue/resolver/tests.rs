@@ -446,7 +446,7 @@ fn a_short_limit_returns_the_head_of_the_full_ranking() {
 }
 
 /// SplitMix64, so every run builds the same random catalogues.
-struct Mix(u64);
+pub(super) struct Mix(pub(super) u64);
 
 impl Mix {
     fn next(&mut self) -> u64 {
@@ -457,7 +457,7 @@ impl Mix {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: usize) -> usize {
+    pub(super) fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize
     }
 

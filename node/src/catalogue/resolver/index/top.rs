@@ -54,6 +54,11 @@ struct List<'a> {
 }
 
 impl List<'_> {
+    /// A posting's score in a row of lengths `len`: what the exhaustive scorer computes.
+    fn score(&self, counts: &Counts, len: &[u32; FIELDS], inv_avg: &[f32; FIELDS]) -> f32 {
+        saturate(self.idf, tfn(counts, len, inv_avg))
+    }
+
     /// The most a posting with `counts` can score, whatever its row's lengths: a bound
     /// read from the postings alone, before the row's lengths are.
     fn most(&self, counts: &Counts) -> f32 {
@@ -453,7 +458,7 @@ impl Index {
                 }
                 if let Some(len) = len {
                     let counts = &c.list.postings.counts[c.at];
-                    let s = saturate(c.list.idf, tfn(counts, len, &inv_avg));
+                    let s = c.list.score(counts, len, &inv_avg);
                     add(&mut found, &mut mask, c.position, s);
                     work.scored += 1;
                 }
@@ -466,7 +471,7 @@ impl Index {
             for c in &cursors[..from] {
                 if slot_at(c) == Some(doc) {
                     let counts = &c.list.postings.counts[c.at];
-                    let s = saturate(c.list.idf, tfn(counts, len, &inv_avg));
+                    let s = c.list.score(counts, len, &inv_avg);
                     add(&mut found, &mut mask, c.position, s);
                     work.scored += 1;
                 }
@@ -508,7 +513,7 @@ impl Index {
             let mut found: Option<f32> = None;
             for l in &position.lists {
                 if let Some(i) = l.postings.find(slot) {
-                    let s = saturate(l.idf, tfn(&l.postings.counts[i], len, inv_avg));
+                    let s = l.score(&l.postings.counts[i], len, inv_avg);
                     found = Some(found.map_or(s, |b: f32| b.max(s)));
                 }
             }
@@ -547,6 +552,7 @@ fn ones(mut mask: u64) -> impl Iterator<Item = usize> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::tests::Mix;
     use super::super::{Index, Scored, DOC, FIELDS, WHAT};
     use super::seek;
 
@@ -707,13 +713,8 @@ mod tests {
 
     #[test]
     fn the_top_k_is_the_exhaustive_top_k_on_random_indexes() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut mix = Mix(0x9E37);
+        let mut next = |n: usize| mix.below(n);
         let words = ["ab", "cd", "ef", "gh", "ij", "kl", "mn", "op"];
         let mut asked = 0;
         for round in 0..40 {
