@@ -14,7 +14,10 @@ use std::sync::Arc;
 
 use super::fuzzy::{edit_distance, fuzzable, DeleteMap};
 
+mod text;
 mod top;
+
+use self::text::Text;
 
 /// The fields of a row, in posting order.
 pub(crate) const KEY: usize = 0;
@@ -98,9 +101,16 @@ impl Postings {
 
     /// Adds `doc`'s posting in slot order (a fresh slot is the largest: appended).
     fn insert(&mut self, doc: u32, counts: Counts) {
-        let at = self.docs.partition_point(|&d| d < doc);
-        self.docs.insert(at, doc);
-        self.counts.insert(at, counts);
+        // A fresh slot is past every posting: appended without a search through a list
+        // that, for a common word, holds most of the catalogue (a reused slot is searched).
+        if self.docs.last().is_none_or(|&last| last < doc) {
+            self.docs.push(doc);
+            self.counts.push(counts);
+        } else {
+            let at = self.docs.partition_point(|&d| d < doc);
+            self.docs.insert(at, doc);
+            self.counts.insert(at, counts);
+        }
         let (word, bit) = (doc as usize / 64, doc % 64);
         match &mut self.dense {
             Some(bits) if word < bits.len() => bits[word] |= 1 << bit,
@@ -172,7 +182,7 @@ impl Postings {
 
 #[derive(Debug)]
 struct Term {
-    text: Arc<str>,
+    text: Text,
     /// Sorted by slot, so the top-k search can skip through them.
     postings: Postings,
     bound: Ceiling,
@@ -308,7 +318,7 @@ impl Scratch {
 
 #[derive(Debug, Default)]
 pub(crate) struct Index {
-    vocab: BTreeMap<Arc<str>, u32>,
+    vocab: BTreeMap<Text, u32>,
     terms: Vec<Option<Term>>,
     free_terms: Vec<u32>,
     docs: Vec<Option<Doc>>,
@@ -462,8 +472,8 @@ impl Index {
             }
             if term.postings.is_empty() {
                 let text = term.text.clone();
-                self.vocab.remove(&*text);
-                self.fuzzy.remove(&text, id);
+                self.vocab.remove(text.as_bytes());
+                self.fuzzy.remove(text.as_str(), id);
                 if let Some(place) = self.terms.get_mut(id as usize) {
                     *place = None;
                 }
@@ -488,12 +498,12 @@ impl Index {
     }
 
     fn term_id_or_create(&mut self, text: &str) -> u32 {
-        if let Some(&id) = self.vocab.get(text) {
+        if let Some(&id) = self.vocab.get(text.as_bytes()) {
             if self.term_mut(id).is_some() {
                 return id;
             }
         }
-        let text: Arc<str> = Arc::from(text);
+        let text = Text::new(text);
         let term = Term {
             text: text.clone(),
             postings: Postings::default(),
@@ -510,7 +520,7 @@ impl Index {
                 (self.terms.len() - 1) as u32
             }
         };
-        self.fuzzy.insert(&text, id);
+        self.fuzzy.insert(text.as_str(), id);
         self.vocab.insert(text, id);
         id
     }
@@ -528,7 +538,7 @@ impl Index {
     }
 
     pub(crate) fn lookup(&self, term: &str) -> Option<u32> {
-        self.vocab.get(term).copied()
+        self.vocab.get(term.as_bytes()).copied()
     }
 
     /// Alternatives for a query term missing from the vocabulary: vocabulary terms within one
@@ -547,7 +557,7 @@ impl Index {
                 let Some(t) = self.term(id) else {
                     continue;
                 };
-                if let Some(d) = edit_distance(probe, &t.text, max_dist) {
+                if let Some(d) = edit_distance(probe, t.text.as_str(), max_dist) {
                     if d > 0 && !typos.iter().any(|x| x.2 == id) {
                         typos.push((d, usize::MAX - t.postings.len(), id));
                     }
@@ -564,10 +574,10 @@ impl Index {
         // completions (closest to what was typed), then the commonest.
         let mut prefixes: Vec<(usize, usize, u32)> = self
             .vocab
-            .range::<str, _>((Bound::Excluded(term), Bound::Unbounded))
-            .take_while(|(t, _)| t.starts_with(term))
+            .range::<[u8], _>((Bound::Excluded(term.as_bytes()), Bound::Unbounded))
+            .take_while(|(t, _)| t.as_bytes().starts_with(term.as_bytes()))
             .take(256)
-            .map(|(t, &id)| (t.len(), usize::MAX - self.df(id), id))
+            .map(|(t, &id)| (t.as_bytes().len(), usize::MAX - self.df(id), id))
             .collect();
         prefixes.sort_unstable();
         prefixes.truncate(MAX_TOLERANT);
@@ -746,14 +756,14 @@ impl Index {
     pub(crate) fn memory_bytes(&self) -> usize {
         use std::mem::size_of;
         let mut bytes = 0usize;
-        // Term texts are shared by the vocabulary and the term table: count once.
+        // A long term's text is shared by the vocabulary and the term table: count once.
         for t in self.terms.iter().flatten() {
-            bytes += t.text.len() + 16; // Arc header (two counts)
+            bytes += t.text.heap_bytes();
             bytes += t.postings.heap_bytes();
         }
         bytes += self.terms.capacity() * size_of::<Option<Term>>();
         bytes += self.free_terms.capacity() * 4 + self.free_docs.capacity() * 4;
-        bytes += self.vocab.len() * size_of::<(Arc<str>, u32)>() * 4 / 3;
+        bytes += self.vocab.len() * size_of::<(Text, u32)>() * 4 / 3;
         for d in self.docs.iter().flatten() {
             bytes += d.key.len() + 16;
             bytes += d.terms.len() * 4;
