@@ -15,10 +15,9 @@
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-/// A term's text. Compared, hashed and borrowed as its bytes, so a B-tree keyed by it is
+/// A term's text. Compared and borrowed as its bytes, so a B-tree keyed by it is
 /// searched with a `&[u8]` and sorts as `str` does (byte order).
 #[derive(Debug, Clone)]
 pub(super) enum Text {
@@ -88,12 +87,6 @@ impl PartialOrd for Text {
 impl Ord for Text {
     fn cmp(&self, other: &Self) -> Ordering {
         self.as_bytes().cmp(other.as_bytes())
-    }
-}
-
-impl Hash for Text {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_bytes().hash(state);
     }
 }
 
