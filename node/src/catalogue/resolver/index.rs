@@ -101,16 +101,15 @@ impl Postings {
 
     /// Adds `doc`'s posting in slot order (a fresh slot is the largest: appended).
     fn insert(&mut self, doc: u32, counts: Counts) {
-        // A fresh slot is past every posting: appended without a search through a list
-        // that, for a common word, holds most of the catalogue (a reused slot is searched).
-        if self.docs.last().is_none_or(|&last| last < doc) {
-            self.docs.push(doc);
-            self.counts.push(counts);
-        } else {
-            let at = self.docs.partition_point(|&d| d < doc);
-            self.docs.insert(at, doc);
-            self.counts.insert(at, counts);
-        }
+        // A fresh slot is past every posting: it goes at the end without a search through a
+        // list that, for a common word, holds most of the catalogue (a reused slot is
+        // searched for).
+        let at = match self.docs.last() {
+            Some(&last) if last > doc => self.docs.partition_point(|&d| d < doc),
+            _ => self.docs.len(),
+        };
+        self.docs.insert(at, doc);
+        self.counts.insert(at, counts);
         let (word, bit) = (doc as usize / 64, doc % 64);
         match &mut self.dense {
             Some(bits) if word < bits.len() => bits[word] |= 1 << bit,

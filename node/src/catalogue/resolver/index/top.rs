@@ -246,8 +246,9 @@ impl Index {
     /// The `k` best rows for `positions` (as [`Index::score`] takes them), ranked by score
     /// times `demote_factor` for demoted rows, ties by key, except that rows ranked below
     /// `cut` times the best (a share the caller drops anyway) may be missing or left in;
-    /// and every row of `keep` that a position matches, wherever it ranks. Scores and masks are exactly those
-    /// [`Index::score`] gives the same rows (before demotion), in no particular order.
+    /// and every row of `keep` that a position matches, wherever it ranks. Scores and masks
+    /// are exactly those [`Index::score`] gives the same rows (before demotion), in no
+    /// particular order.
     pub(crate) fn top(
         &self,
         positions: &[Vec<(u32, f32)>],
